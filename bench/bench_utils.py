@@ -1,0 +1,213 @@
+"""Pure-Python parts of the prefill benchmark: the shape grid, specs, FLOP counting, statistics, result
+files (JSON and a Markdown table). No torch here, so bench/test_bench_utils.py checks all of it on CPU.
+"""
+import json
+import os
+import re
+import shlex
+from dataclasses import asdict, dataclass
+
+HIDDEN = 2048          # model width: heads = HIDDEN / d
+TOKENS = 16 * 1024     # batch * seq_len, constant so every shape moves the same bytes
+
+HEAD_DIMS = (64, 128)
+SEQ_LENS = (1024, 4096, 16384)
+QUICK = ((128, 4096, False), (128, 4096, True), (64, 4096, False))   # (d, N, causal) of --quick
+
+
+@dataclass(frozen=True)
+class Shape:
+    d: int
+    n: int          # q_len = kv_len
+    causal: bool
+    batch: int
+    heads: int      # heads_q = heads_kv
+
+    @property
+    def label(self):
+        return f"d={self.d} N={self.n} B={self.batch} H={self.heads}{' causal' if self.causal else ''}"
+
+
+def make_shape(d, n, causal):
+    if HIDDEN % d or TOKENS % n:
+        raise ValueError(f"d={d} must divide {HIDDEN} and N={n} must divide {TOKENS}")
+    return Shape(d=d, n=n, causal=causal, batch=TOKENS // n, heads=HIDDEN // d)
+
+
+def shape_grid(quick=False, head_dims=None, seq_lens=None, causal=None):
+    """The benchmarked shapes, optionally filtered (None: no filter on that axis)."""
+    if quick:
+        triples = list(QUICK)
+    else:
+        triples = [(d, n, c) for d in HEAD_DIMS for n in SEQ_LENS for c in (False, True)]
+    return [make_shape(d, n, c) for d, n, c in triples
+            if (head_dims is None or d in head_dims) and (seq_lens is None or n in seq_lens)
+            and (causal is None or c in causal)]
+
+
+# Benchmarked variants in table order: (name, kind, spec template or SDPA backend).
+SDPA_VARIANTS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION"}
+QATTN_VARIANTS = {
+    "qattn_fp16": "prefill qk=fp16 pv=fp16 out=fp16 d={d}{causal}",
+    "qattn_int8_per_token": "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d={d}{causal} smooth=k",
+    "qattn_int8_per_block": "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d={d}{causal} smooth=k",
+    "qattn_int8_per_tensor": "prefill qk=int8:per_tensor pv=int8:per_channel out=fp16 d={d}{causal} smooth=k",
+}
+ALL_VARIANTS = list(SDPA_VARIANTS) + list(QATTN_VARIANTS)
+BASELINE_OF_RATIO = {"ratio_flash": "sdpa_flash", "ratio_cudnn": "sdpa_cudnn"}
+
+
+def qattn_spec(variant, shape):
+    return QATTN_VARIANTS[variant].format(d=shape.d, causal=" causal" if shape.causal else "")
+
+
+def parse_list(text, allowed, what, convert=str):
+    """'a,b' -> [a, b], each checked against `allowed`; a one-line ValueError naming what is accepted."""
+    items = [convert(t.strip()) for t in text.split(",") if t.strip()]
+    for item in items:
+        if item not in allowed:
+            raise ValueError(f"unknown {what} '{item}'; accepted: {', '.join(str(a) for a in allowed)}")
+    if not items:
+        raise ValueError(f"empty {what} list; accepted: {', '.join(str(a) for a in allowed)}")
+    return items
+
+
+def attention_flops(shape):
+    """4·B·H·N²·d (two GEMMs of 2·N²·d each per head), halved when causal: the usual FA convention."""
+    flops = 4 * shape.batch * shape.heads * shape.n * shape.n * shape.d
+    return flops // 2 if shape.causal else flops
+
+
+def tflops(flops, time_ms):
+    if not time_ms or time_ms <= 0:
+        return None
+    return flops / (time_ms * 1e-3) / 1e12
+
+
+def median(values):
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("median of no values")
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def summarize_times(times_ms):
+    return {"time_ms": median(times_ms), "time_ms_min": min(times_ms), "time_ms_max": max(times_ms),
+            "samples": len(times_ms)}
+
+
+def add_ratios(rows):
+    """Speed-up of each row over the SDPA baselines of the same shape: baseline time / row time."""
+    baseline = {}
+    for r in rows:
+        if r["variant"] in SDPA_VARIANTS and r.get("time_ms"):
+            baseline[(shape_key(r), r["variant"])] = r["time_ms"]
+    for r in rows:
+        for key, variant in BASELINE_OF_RATIO.items():
+            base = baseline.get((shape_key(r), variant))
+            r[key] = base / r["time_ms"] if base and r.get("time_ms") else None
+    return rows
+
+
+def shape_key(row):
+    return (row["d"], row["n"], row["causal"])
+
+
+def shape_fields(shape):
+    return asdict(shape)
+
+
+def device_slug(name):
+    """'NVIDIA H100 80GB HBM3' -> 'h100-80gb-hbm3' (file-name safe)."""
+    slug = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.IGNORECASE).lower()
+    slug = re.sub(r"[^a-z0-9]+", "-", slug).strip("-")
+    return slug or "unknown-device"
+
+
+def result_paths(out_dir, slug, date):
+    """(json, md) paths prefill_<slug>_<date>[_k] that do not exist yet: a second run the same day
+    never overwrites the first."""
+    base = f"prefill_{slug}_{date}"
+    k = 1
+    while True:
+        stem = base if k == 1 else f"{base}_{k}"
+        json_path, md_path = (os.path.join(out_dir, stem + ext) for ext in (".json", ".md"))
+        if not os.path.exists(json_path) and not os.path.exists(md_path):
+            return json_path, md_path
+        k += 1
+
+
+def shell_command(argv):
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def write_json(path, meta, rows):
+    """Atomic (write + rename): the file is rewritten after every shape, and a run killed in the middle
+    must leave the previous complete version, never half a file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _fmt(value, spec, missing="–"):
+    return missing if value is None else format(value, spec)
+
+
+def _ratio(value):
+    return "–" if value is None else f"{value:.2f}×"
+
+
+MD_COLUMNS = ["d", "N", "B×H", "causal", "variant", "mode", "ms", "TFLOPS", "vs flash", "vs cuDNN",
+              "cosine", "rel L2", "max abs"]
+
+
+def markdown_row(r):
+    acc = r.get("accuracy") or {}
+    if r.get("error"):
+        timing = [f"failed: {one_line(r['error'], 80)}", "–", "–", "–"]
+    else:
+        timing = [_fmt(r.get("time_ms"), ".3f"), _fmt(r.get("tflops"), ".0f"), _ratio(r.get("ratio_flash")),
+                  _ratio(r.get("ratio_cudnn"))]
+    if acc.get("finite") is False:
+        quality = ["NaN/Inf in output", "–", "–"]
+    else:
+        quality = [_fmt(acc.get("cosine"), ".6f"), _fmt(acc.get("rel_l2"), ".2e"), _fmt(acc.get("max_abs"), ".2e")]
+    cells = [str(r["d"]), str(r["n"]), f"{r['batch']}×{r['heads']}", "yes" if r["causal"] else "no",
+             r["variant"], r["mode"]] + timing + quality
+    return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+
+
+def one_line(text, limit):
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def render_markdown(meta, rows):
+    lines = [f"# Prefill attention on {meta.get('device', '?')} ({meta.get('date', '?')})", ""]
+    for key in ("device", "driver", "torch", "cuda", "cudnn", "qattn", "commit", "command"):
+        if meta.get(key) is not None:
+            value = f"`{meta[key]}`" if key in ("command", "commit") else str(meta[key])
+            lines.append(f"- {key}: {value}")
+    if not meta.get("complete", True):
+        lines.append("- **incomplete run**: the shapes below are those finished before it stopped")
+    lines += ["",
+              f"Hidden {HIDDEN} (H = {HIDDEN}/d), B·N = {TOKENS} tokens. TFLOPS = 4·B·H·N²·d / t, halved when "
+              f"causal (effective ops for INT8). Median of {meta.get('iters', '?')} timed calls (CUDA events) "
+              f"rotating {meta.get('sets', '?')} input sets. mode: `kernel` = attention kernel alone on "
+              f"prepared (quantized) inputs, `e2e` = qattn_attention incl. quantization, `sdpa` = PyTorch. "
+              f"'vs' = baseline time / this time (> 1: faster). Accuracy vs an fp64 reference on a slice "
+              f"({meta.get('accuracy_slice', '?')}).", ""]
+    lines.append("| " + " | ".join(MD_COLUMNS) + " |")
+    lines.append("|" + "|".join("---" for _ in MD_COLUMNS) + "|")
+    lines += [markdown_row(r) for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(path, meta, rows):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(render_markdown(meta, rows))
+    os.replace(tmp, path)

@@ -1,0 +1,72 @@
+#include "cli/args.hpp"
+
+#include <cstdio>
+#include <fstream>
+
+#include "generator/text.hpp"
+#include "qattn/error.hpp"
+
+namespace qattn::cli {
+
+Args::Args(int argc, char** argv, int first, const std::set<std::string>& keys, const std::set<std::string>& flags) {
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      positional_.push_back(a);
+      continue;
+    }
+    const std::string key = a.substr(2);
+    if (flags.count(key)) {
+      flags_.insert(key);
+    } else if (keys.count(key)) {
+      if (i + 1 >= argc) throw_bad_input("option " + a + " needs a value");
+      values_[key] = argv[++i];
+    } else {
+      std::vector<std::string> all(keys.begin(), keys.end());
+      all.insert(all.end(), flags.begin(), flags.end());
+      for (auto& k : all) k = "--" + k;
+      throw_bad_input("unknown option " + a + "; accepted here: " + text::join(all, " "));
+    }
+  }
+}
+
+std::string Args::get(const std::string& key, const std::string& fallback) const {
+  const auto it = values_.find(key);
+  return it == values_.end() ? fallback : it->second;
+}
+
+std::string Args::require(const std::string& key, const std::string& what) const {
+  const auto it = values_.find(key);
+  if (it == values_.end()) throw_bad_input("missing --" + key + " " + what);
+  return it->second;
+}
+
+int Args::get_int(const std::string& key, int fallback, int lo, int hi) const {
+  const auto it = values_.find(key);
+  if (it == values_.end()) return fallback;
+  long long v = 0;
+  if (!text::parse_int(it->second, v) || v < lo || v > hi)
+    throw_bad_input("--" + key + " " + it->second + " is not an integer in [" + std::to_string(lo) + ", " +
+                    std::to_string(hi) + "]");
+  return static_cast<int>(v);
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw Error(ErrorKind::failure, "cannot write " + tmp);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.flush();
+    if (!f) {
+      std::remove(tmp.c_str());
+      throw Error(ErrorKind::failure, "writing " + tmp + " failed (disk full?)");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error(ErrorKind::failure, "cannot rename " + tmp + " to " + path);
+  }
+}
+
+}  // namespace qattn::cli

@@ -1,0 +1,123 @@
+// qattn compile: one spec (optionally emitting source / PTX / cubin) or a whole grid; no GPU needed.
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "generator/text.hpp"
+#include "qattn/error.hpp"
+#include "qattn/kernel_name.hpp"
+#include "qattn/runtime.hpp"
+#include "qattn/search_space.hpp"
+
+namespace qattn::cli {
+namespace {
+
+RuntimeOptions runtime_options(const Args& args) {
+  RuntimeOptions o;
+  o.cache_path = args.get("db");
+  o.use_cache = !args.has("no-cache");
+  return o;
+}
+
+std::vector<Arch> parse_archs(const std::string& list) {
+  std::vector<Arch> archs;
+  for (const std::string& a : text::split(list, ",")) archs.push_back(parse_arch(a));
+  return archs;
+}
+
+struct Row {
+  std::string name, arch, error;
+  int registers = -1, spills = -1, smem = 0;
+  double ms = 0;
+  bool cached = false;
+};
+
+int compile_grid(const Args& args) {
+  if (args.get("grid") != "default") throw_bad_input("--grid " + args.get("grid") + " is unknown; accepted: default");
+  const std::vector<Arch> archs = parse_archs(args.get("arch", "sm_80,sm_89,sm_90a"));
+  const std::regex filter(args.get("filter", ".*"));
+  std::vector<std::pair<Spec, Tiling>> points;
+  for (Arch a : archs)
+    for (const Spec& s : default_grid(a)) {
+      const Tiling t = default_tiling(s, default_limits(a));
+      if (std::regex_search(kernel_name(s, t), filter)) points.emplace_back(s, t);
+    }
+  Runtime runtime(runtime_options(args));
+  std::vector<Row> rows(points.size());
+  std::atomic<size_t> next{0};
+  const int jobs = args.get_int("jobs", static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), 1, 256);
+  std::vector<std::thread> workers;
+  for (int w = 0; w < jobs; ++w)
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < points.size(); i = next++) {
+        Row& r = rows[i];
+        r.name = kernel_name(points[i].first, points[i].second);
+        r.arch = to_string(points[i].first.arch);
+        try {
+          const CompiledKernel k = runtime.compile(points[i].first, points[i].second);
+          r.registers = k.registers;
+          r.spills = k.spill_bytes;
+          r.smem = k.smem_bytes;
+          r.ms = k.compile_ms;
+          r.cached = k.from_cache;
+        } catch (const std::exception& e) {
+          r.error = e.what();
+        }
+      }
+    });
+  for (auto& t : workers) t.join();
+  int failures = 0;
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    failures += !r.error.empty();
+    out.push_back({{"kernel", r.name}, {"arch", r.arch}, {"registers", r.registers}, {"spill_bytes", r.spills},
+                   {"smem_bytes", r.smem}, {"compile_ms", r.ms}, {"cached", r.cached}, {"ok", r.error.empty()},
+                   {"error", r.error}});
+  }
+  if (args.has("json")) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("%-86s %-7s %5s %6s %7s %9s %s\n", "kernel", "arch", "regs", "spills", "smem", "compile", "");
+    for (const Row& r : rows)
+      std::printf("%-86s %-7s %5d %6d %7d %7.0fms %s\n", r.name.c_str(), r.arch.c_str(), r.registers, r.spills, r.smem,
+                  r.ms, r.error.empty() ? (r.cached ? "cached" : "") : ("FAILED: " + r.error.substr(0, 200)).c_str());
+    std::printf("%zu kernels, %d failed\n", rows.size(), failures);
+  }
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int compile(int argc, char** argv) {
+  const Args args(argc, argv, 2, {"spec", "arch", "tiling", "emit", "out", "grid", "db", "filter", "jobs"},
+                  {"json", "no-cache"});
+  if (args.has("grid")) return compile_grid(args);
+  Spec spec = parse_spec(args.require("spec", "<spec text>, e.g. --spec 'prefill qk=fp16 pv=fp16 out=fp16 d=128'"));
+  if (args.has("arch")) spec.arch = parse_arch(args.get("arch"));
+  if (spec.arch == Arch::unset) throw_bad_input("compile needs an arch: --arch sm_80|sm_86|sm_89|sm_90|sm_90a or arch= in the spec");
+  require(validate(spec));
+  const Tiling tiling = args.has("tiling") ? parse_tiling(args.get("tiling")) : default_tiling(spec, default_limits(spec.arch));
+  const std::string emit = args.get("emit", "");
+  if (!emit.empty() && emit != "source" && emit != "ptx" && emit != "cubin")
+    throw_bad_input("--emit " + emit + " is unknown; accepted: source, ptx, cubin");
+  if (emit == "cubin" && !args.has("out")) throw_bad_input("--emit cubin writes binary data: give --out FILE");
+  Runtime runtime(runtime_options(args));
+  const CompiledKernel k = runtime.compile(spec, tiling, emit == "ptx");
+  std::string payload;
+  if (emit == "source") payload = k.source;
+  if (emit == "ptx") payload = k.ptx;
+  if (emit == "cubin") payload.assign(k.cubin.begin(), k.cubin.end());
+  if (!emit.empty() && args.has("out")) write_file_atomically(args.get("out"), payload);
+  else if (!emit.empty()) std::fwrite(payload.data(), 1, payload.size(), stdout);
+  std::fprintf(emit.empty() || args.has("out") ? stdout : stderr,
+               "%s  regs %d  spills %d  smem %d  %s %.0f ms  (%zu bytes of cubin)\n", k.kernel_name.c_str(), k.registers,
+               k.spill_bytes, k.smem_bytes, k.from_cache ? "cached, compiled in" : "compiled in", k.compile_ms, k.cubin.size());
+  return 0;
+}
+
+}  // namespace qattn::cli

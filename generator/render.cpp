@@ -1,0 +1,82 @@
+#include "qattn/render.hpp"
+
+#include <sstream>
+
+#include "qattn/kernel_name.hpp"
+#include "qattn/validate.hpp"
+
+namespace qattn {
+namespace {
+
+const char* fmt_enum(Fmt f) {
+  switch (f) {
+    case Fmt::fp16: return "qattn::Fmt::fp16";
+    case Fmt::bf16: return "qattn::Fmt::bf16";
+    case Fmt::int8: return "qattn::Fmt::int8";
+    case Fmt::int4: return "qattn::Fmt::int4";
+    case Fmt::fp8e4m3: return "qattn::Fmt::fp8e4m3";
+  }
+  return "";
+}
+
+const char* gran_enum(Gran g) {
+  switch (g) {
+    case Gran::none: return "qattn::Gran::none";
+    case Gran::per_tensor: return "qattn::Gran::per_tensor";
+    case Gran::per_block: return "qattn::Gran::per_block";
+    case Gran::per_warp: return "qattn::Gran::per_warp";
+    case Gran::per_thread: return "qattn::Gran::per_thread";
+    case Gran::per_token: return "qattn::Gran::per_token";
+    case Gran::per_channel: return "qattn::Gran::per_channel";
+  }
+  return "";
+}
+
+// The template-id of the kernel body that (spec, tiling) instantiates, and the header declaring it.
+struct Body {
+  const char* header;
+  std::string type;
+};
+
+Body attention_body(const Spec& s, const Tiling& t) {
+  std::ostringstream tail;
+  tail << s.head_dim << ", " << (s.causal ? "true" : "false") << ", " << t.block_m << ", " << t.block_n << ", "
+       << t.warps << ", " << t.stages << ">";
+  if (s.qk.fmt == Fmt::int8)
+    return {"qattn/attention/prefill_int8.cuh",
+            std::string("qattn::prefill_int8::Kernel<") + gran_enum(s.pv.gran) + ", " + fmt_enum(s.out) + ", " + tail.str()};
+  return {"qattn/attention/prefill_fp16.cuh",
+          std::string("qattn::prefill_fp16::Kernel<") + fmt_enum(s.qk.fmt) + ", " + tail.str()};
+}
+
+}  // namespace
+
+Source render_attention(const Spec& spec, const Tiling& tiling) {
+  require(validate(spec, tiling, default_limits(spec.arch)));
+  Source src;
+  src.kernel_name = kernel_name(spec, tiling);
+  src.arch = spec.arch;
+  const Body body = attention_body(spec, tiling);
+  std::ostringstream os;
+  os << "// qattn generated: " << to_string(spec) << " | " << to_string(tiling) << "\n"
+     << "#include \"" << body.header << "\"\n"
+     << "extern \"C\" __global__ void __launch_bounds__(" << tiling.warps * 32 << ", 1)\n"
+     << src.kernel_name << "(const qattn::AttentionParams p) {\n"
+     << "  extern __shared__ __align__(128) char qattn_smem[];\n"
+     << "  " << body.type << "::run(p, qattn_smem);\n"
+     << "}\n";
+  src.text = os.str();
+  return src;
+}
+
+LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& p) {
+  LaunchShape l;
+  l.grid[0] = static_cast<unsigned>((p.q_len + tiling.block_m - 1) / tiling.block_m);
+  l.grid[1] = static_cast<unsigned>(p.heads_q);
+  l.grid[2] = static_cast<unsigned>(p.batch);
+  l.block = static_cast<unsigned>(tiling.warps * 32);
+  l.smem_bytes = static_cast<unsigned>(kernel_smem_bytes(spec, tiling));
+  return l;
+}
+
+}  // namespace qattn

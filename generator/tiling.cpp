@@ -1,0 +1,28 @@
+#include "qattn/tiling.hpp"
+
+#include "generator/text.hpp"
+#include "qattn/error.hpp"
+
+namespace qattn {
+
+std::string to_string(const Tiling& t) {
+  return "bm" + std::to_string(t.block_m) + "_bn" + std::to_string(t.block_n) + "_w" + std::to_string(t.warps) +
+         "_s" + std::to_string(t.stages);
+}
+
+Tiling parse_tiling(std::string_view input) {
+  const auto parts = text::split(input, "_");
+  const char* prefixes[] = {"bm", "bn", "w", "s"};
+  long long values[4] = {0, 0, 0, 0};
+  bool ok = parts.size() == 4;
+  for (size_t i = 0; ok && i < 4; ++i)
+    ok = text::starts_with(parts[i], prefixes[i]) &&
+         text::parse_int(std::string_view(parts[i]).substr(std::string_view(prefixes[i]).size()), values[i]) &&
+         values[i] > 0 && values[i] <= 1024;
+  if (!ok)
+    throw_bad_input("bad tiling '" + std::string(input) + "'; expected bm<rows>_bn<rows>_w<warps>_s<stages>, e.g. bm128_bn64_w4_s2");
+  return Tiling{static_cast<int>(values[0]), static_cast<int>(values[1]), static_cast<int>(values[2]),
+                static_cast<int>(values[3])};
+}
+
+}  // namespace qattn

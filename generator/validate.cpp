@@ -1,0 +1,112 @@
+#include "qattn/validate.hpp"
+
+#include "qattn/attention/prefill_fp16_shape.h"
+#include "qattn/attention/prefill_int8_shape.h"
+#include "qattn/error.hpp"
+
+namespace qattn {
+namespace {
+
+bool is_float(Fmt f) { return f == Fmt::fp16 || f == Fmt::bf16; }
+
+Verdict validate_float(const Spec& s) {
+  if (s.pv.fmt != s.qk.fmt || s.pv.gran != Gran::none)
+    return Verdict::no(std::string("qk=") + to_string(s.qk.fmt) + " needs pv=" + to_string(s.qk.fmt) +
+                       " (the fp16/bf16 kernel keeps one element type); for quantized P/V use qk=int8:<gran>");
+  if (s.out != s.qk.fmt)
+    return Verdict::no(std::string("qk=") + to_string(s.qk.fmt) + " writes out=" + to_string(s.qk.fmt) +
+                       "; accepted: out equal to the input format");
+  if (s.smooth != kSmoothNone) return Verdict::no("smoothing applies to quantized Q/K/V; accepted with qk=fp16|bf16: none");
+  return Verdict::yes();
+}
+
+Verdict validate_int8(const Spec& s) {
+  const Gran g = s.qk.gran;
+  if (g != Gran::per_tensor && g != Gran::per_block && g != Gran::per_token)
+    return Verdict::no(std::string("qk=int8:") + to_string(g) +
+                       " is not implemented yet (issue #3: per_warp, per_thread); accepted: per_tensor, per_block, per_token");
+  if (s.pv.fmt != Fmt::int8)
+    return Verdict::no(std::string("qk=int8 with pv=") + to_string(s.pv.fmt) +
+                       " is not implemented yet (issue #3: FP16/FP8 P·V); accepted: pv=int8:per_tensor|per_channel");
+  if (s.pv.gran != Gran::per_tensor && s.pv.gran != Gran::per_channel)
+    return Verdict::no(std::string("pv=int8:") + to_string(s.pv.gran) + " is not supported; accepted: per_tensor, per_channel");
+  if (!is_float(s.out)) return Verdict::no(std::string("out=") + to_string(s.out) + " is not supported; accepted: fp16, bf16");
+  if (s.smooth & (kSmoothQ | kSmoothV))
+    return Verdict::no("smooth=" + smooth_to_string(s.smooth) +
+                       ": Q and V smoothing are not implemented yet (issue #3); accepted: none, k");
+  return Verdict::yes();
+}
+
+}  // namespace
+
+DeviceLimits default_limits(Arch arch) {
+  DeviceLimits l;
+  switch (arch) {
+    case Arch::sm_80: l.max_smem_per_block = 163 * 1024; break;
+    case Arch::sm_86:
+    case Arch::sm_89: l.max_smem_per_block = 99 * 1024; break;
+    case Arch::sm_90:
+    case Arch::sm_90a: l.max_smem_per_block = 227 * 1024; break;
+    case Arch::unset: l.max_smem_per_block = 48 * 1024; break;
+  }
+  return l;
+}
+
+Verdict validate(const Spec& s) {
+  if (s.phase != Phase::prefill)
+    return Verdict::no("phase=decode is not implemented yet (issue #4: split-K decode over a quantized KV cache); accepted: prefill");
+  if (s.head_dim != 64 && s.head_dim != 128)
+    return Verdict::no("d=" + std::to_string(s.head_dim) + " is not supported yet (issue #3 adds 96 and 256); accepted: 64, 128");
+  if (s.split_k != 1) return Verdict::no("splitk applies to decode only; accepted for prefill: 1");
+  if (s.softmax != SoftmaxMode::exact)
+    return Verdict::no(std::string("softmax=") + to_string(s.softmax) +
+                       " is a decode mode (issue #4); accepted for prefill: exact");
+  if (s.accum != Accum::fp32)
+    return Verdict::no(std::string("accum=") + to_string(s.accum) + " is not implemented yet (issue #3); accepted: fp32");
+  if (s.gqa < 1 || s.gqa > 64) return Verdict::no("gqa=" + std::to_string(s.gqa) + " is out of range; accepted: 1..64");
+  if (is_float(s.qk.fmt)) return validate_float(s);
+  if (s.qk.fmt == Fmt::int8) return validate_int8(s);
+  return Verdict::no(std::string("qk=") + to_string(s.qk.fmt) +
+                     " is not implemented yet (issue #3: int4, fp8); accepted: fp16, bf16, int8");
+}
+
+int kernel_smem_bytes(const Spec& s, const Tiling& t) {
+  if (is_float(s.qk.fmt)) {
+    if (!prefill_fp16::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages)) return 0;
+    return prefill_fp16::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, 2);
+  }
+  if (!prefill_int8::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages)) return 0;
+  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages);
+}
+
+Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
+  if (Verdict v = validate(s); !v) return v;
+  if (s.arch == Arch::unset) return Verdict::no("no arch: set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a> or run on a GPU");
+  const int smem = kernel_smem_bytes(s, t);
+  if (smem == 0)
+    return Verdict::no("tiling " + to_string(t) + " is not supported by the " +
+                       (is_float(s.qk.fmt) ? "fp16/bf16" : "int8") + " kernel at d=" + std::to_string(s.head_dim) +
+                       " (see the valid tilings at the top of templates/qattn/attention/prefill_*.cuh)");
+  if (smem > limits.max_smem_per_block)
+    return Verdict::no("tiling " + to_string(t) + " needs " + std::to_string(smem) + " bytes of shared memory; " +
+                       to_string(s.arch) + " allows " + std::to_string(limits.max_smem_per_block));
+  if (t.warps * 32 > limits.max_threads_per_block)
+    return Verdict::no("tiling " + to_string(t) + " has too many threads per block");
+  return Verdict::yes();
+}
+
+Verdict validate(const Spec& s, const Problem& p) {
+  if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.q_len < 1 || p.kv_len < 1)
+    return Verdict::no("shape " + to_string(p) + " has a size below 1; every size must be >= 1");
+  if (p.heads_q != p.heads_kv * s.gqa)
+    return Verdict::no("shape " + to_string(p) + " has hq/hkv = " + std::to_string(p.heads_q) + "/" +
+                       std::to_string(p.heads_kv) + " but the spec says gqa=" + std::to_string(s.gqa) +
+                       "; accepted: hq = gqa * hkv");
+  return Verdict::yes();
+}
+
+void require(const Verdict& v) {
+  if (!v) throw_bad_input(v.reason);
+}
+
+}  // namespace qattn

@@ -1,0 +1,85 @@
+/* qattn C API: quantized attention kernels compiled on demand. extern "C", no C++ types.
+ *
+ * Every call returns a qattn_status; on failure qattn_last_error() gives a one-line message (per thread,
+ * valid until the next qattn call on that thread). Status values equal the CLI exit codes.
+ * Tensors are device pointers with element strides: element (b, h, s, c) at
+ * data + b*sb + h*sh + s*ss + c. Their element type is the spec's out= type (fp16 or bf16).
+ * Streams are CUstream values (NULL: the legacy default stream); every launch is asynchronous. */
+#ifndef QATTN_QATTN_H_
+#define QATTN_QATTN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum qattn_status {
+  QATTN_OK = 0,
+  QATTN_ERROR = 1,       /* compile, launch or cache failure */
+  QATTN_BAD_INPUT = 2,   /* the request is malformed or unsupported: the message says what is accepted */
+  QATTN_NO_GPU = 3       /* the operation needs a CUDA driver and device and there is none */
+} qattn_status;
+
+typedef struct qattn_runtime qattn_runtime;
+typedef struct qattn_prepared qattn_prepared;
+
+typedef struct qattn_tensor {
+  void* data;
+  int64_t sb, sh, ss; /* strides in elements of batch, head and sequence; the head-dim stride is 1 */
+} qattn_tensor;
+
+typedef struct qattn_shape {
+  int batch, heads_q, heads_kv, q_len, kv_len;
+} qattn_shape;
+
+typedef struct qattn_runtime_options {
+  const char* cache_path; /* NULL: $QATTN_CACHE_DIR/qattn.db or ~/.cache/qattn/qattn.db */
+  int use_cache;          /* 0: no SQLite at all */
+  int read_only;          /* 1: open the cache read-only */
+  int tune;               /* 1: tune on a miss; 0: default tiling */
+  int device;             /* CUDA device ordinal */
+} qattn_runtime_options;
+
+/* Library version, e.g. "0.1.0". */
+const char* qattn_version(void);
+const char* qattn_last_error(void);
+qattn_runtime_options qattn_default_options(void);
+
+qattn_status qattn_runtime_create(const qattn_runtime_options* options, qattn_runtime** out);
+void qattn_runtime_destroy(qattn_runtime* runtime);
+
+/* Compile-only (no GPU): renders and compiles `spec` (which must name arch=) with `tiling`
+ * ("bm128_bn64_w4_s2", or NULL for the default), storing the cubin in the cache. Writes the kernel name
+ * into name_out (if not NULL, at most name_len bytes including the terminator). */
+qattn_status qattn_compile(qattn_runtime* runtime, const char* spec, const char* tiling, char* name_out,
+                           size_t name_len);
+
+/* Tunes `spec` for the bucket of `shape` on the runtime's device and stores the winner; writes the
+ * winning kernel name and its median time in microseconds. */
+qattn_status qattn_tune(qattn_runtime* runtime, const char* spec, qattn_shape shape, char* name_out,
+                        size_t name_len, double* time_us);
+
+/* O = attention(Q, K, V): quantizes internally when the spec is quantized. softmax_scale 0 means
+ * 1/sqrt(d). lse: NULL or a float[b][hq][q_len] device buffer (natural-log log-sum-exp). */
+qattn_status qattn_attention(qattn_runtime* runtime, const char* spec, qattn_shape shape, qattn_tensor q,
+                             qattn_tensor k, qattn_tensor v, qattn_tensor o, float softmax_scale, float* lse,
+                             void* stream);
+
+/* Two-step form: quantize Q, K and V once into a workspace owned by the handle, then run the attention
+ * kernel alone as often as wanted (kernel-only timing, or K/V reused). The inputs may be freed after
+ * prepare's work has completed on `stream`. */
+qattn_status qattn_prepare(qattn_runtime* runtime, const char* spec, qattn_shape shape, qattn_tensor q,
+                           qattn_tensor k, qattn_tensor v, void* stream, qattn_prepared** out);
+qattn_status qattn_run_prepared(qattn_runtime* runtime, qattn_prepared* prepared, qattn_tensor o,
+                                float softmax_scale, float* lse, void* stream);
+/* Name of the attention kernel a prepared call runs (valid while the handle lives). */
+const char* qattn_prepared_kernel_name(const qattn_prepared* prepared);
+void qattn_prepared_destroy(qattn_prepared* prepared);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QATTN_QATTN_H_ */

@@ -1,0 +1,31 @@
+// Rendering: (spec, tiling) -> one CUDA translation unit for NVRTC, plus how to launch it.
+// Pure host code: no CUDA calls; the TU #includes only embedded templates/ headers.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "qattn/problem.hpp"
+#include "qattn/spec.hpp"
+#include "qattn/tiling.hpp"
+
+namespace qattn {
+
+struct Source {
+  std::string kernel_name;            // also the extern "C" symbol in the TU
+  std::string text;                   // the translation unit
+  std::vector<std::string> options;   // extra NVRTC options beyond the compiler's defaults
+  Arch arch = Arch::unset;
+};
+
+struct LaunchShape {
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block = 128;
+  unsigned smem_bytes = 0;
+};
+
+// The attention kernel of (spec, tiling). Throws bad_input when validate(spec, tiling, limits of the arch)
+// fails.
+Source render_attention(const Spec& spec, const Tiling& tiling);
+LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& problem);
+
+}  // namespace qattn

@@ -1,0 +1,141 @@
+// qattn::Runtime — the front door. Ask for a kernel by spec; get a tuned (or cached) binary, loaded and
+// ready to launch on your stream. Also compile-only (no GPU needed) and a high-level attention call that
+// quantizes FP16/BF16 inputs itself.
+//
+// Request flow: in-process map -> SQLite tuned winner (+ stored cubin) -> tuner (render, NVRTC in
+// parallel, verify, time) or the default tiling -> SQLite -> module load -> launch.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qattn/abi.h"
+#include "qattn/problem.hpp"
+#include "qattn/spec.hpp"
+#include "qattn/tiling.hpp"
+#include "qattn/tuner.hpp"
+
+namespace qattn {
+
+struct RuntimeOptions {
+  std::string cache_path;    // SQLite file; empty: $QATTN_CACHE_DIR/qattn.db or ~/.cache/qattn/qattn.db
+  bool use_cache = true;     // false: nothing read from or written to SQLite (in-process map only)
+  bool read_only = false;    // open the cache read-only (a shipped cache); nothing is written
+  bool tune = true;          // on a miss, tune; false: use the default tiling (no timing runs)
+  int device = 0;            // CUDA device ordinal
+  TimingOptions timing;
+};
+
+// A compiled binary (compile-only path; no GPU involved).
+struct CompiledKernel {
+  std::string kernel_name;
+  Spec spec;
+  Tiling tiling;
+  std::vector<unsigned char> cubin;
+  std::string ptx;       // only when asked for
+  std::string source;    // the rendered translation unit
+  std::string log;       // NVRTC + ptxas report
+  int registers = -1, spill_bytes = -1, smem_bytes = 0;
+  double compile_ms = 0;
+  bool from_cache = false;
+};
+
+// A loaded kernel bound to one device; cheap to look up again (the runtime owns it).
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual const std::string& name() const = 0;
+  virtual const Spec& spec() const = 0;
+  virtual const Tiling& tiling() const = 0;
+  // Launches on `stream` (a CUstream; nullptr = the legacy default stream). Asynchronous.
+  virtual void launch(const AttentionParams& params, const Problem& problem, void* stream) const = 0;
+};
+
+// Device tensor of the high-level call: element (b, h, s, c) at data + b*sb + h*sh + s*ss + c (elements).
+struct TensorView {
+  void* data = nullptr;
+  long long sb = 0, sh = 0, ss = 0;
+};
+// Strides of a contiguous [batch, seq, heads, d] ("bshd") or [batch, heads, seq, d] ("bhsd") tensor.
+TensorView bshd(void* data, int seq, int heads, int d);
+TensorView bhsd(void* data, int seq, int heads, int d);
+
+struct AttentionCall {
+  Spec spec;               // arch may be unset (the device's); inputs and output have element type spec.out
+  Problem problem;
+  TensorView q, k, v, o;   // q, o: heads_q; k, v: heads_kv
+  float softmax_scale = 0;   // 0: 1/sqrt(d)
+  float* lse = nullptr;      // optional [b, hq, q] fp32 log-sum-exp (natural log)
+};
+
+// Inputs made ready for the attention kernel: for quantized specs, Q, K and V quantized into a workspace
+// owned by this object (the FP16/BF16 inputs may be freed once the stream has passed the quantization);
+// for fp16/bf16 specs, just the caller's pointers (which must stay alive). Run it as often as wanted.
+class PreparedAttention {
+ public:
+  virtual ~PreparedAttention() = default;
+  virtual const Kernel& kernel() const = 0;
+  virtual const Problem& problem() const = 0;
+};
+
+struct RuntimeCounters {
+  long long memory_hits = 0;    // kernel requests served by the in-process map
+  long long tuned_db_hits = 0;  // tuned winners read from SQLite
+  long long binary_db_hits = 0; // cubins read from SQLite instead of compiled
+  long long compiles = 0;       // NVRTC compilations
+  long long tunings = 0;        // tuner runs
+  long long loads = 0;          // modules loaded on the device
+};
+
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Render + compile (or take the cached cubin) for spec.arch; no GPU needed. Stores the binary.
+  CompiledKernel compile(const Spec& spec, const Tiling& tiling, bool want_ptx = false);
+
+  // A launchable kernel for (spec, problem): tuned for the problem's bucket on this device, cached.
+  const Kernel& kernel(const Spec& spec, const Problem& problem);
+  // Tunes now (ignoring any stored winner), stores and returns the result.
+  TuningResult tune(const Spec& spec, const Problem& problem);
+
+  // FP16/BF16 in, FP16/BF16 out; quantizes internally for quantized specs (workspace managed here).
+  void attention(const AttentionCall& call, void* stream);
+  // The two halves of attention(): quantize (call.o, softmax_scale and lse are not used) ...
+  std::unique_ptr<PreparedAttention> prepare(const AttentionCall& call, void* stream);
+  // ... then the attention kernel alone, writing o (element type spec.out).
+  void run(const PreparedAttention& prepared, TensorView o, float softmax_scale, float* lse, void* stream);
+  // prepare() with an explicit tiling instead of the tuned one (the tuner's verification uses it).
+  std::unique_ptr<PreparedAttention> prepare_with(const AttentionCall& call, const Tiling& tiling, void* stream);
+
+  // Kernel-only timing of kernel(spec, problem) on random inputs rotated through L2: microseconds per
+  // launch, one sample per timed launch (warm-up excluded).
+  std::vector<double> benchmark(const Spec& spec, const Problem& problem, const TimingOptions& timing = {});
+  // Runs kernel(spec, problem) on fresh random data with outliers (seeded by `seed`), poisoned output,
+  // in [b, s, h, d] (or [b, h, s, d]) layout, and compares it with a float64 host reference.
+  struct Accuracy {
+    bool passed = false;   // cosine >= 0.999 (quantized) or relative L2 <= 1e-2 (fp16/bf16), all finite
+    double cosine = 0, rel_l2 = 0, max_abs = 0;
+    long long non_finite = 0;
+  };
+  Accuracy check(const Spec& spec, const Problem& problem, unsigned long long seed, bool bhsd_layout = false);
+
+  // Fills in the device's arch when spec.arch is unset; validates. Throws bad_input / no_gpu.
+  Spec resolve(const Spec& spec);
+  RuntimeCounters counters() const;
+  const RuntimeOptions& options() const;
+  std::string cache_path() const;   // "" when the cache is off
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Library, compiler and driver versions: "qattn 0.1.0, nvrtc 13.0".
+std::string version_string();
+
+}  // namespace qattn

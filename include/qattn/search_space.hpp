@@ -1,0 +1,22 @@
+// Which tilings exist for a spec on an arch, which one is the untuned default, and the default grid of
+// specs that `qattn compile --grid default` and the tests sweep.
+#pragma once
+#include <vector>
+
+#include "qattn/spec.hpp"
+#include "qattn/tiling.hpp"
+#include "qattn/validate.hpp"
+
+namespace qattn {
+
+// Every tiling valid for (spec, limits), best guess first. Empty when the spec itself is invalid.
+std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limits);
+
+// The tiling used when nothing is tuned (the first candidate): always valid for a valid spec.
+Tiling default_tiling(const Spec& spec, const DeviceLimits& limits);
+
+// The default grid: every supported (format, granularity, head dim, causal) point of the shipped kernel
+// families, for one arch.
+std::vector<Spec> default_grid(Arch arch);
+
+}  // namespace qattn

@@ -1,0 +1,76 @@
+// qattn::Spec — the one value type describing a requested attention kernel, with one canonical text form.
+//
+// Grammar (tokens separated by spaces, any order when parsing; printed in this order, defaults omitted):
+//   <phase>                 prefill | decode                                     (required)
+//   qk=<fmt>[:<gran>]       Q/K element format and scale granularity            (required)
+//   pv=<fmt>[:<gran>]       P/V element format and V scale granularity          (required)
+//   out=<fp16|bf16>         output element type                                  (required)
+//   d=<n>                   head dimension                                       (required)
+//   causal                  causal mask, aligned bottom-right                    (default: not causal)
+//   gqa=<n>                 query heads per KV head                              (default 1)
+//   splitk=<n>              KV splits (decode only)                              (default 1)
+//   softmax=<mode>          exact | unified_max | sas                            (default exact)
+//   accum=<mode>            P·V accumulation: fp32 | fp16 | two_level            (default fp32)
+//   smooth=<q|k|v...>       smoothing steps, letters in the order q, k, v        (default none)
+//   arch=<sm_XX>            sm_80 | sm_86 | sm_89 | sm_90 | sm_90a               (default: the device's)
+//   fmt  = fp16 | bf16 | int8 | int4 | fp8e4m3
+//   gran = per_tensor | per_block | per_warp | per_thread | per_token | per_channel  (quantized formats)
+// Example: "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k arch=sm_90a"
+// parse(to_string(s)) == s for every spec, and to_string(parse(t)) == t for every canonical text t.
+#pragma once
+#include <string>
+#include <string_view>
+
+#include "qattn/abi.h"
+
+namespace qattn {
+
+enum class Phase : int { prefill = 0, decode = 1 };
+
+// A concrete target architecture; `unset` means "the device's own", filled in by the runtime.
+enum class Arch : int { unset = 0, sm_80 = 80, sm_86 = 86, sm_89 = 89, sm_90 = 90, sm_90a = 91 };
+
+struct Operand {
+  Fmt fmt = Fmt::fp16;
+  Gran gran = Gran::none;
+  bool operator==(const Operand& o) const { return fmt == o.fmt && gran == o.gran; }
+  bool operator!=(const Operand& o) const { return !(*this == o); }
+};
+
+struct Spec {
+  Phase phase = Phase::prefill;
+  Operand qk;
+  Operand pv;
+  Fmt out = Fmt::fp16;
+  int head_dim = 128;
+  bool causal = false;
+  int gqa = 1;
+  int split_k = 1;
+  SoftmaxMode softmax = SoftmaxMode::exact;
+  Accum accum = Accum::fp32;
+  int smooth = kSmoothNone;   // SmoothBits
+  Arch arch = Arch::unset;
+
+  bool quantized() const { return qk.fmt != Fmt::fp16 && qk.fmt != Fmt::bf16; }
+  bool operator==(const Spec& o) const;
+  bool operator!=(const Spec& o) const { return !(*this == o); }
+};
+
+// Canonical text; parse() throws qattn::Error(bad_input) naming the bad token and what is accepted.
+std::string to_string(const Spec& spec);
+Spec parse_spec(std::string_view text);
+
+// Token texts of the enums (shared by the spec grammar, kernel names, CLI and JSON output).
+const char* to_string(Phase);
+const char* to_string(Arch);
+const char* to_string(Fmt);
+const char* to_string(Gran);
+const char* to_string(SoftmaxMode);
+const char* to_string(Accum);
+std::string smooth_to_string(int smooth_bits);   // "none", "k", "qk", "qkv" ...
+Arch parse_arch(std::string_view text);          // throws bad_input listing the accepted archs
+
+// Compute capability of an arch as major*10+minor (sm_90a -> 90).
+int arch_cc(Arch arch);
+
+}  // namespace qattn

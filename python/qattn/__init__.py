@@ -1,0 +1,16 @@
+"""qattn: quantized attention kernels compiled on demand (ctypes wrapper of include/qattn/qattn.h).
+
+    import qattn
+    rt = qattn.Runtime()
+    out = rt.attention(q, k, v, "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=k")
+
+The shared library is found through $QATTN_LIBRARY (a file, or a folder holding libqattn.so), else next
+to this package or in the repository's build folders (<repo>/build*/runtime/libqattn.so). It is loaded on
+first use, and PyTorch only by the calls that take tensors: importing needs neither.
+"""
+from ._library import candidate_paths, load as load_library
+from .errors import BadInput, NoGpu, QattnError
+from .runtime import Prepared, Runtime, version
+
+__all__ = ["Runtime", "Prepared", "QattnError", "BadInput", "NoGpu", "version", "load_library",
+           "candidate_paths"]

@@ -1,0 +1,116 @@
+"""Finding libqattn.so and declaring the C prototypes of include/qattn/qattn.h.
+
+Loaded lazily (on the first Runtime or version() call) so that `import qattn` works on machines where
+the library is not built yet, and so that $QATTN_LIBRARY can still be set after the import.
+"""
+import ctypes
+import glob
+import os
+import threading
+
+LIBRARY_NAME = "libqattn.so"
+
+
+class Tensor(ctypes.Structure):
+    """qattn_tensor: element (b, h, s, c) at data + b*sb + h*sh + s*ss + c (strides in elements)."""
+    _fields_ = [("data", ctypes.c_void_p), ("sb", ctypes.c_int64), ("sh", ctypes.c_int64),
+                ("ss", ctypes.c_int64)]
+
+
+class Shape(ctypes.Structure):
+    """qattn_shape."""
+    _fields_ = [("batch", ctypes.c_int), ("heads_q", ctypes.c_int), ("heads_kv", ctypes.c_int),
+                ("q_len", ctypes.c_int), ("kv_len", ctypes.c_int)]
+
+
+class RuntimeOptions(ctypes.Structure):
+    """qattn_runtime_options."""
+    _fields_ = [("cache_path", ctypes.c_char_p), ("use_cache", ctypes.c_int), ("read_only", ctypes.c_int),
+                ("tune", ctypes.c_int), ("device", ctypes.c_int)]
+
+
+# Opaque handles stay c_void_p: ctypes then hands back plain ints (None for NULL), easy to store.
+_RT = ctypes.c_void_p
+_PREP = ctypes.c_void_p
+_STATUS = ctypes.c_int
+
+# name: (restype, argtypes), exactly as in qattn.h.
+PROTOTYPES = {
+    "qattn_version": (ctypes.c_char_p, []),
+    "qattn_last_error": (ctypes.c_char_p, []),
+    "qattn_default_options": (RuntimeOptions, []),
+    "qattn_runtime_create": (_STATUS, [ctypes.POINTER(RuntimeOptions), ctypes.POINTER(_RT)]),
+    "qattn_runtime_destroy": (None, [_RT]),
+    "qattn_compile": (_STATUS, [_RT, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
+    "qattn_tune": (_STATUS, [_RT, ctypes.c_char_p, Shape, ctypes.c_char_p, ctypes.c_size_t,
+                             ctypes.POINTER(ctypes.c_double)]),
+    "qattn_attention": (_STATUS, [_RT, ctypes.c_char_p, Shape, Tensor, Tensor, Tensor, Tensor, ctypes.c_float,
+                                  ctypes.c_void_p, ctypes.c_void_p]),
+    "qattn_prepare": (_STATUS, [_RT, ctypes.c_char_p, Shape, Tensor, Tensor, Tensor, ctypes.c_void_p,
+                                ctypes.POINTER(_PREP)]),
+    "qattn_run_prepared": (_STATUS, [_RT, _PREP, Tensor, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]),
+    "qattn_prepared_kernel_name": (ctypes.c_char_p, [_PREP]),
+    "qattn_prepared_destroy": (None, [_PREP]),
+}
+
+
+def candidate_paths():
+    """Where libqattn.so is looked for, in order (the first existing file wins)."""
+    env = os.environ.get("QATTN_LIBRARY")
+    if env:
+        # An explicit choice is never second-guessed: a wrong path must fail, not fall back silently.
+        return [os.path.join(env, LIBRARY_NAME) if os.path.isdir(env) else env]
+    package_dir = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(package_dir))   # python/qattn -> repository root
+    paths = [os.path.join(package_dir, LIBRARY_NAME)]        # an installed copy next to the package
+    for build in ["build", "build-release", "build-debug"]:
+        paths.append(os.path.join(repo, build, "runtime", LIBRARY_NAME))
+    paths += sorted(glob.glob(os.path.join(repo, "build*", "runtime", LIBRARY_NAME)))
+    paths += sorted(glob.glob(os.path.join(repo, "dev", "*", "runtime", LIBRARY_NAME)))
+    seen = []
+    for p in paths:
+        if p not in seen:
+            seen.append(p)
+    return seen
+
+
+def _declare(lib):
+    for name, (restype, argtypes) in PROTOTYPES.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise OSError(f"{lib._name} has no symbol {name}: not a qattn library, or an older one") from None
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+_lock = threading.Lock()
+_loaded = None        # the ctypes library, once loaded: one per process, shared by every Runtime
+_loaded_path = None
+
+
+def load(path=None):
+    """Loads (once per process) and returns the ctypes library; `path` overrides the search."""
+    global _loaded, _loaded_path
+    with _lock:
+        if _loaded is not None:
+            if path and os.path.abspath(path) != _loaded_path:
+                raise OSError(f"qattn is already loaded from {_loaded_path}; cannot switch to {path}")
+            return _loaded
+        paths = [path] if path else candidate_paths()
+        for p in paths:
+            if not os.path.isfile(p):
+                continue
+            try:
+                lib = ctypes.CDLL(p)
+            except OSError as e:
+                raise OSError(f"cannot load {p}: {e} (libnvrtc needs /usr/local/cuda/lib64 on "
+                              f"LD_LIBRARY_PATH)") from None
+            _loaded, _loaded_path = _declare(lib), os.path.abspath(p)
+            return _loaded
+        if path or os.environ.get("QATTN_LIBRARY"):
+            source = "the path argument" if path else "$QATTN_LIBRARY"
+            raise OSError(f"qattn library not found at {paths[0]} (from {source})")
+        raise OSError(f"{LIBRARY_NAME} not found; build it (cmake --build <build>) and set "
+                      f"QATTN_LIBRARY=<build>/runtime/{LIBRARY_NAME}; looked in: " + ", ".join(paths))

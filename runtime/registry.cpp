@@ -1,0 +1,226 @@
+// The request flow of Runtime: in-process map -> SQLite tuned winner -> tune or default -> load.
+#include <cmath>
+
+#include "qattn/error.hpp"
+#include "qattn/kernel_name.hpp"
+#include "qattn/search_space.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/gpu_runner.hpp"
+#include "runtime/runtime_impl.hpp"
+#include "runtime/toolchain.hpp"
+
+namespace qattn {
+
+std::string LoadedKernel::kernel_name(const Spec& s, const Tiling& t) { return qattn::kernel_name(s, t); }
+
+void LoadedKernel::launch(const AttentionParams& params, const Problem& problem, void* stream) const {
+  const LaunchShape l = attention_launch(spec_, tiling_, problem);
+  fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
+             static_cast<CUstream>(stream), params);
+}
+
+namespace {
+
+std::unique_ptr<cache::Store> open_store(const RuntimeOptions& o) {
+  if (!o.use_cache) return nullptr;
+  const std::string path = o.cache_path.empty() ? cache::default_cache_path() : o.cache_path;
+  cache::Store::Options so;
+  so.read_only = o.read_only;
+  try {
+    return std::make_unique<cache::Store>(path, so);
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::failure, std::string("cannot open the kernel cache: ") + e.what() +
+                                        " (set QATTN_CACHE_DIR or pass another cache path)");
+  }
+}
+
+}  // namespace
+
+Runtime::Impl::Impl(RuntimeOptions o) : options(std::move(o)) {
+  store = open_store(options);
+  binaries = std::make_unique<rt::BinaryProvider>(store.get(), store && !options.read_only);
+}
+
+const rt::DeviceInfo& Runtime::Impl::device() {
+  std::lock_guard<std::recursive_mutex> lock(mutex);
+  if (!device_info) {
+    std::string why;
+    if (!rt::driver_available(&why)) throw Error(ErrorKind::no_gpu, why);
+    int n = 0;
+    try {
+      n = rt::device_count();
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::no_gpu, e.what());
+    }
+    if (options.device < 0 || options.device >= n)
+      throw Error(ErrorKind::no_gpu, "CUDA device " + std::to_string(options.device) + " does not exist (" +
+                                         std::to_string(n) + " device(s) visible)");
+    device_info = rt::query_device(options.device);
+  }
+  return *device_info;
+}
+
+cache::DeviceKey Runtime::Impl::device_key() {
+  const rt::DeviceInfo& d = device();
+  return cache::DeviceKey{d.name, d.cc_major, d.cc_minor, d.sm_count, d.driver_version};
+}
+
+DeviceLimits Runtime::Impl::limits() {
+  DeviceLimits l;
+  l.max_smem_per_block = device().max_smem_per_block_optin;
+  l.max_threads_per_block = device().max_threads_per_block;
+  return l;
+}
+
+Arch Runtime::Impl::device_arch() {
+  try {
+    return parse_arch(rt::arch_for(device()));
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorKind::bad_input, std::string("this GPU is not supported: ") + e.what());
+  }
+}
+
+Spec Runtime::Impl::resolve(const Spec& spec) {
+  require(validate(spec));
+  Spec s = spec;
+  const Arch native = device_arch();
+  if (s.arch == Arch::unset) s.arch = native;
+  else if (s.arch != native)
+    throw_bad_input(std::string("the spec asks for arch=") + to_string(s.arch) + " but device " +
+                    std::to_string(options.device) + " (" + device().name + ") runs " + to_string(native) +
+                    "; leave arch unset to use the device's");
+  return s;
+}
+
+std::shared_ptr<LoadedKernel> Runtime::Impl::load(const Spec& spec, const Tiling& tiling) {
+  std::lock_guard<std::recursive_mutex> lock(mutex);
+  const std::string name = kernel_name(spec, tiling);
+  if (auto it = by_name.find(name); it != by_name.end()) return it->second;
+  require(validate(spec, tiling, limits()));
+  rt::Binary bin = binaries->get({render_attention(spec, tiling)}).front();
+  if (!bin.error.empty()) throw Error(ErrorKind::failure, bin.error);
+  counters.compiles = binaries->compiles();
+  counters.binary_db_hits = binaries->cache_hits();
+  rt::Module module = rt::Module::load(bin.cubin, options.device);
+  rt::Kernel fn = module.kernel(name);
+  const int smem = kernel_smem_bytes(spec, tiling);
+  if (smem > 48 * 1024) fn.set_max_dynamic_smem(smem);
+  auto k = std::make_shared<LoadedKernel>(spec, tiling, std::move(module), std::move(fn), static_cast<unsigned>(smem));
+  ++counters.loads;
+  by_name[name] = k;
+  return k;
+}
+
+std::shared_ptr<rt::Kernel> Runtime::Impl::load_source(const Source& source) {
+  std::lock_guard<std::recursive_mutex> lock(mutex);
+  if (auto it = sources.find(source.kernel_name); it != sources.end()) return it->second.second;
+  rt::Binary bin = binaries->get({source}).front();
+  if (!bin.error.empty()) throw Error(ErrorKind::failure, bin.error);
+  counters.compiles = binaries->compiles();
+  counters.binary_db_hits = binaries->cache_hits();
+  rt::Module module = rt::Module::load(bin.cubin, options.device);
+  auto fn = std::make_shared<rt::Kernel>(module.kernel(source.kernel_name));
+  ++counters.loads;
+  sources[source.kernel_name] = {std::move(module), fn};
+  return fn;
+}
+
+TuningResult Runtime::Impl::tune(const Spec& spec, const Problem& problem) {
+  std::lock_guard<std::recursive_mutex> lock(mutex);
+  rt::GpuCandidateRunner runner(*this);
+  const std::vector<Tiling> candidates = candidate_tilings(spec, limits());
+  TuningResult result = qattn::tune(spec, problem, candidates, runner, options.timing);
+  ++counters.tunings;
+  counters.compiles = binaries->compiles();
+  counters.binary_db_hits = binaries->cache_hits();
+  if (store && !options.read_only) {
+    cache::TunedRecord rec;
+    rec.spec = to_string(spec);
+    rec.bucket = problem_bucket(problem);
+    rec.device = device_key();
+    rec.toolchain = rt::toolchain_fingerprint();
+    rec.kernel_name = result.winner_name;
+    rec.binary_key = runner.binary_key(result.winner);
+    rec.time_us = result.time_us;
+    rec.candidates_json = result.candidates_json();
+    store->put_tuned(rec);
+  }
+  return result;
+}
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) { impl_->self = this; }
+Runtime::~Runtime() = default;
+
+Spec Runtime::resolve(const Spec& spec) { return impl_->resolve(spec); }
+
+CompiledKernel Runtime::compile(const Spec& spec, const Tiling& tiling, bool want_ptx) {
+  require(validate(spec, tiling, default_limits(spec.arch)));
+  const Source src = render_attention(spec, tiling);
+  rt::Binary bin = impl_->binaries->get({src}, want_ptx).front();
+  {
+    std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+    impl_->counters.compiles = impl_->binaries->compiles();
+    impl_->counters.binary_db_hits = impl_->binaries->cache_hits();
+  }
+  if (!bin.error.empty()) throw Error(ErrorKind::failure, bin.error);
+  CompiledKernel k;
+  k.kernel_name = src.kernel_name;
+  k.spec = spec;
+  k.tiling = tiling;
+  k.cubin = std::move(bin.cubin);
+  k.ptx = std::move(bin.ptx);
+  k.source = src.text;
+  k.log = std::move(bin.log);
+  k.registers = bin.registers;
+  k.spill_bytes = bin.spill_bytes;
+  k.smem_bytes = kernel_smem_bytes(spec, tiling);
+  k.compile_ms = bin.compile_ms;
+  k.from_cache = bin.from_cache;
+  return k;
+}
+
+const Kernel& Runtime::kernel(const Spec& spec_in, const Problem& problem) {
+  const Spec spec = resolve(spec_in);
+  require(validate(spec, problem));
+  const std::string bucket = problem_bucket(problem);
+  const std::string key = to_string(spec) + "|" + bucket;
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  if (auto it = impl_->by_request.find(key); it != impl_->by_request.end()) {
+    ++impl_->counters.memory_hits;
+    return *it->second;
+  }
+  std::optional<Tiling> tiling;
+  if (impl_->store) {
+    if (auto rec = impl_->store->get_tuned(to_string(spec), bucket, impl_->device_key(), rt::toolchain_fingerprint())) {
+      const ParsedKernelName parsed = parse_kernel_name(rec->kernel_name);
+      if (parsed.spec == spec && validate(spec, parsed.tiling, impl_->limits())) {
+        tiling = parsed.tiling;
+        ++impl_->counters.tuned_db_hits;
+      }
+    }
+  }
+  if (!tiling) tiling = impl_->options.tune ? impl_->tune(spec, problem).winner : default_tiling(spec, impl_->limits());
+  auto k = impl_->load(spec, *tiling);
+  impl_->by_request[key] = k;
+  return *k;
+}
+
+TuningResult Runtime::tune(const Spec& spec_in, const Problem& problem) {
+  const Spec spec = resolve(spec_in);
+  require(validate(spec, problem));
+  TuningResult r = impl_->tune(spec, problem);
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  impl_->by_request[to_string(spec) + "|" + problem_bucket(problem)] = impl_->load(spec, r.winner);
+  return r;
+}
+
+RuntimeCounters Runtime::counters() const {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  return impl_->counters;
+}
+
+const RuntimeOptions& Runtime::options() const { return impl_->options; }
+
+std::string Runtime::cache_path() const { return impl_->store ? impl_->store->path() : std::string(); }
+
+}  // namespace qattn

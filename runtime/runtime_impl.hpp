@@ -1,0 +1,67 @@
+// Runtime::Impl — shared by the registry (registry.cpp), the tuner's GPU runner (gpu_runner.cpp) and
+// the high-level attention call (attention_call.cpp).
+#pragma once
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "cache/store.hpp"
+#include "qattn/runtime.hpp"
+#include "qattn/validate.hpp"
+#include "runtime/binary_provider.hpp"
+#include "runtime/device.hpp"
+#include "runtime/module.hpp"
+
+namespace qattn {
+
+// A kernel loaded on the runtime's device.
+class LoadedKernel final : public Kernel {
+ public:
+  LoadedKernel(Spec spec, Tiling tiling, rt::Module module, rt::Kernel fn, unsigned smem)
+      : name_(kernel_name(spec, tiling)), spec_(spec), tiling_(tiling), module_(std::move(module)),
+        fn_(std::move(fn)), smem_(smem) {}
+  const std::string& name() const override { return name_; }
+  const Spec& spec() const override { return spec_; }
+  const Tiling& tiling() const override { return tiling_; }
+  void launch(const AttentionParams& params, const Problem& problem, void* stream) const override;
+  const rt::Kernel& function() const { return fn_; }
+
+ private:
+  static std::string kernel_name(const Spec& s, const Tiling& t);
+  std::string name_;
+  Spec spec_;
+  Tiling tiling_;
+  rt::Module module_;
+  rt::Kernel fn_;
+  unsigned smem_;
+};
+
+struct Runtime::Impl {
+  explicit Impl(RuntimeOptions o);
+
+  const rt::DeviceInfo& device();   // throws Error(no_gpu) without a driver or device
+  cache::DeviceKey device_key();
+  DeviceLimits limits();
+  Arch device_arch();
+  Spec resolve(const Spec& spec);
+
+  // Loads (compiling or taking the cached cubin) the kernel of (spec, tiling); kept for the runtime's life.
+  std::shared_ptr<LoadedKernel> load(const Spec& spec, const Tiling& tiling);
+  // A loaded quantization pass by its rendered source (see quant_pipeline.cpp).
+  std::shared_ptr<rt::Kernel> load_source(const Source& source);
+  TuningResult tune(const Spec& spec, const Problem& problem);
+
+  RuntimeOptions options;
+  Runtime* self = nullptr;   // the public object, for the runner's high-level calls
+  std::unique_ptr<cache::Store> store;
+  std::unique_ptr<rt::BinaryProvider> binaries;
+  std::recursive_mutex mutex;   // guards the maps, counters and device info
+  std::map<std::string, std::shared_ptr<LoadedKernel>> by_request;   // "spec|bucket"
+  std::map<std::string, std::shared_ptr<LoadedKernel>> by_name;
+  std::map<std::string, std::pair<rt::Module, std::shared_ptr<rt::Kernel>>> sources;   // quant passes
+  RuntimeCounters counters;
+  std::optional<rt::DeviceInfo> device_info;
+};
+
+}  // namespace qattn

@@ -1,0 +1,83 @@
+// qattn ABI: the enums and kernel-parameter structs shared by the host library and the JIT-compiled
+// device code. Plain C++ (no CUDA types, no includes), so NVRTC compiles it without any CUDA include
+// directory and the host includes the very same file: one definition, no drift between the two sides.
+//
+// Every struct here is passed by value as the single kernel argument; it must stay trivially copyable
+// and its layout must not depend on the compiler (only 8-byte pointers/long longs, then 4-byte fields).
+#pragma once
+
+namespace qattn {
+
+// Element formats of tensors and scales-free operands.
+enum class Fmt : int { fp16 = 0, bf16 = 1, int8 = 2, int4 = 3, fp8e4m3 = 4 };
+
+// Scale granularity of a quantized operand.
+//   per_tensor: one scale for the whole tensor;  per_block: one scale per block of tokens;
+//   per_token: one scale per token (row);         per_channel: one scale per head-dim channel (V);
+//   per_warp / per_thread: scale groups that follow the mma fragment layout (SageAttention2);
+//   none: the operand is not quantized (fp16/bf16).
+enum class Gran : int { none = 0, per_tensor = 1, per_block = 2, per_warp = 3, per_thread = 4,
+                        per_token = 5, per_channel = 6 };
+
+enum class SoftmaxMode : int { exact = 0, unified_max = 1, sas = 2 };
+
+// Accumulation of the P·V product: fp32 registers, fp16 registers, or a fresh accumulator per KV
+// block added into an fp32 total (for tensor cores that accumulate FP8 products with reduced precision).
+enum class Accum : int { fp32 = 0, fp16 = 1, two_level = 2 };
+
+// Bit set of smoothing steps applied by the quantizer (SageAttention): K mean, Q block mean, V mean.
+enum SmoothBits : int { kSmoothNone = 0, kSmoothK = 1, kSmoothQ = 2, kSmoothV = 4 };
+
+// Addressing of a 4-d tensor: element (b, h, s, c) lives at  b*sb + h*sh + s*ss + c*sc  (in elements).
+// [batch, seq, heads, dim] and [batch, heads, seq, dim] are both just stride choices.
+struct TensorRef {
+  void* ptr;
+  long long sb, sh, ss, sc;
+};
+
+// Scales of a quantized operand: the scale of token s in (b, h) is
+//   ptr[b*sb + h*sh + (group > 0 ? s / group : 0)]          for token-wise granularities, and
+//   ptr[b*sb + h*sh + c]                                    for per_channel (c = head-dim channel).
+// per_tensor is sb = sh = 0, group = 0. A null ptr means "not quantized".
+struct ScaleRef {
+  const float* ptr;
+  long long sb, sh;
+  int group;    // tokens per scale (1 = per token, 64 = per block of 64, 0 = one for all tokens)
+  int pad_;
+};
+
+// Parameters of a prefill (and, later, decode) attention kernel.
+//  q: [batch, heads_q, q_len, d]  k, v: [batch, heads_kv, kv_len, d]  o: [batch, heads_q, q_len, d]
+//  (index order of TensorRef; the memory order is whatever the strides say).
+//  For quantized V (int8 / fp8) the quantizer writes V transposed per head, V^T[c][s], with sc the
+//  row stride and ss = 1, rows zero-padded to a multiple of kVPadTokens tokens.
+//  GQA: query head h reads KV head h / (heads_q / heads_kv).
+//  Causal masks are aligned bottom-right: query i sees keys j <= i + (kv_len - q_len).
+struct AttentionParams {
+  TensorRef q, k, v, o;
+  ScaleRef q_scale, k_scale, v_scale;
+  const float* v_mean;   // per-channel mean of V added back to O (V smoothing), [b, h_kv, d] contiguous; may be null
+  float* lse;            // optional natural-log log-sum-exp per row, [b, h_q, q_len] contiguous; may be null
+  int batch, heads_q, heads_kv, q_len, kv_len;
+  float softmax_scale;   // multiplies Q·K^T before softmax (1/sqrt(d) by default)
+};
+
+// Parameters of a quantization kernel: x (fp16/bf16) -> y (int8), scales and optional channel mean.
+//  x, y: [batch, heads, seq, d] in TensorRef index order. y may be the transposed V layout (ss = 1).
+//  scale: written with the layout described by ScaleRef (scale.ptr is written through a cast).
+//  mean: per-channel mean over tokens, [batch, heads, d] contiguous, written when smoothing; may be null.
+//  amax_scratch: for per_tensor granularity, one float zero-initialised by the caller.
+struct QuantParams {
+  TensorRef x, y;
+  ScaleRef scale;
+  float* mean;
+  float* amax_scratch;
+  int batch, heads, seq_len, seq_pad;   // seq_pad: rows of y to write (zeros past seq_len)
+  int d;
+  float qmax;                            // 127 for int8, 7 for int4
+};
+
+// Quantized V is stored transposed with its token axis padded to this multiple (>= every tile's block_n).
+constexpr int kVPadTokens = 128;
+
+}  // namespace qattn

@@ -1,0 +1,58 @@
+// Shape rules of the INT8 prefill attention kernel (prefill_int8.cuh). Plain C++, shared by the host
+// (generator, tuner) and the device code, so the two sides can never disagree on shared memory.
+//
+// Valid tilings (tiling_ok):
+//   d      64 or 128                 the Q·K^T k-loop runs in 32-byte mma steps, ldmatrix.x4 in 64s.
+//   warps  4 or 8                    each warp owns bm / warps query rows.
+//   bm     16 * warps * {1, 2}       every warp holds one or two m16 mma tiles of rows (64 .. 256).
+//   bn     32, 64 or 128             the P·V k-loop runs in 32-key steps; bn divides kVPadTokens (128)
+//                                    so a K/V tile never reads past the zero padding of V^T.
+//   stages 2 .. 4                    cp.async ring of K, V^T and K-scale tiles.
+//   registers                        the per-thread arrays (fp32 O, S, Q fragments) stay <= 192
+//                                    registers, which keeps ptxas from spilling (checked for every
+//                                    valid tiling on sm_80 .. sm_90a).
+//   smem_bytes <= 227 KiB            the sm_90 per-block opt-in limit. Smaller GPUs allow less
+//                                    (sm_80: 163 KiB, sm_86 / sm_89: 99 KiB): the host must also
+//                                    compare smem_bytes with the device's opt-in limit.
+//
+// Shared memory: the int8 Q tile (bm x d), then per stage a K tile (bn x d), a V^T tile (d x bn) and
+// the bn K scales (fp32).
+#pragma once
+
+// NVRTC only compiles functions marked for the device; the host compiler knows no such marks.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define QATTN_INT8_SHAPE_FN __host__ __device__ constexpr
+#else
+#define QATTN_INT8_SHAPE_FN constexpr
+#endif
+
+namespace qattn {
+namespace prefill_int8 {
+
+constexpr int kMaxSmemBytes = 227 * 1024;
+constexpr int kMaxArrayRegisters = 192;
+
+QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages) {
+  return bm * d + stages * (2 * bn * d + 4 * bn);
+}
+
+// m16 row tiles per warp (0 when bm does not split into whole m16 tiles per warp).
+QATTN_INT8_SHAPE_FN int row_tiles_per_warp(int bm, int warps) {
+  return (warps > 0 && bm % (16 * warps) == 0) ? bm / (16 * warps) : 0;
+}
+
+// Registers per thread of the fp32 O accumulator, the S/P tile and the Q fragments.
+QATTN_INT8_SHAPE_FN int array_registers(int d, int bm, int bn, int warps) {
+  return row_tiles_per_warp(bm, warps) * (d / 2 + bn / 2 + d / 8);
+}
+
+QATTN_INT8_SHAPE_FN bool tiling_ok(int d, int bm, int bn, int warps, int stages) {
+  return (d == 64 || d == 128) && (warps == 4 || warps == 8) &&
+         (row_tiles_per_warp(bm, warps) == 1 || row_tiles_per_warp(bm, warps) == 2) &&
+         (bn == 32 || bn == 64 || bn == 128) && stages >= 2 && stages <= 4 &&
+         array_registers(d, bm, bn, warps) <= kMaxArrayRegisters &&
+         smem_bytes(d, bm, bn, stages) <= kMaxSmemBytes;
+}
+
+}  // namespace prefill_int8
+}  // namespace qattn

@@ -1,0 +1,53 @@
+// FinalizeStats: folds ChannelStats' per-chunk statistics of one (b, h) into
+//   - the channel mean (written to QuantParams::mean when Smooth),
+//   - per_channel: the channel scale amax_c / qmax,
+//   - per_tensor:  the abs-max of the (smoothed) head, atomically maxed into amax_scratch[0].
+// Grid (heads, batch), one thread per channel. Reads only the small statistics, never the tensor.
+//
+// The smoothed abs-max of a channel is max(max_c - mean_c, mean_c - min_c): the same fp32 value as the
+// largest |x - mean_c| the quantize pass computes element by element (fp32 subtraction is monotonic),
+// so that element lands exactly on +-qmax.
+#pragma once
+
+#include "qattn/quant/quant_device.cuh"
+
+namespace qattn {
+namespace quant {
+
+template <int D, Gran G, bool Smooth>
+struct FinalizeStats {
+  static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
+  static_assert(Smooth || G == Gran::per_tensor || G == Gran::per_channel,
+                "finalize without smoothing only serves per_tensor or per_channel scales");
+  static constexpr int kThreads = D;
+
+  static __device__ void run(const QuantParams& p) {
+    __shared__ float red[kThreads / 32];
+    const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
+    const int splits = stats_splits(p.seq_len);
+    const float* st = stats_base(p) + stats_index(p, b, h, 0, D);
+    const float inf = __int_as_float(0x7f800000);
+    float sum = 0.f, hi = -inf, lo = inf;
+    for (int i = 0; i < splits; ++i, st += 3 * D) {
+      sum += st[c];
+      hi = fmaxf(hi, st[D + c]);
+      lo = fminf(lo, st[2 * D + c]);
+    }
+    const float mean = p.seq_len > 0 ? sum / static_cast<float>(p.seq_len) : 0.f;
+    if (Smooth) p.mean[(static_cast<long long>(b) * p.heads + h) * D + c] = mean;
+    const float center = Smooth ? mean : 0.f;
+    // An empty head leaves hi = -inf, lo = inf: the outer max turns that into amax 0.
+    float amax = fmaxf(fmaxf(hi - center, center - lo), 0.f);
+    if (G == Gran::per_channel) {
+      float* scale = const_cast<float*>(p.scale.ptr);
+      scale[b * p.scale.sb + h * p.scale.sh + c] = scale_of(amax, p.qmax);
+    }
+    if (G == Gran::per_tensor) {
+      amax = block_max<kThreads>(amax, red);
+      if (c == 0) atomic_max_nonneg(p.amax_scratch, amax);
+    }
+  }
+};
+
+}  // namespace quant
+}  // namespace qattn

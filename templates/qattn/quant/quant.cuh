@@ -1,0 +1,8 @@
+// The quantization passes, for a rendered translation unit to #include "qattn/quant/quant.cuh".
+// Which passes to launch, in which order, with which grids: see quant_shape.h.
+#pragma once
+
+#include "qattn/quant/finalize_pass.cuh"
+#include "qattn/quant/quantize_rows.cuh"
+#include "qattn/quant/quantize_transposed.cuh"
+#include "qattn/quant/stats_pass.cuh"

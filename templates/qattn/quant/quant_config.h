@@ -1,0 +1,45 @@
+// Constants shared by the quantization passes (device) and their launch plan (quant_shape.h, host).
+// Plain C++ so both sides include the very same numbers: a grid the host computes always matches the
+// tile the device assumes.
+#pragma once
+
+#include "qattn/abi.h"
+
+#if defined(__CUDACC__)
+#define QATTN_QUANT_HD __host__ __device__
+#else
+#define QATTN_QUANT_HD
+#endif
+
+namespace qattn {
+namespace quant {
+
+// Every tensor-reading pass runs 256 threads; each thread owns one 16-byte vector (8 channels) per row.
+constexpr int kThreads = 256;
+constexpr int kVecElems = 8;
+
+// Tokens per block of the row quantizer when the scale group does not fix it (per_token, per_tensor,
+// per_channel). per_block uses its group size (64 or 128) so one block owns one whole scale group.
+constexpr int kRowTileTokens = 64;
+
+// Tokens per block of the transposing V quantizer: one padded V tile, so no block straddles seq_pad.
+constexpr int kTransposeTileTokens = kVPadTokens;
+
+// Tokens per block of the statistics pass; the partial sums/max/min of each such chunk go to scratch.
+constexpr int kStatsChunkTokens = 512;
+
+// Layout of QuantParams::amax_scratch (floats):
+//   [0]                        global abs-max for per_tensor (atomicMax target; zeroed by the caller)
+//   [kStatsOffset + ...]       per-chunk channel statistics [batch][heads][split][sum|max|min][d]
+constexpr int kStatsOffset = 4;   // keeps the statistics 16-byte aligned
+
+QATTN_QUANT_HD constexpr int stats_splits(int seq_len) {
+  return seq_len <= kStatsChunkTokens ? 1 : (seq_len + kStatsChunkTokens - 1) / kStatsChunkTokens;
+}
+
+// Head dimensions the passes are written for: a row is 8, 16 or 32 vectors of 16 bytes, so a row's lanes
+// reduce with shuffles without straddling two warps, and a 128-token V tile is a whole number of sweeps.
+QATTN_QUANT_HD constexpr bool supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
+
+}  // namespace quant
+}  // namespace qattn

@@ -1,0 +1,112 @@
+// Device helpers of the quantization passes: 16-byte loads of fp16/bf16 rows, rounding to symmetric
+// integer codes, and the reductions the passes share. Compiled by NVRTC only, no CUDA headers.
+#pragma once
+
+#include "qattn/abi.h"
+#include "qattn/quant/quant_config.h"
+
+namespace qattn {
+namespace quant {
+
+// Eight input elements as floats (one 16-byte vector of fp16 or bf16).
+struct Vec8 {
+  float v[kVecElems];
+};
+
+__device__ __forceinline__ void unpack_fp16x2(unsigned w, float& lo, float& hi) {
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
+      : "=f"(lo), "=f"(hi)
+      : "r"(w));
+}
+
+// bf16 is the top half of an fp32: widening is exact with shifts.
+__device__ __forceinline__ void unpack_bf16x2(unsigned w, float& lo, float& hi) {
+  lo = __uint_as_float(w << 16);
+  hi = __uint_as_float(w & 0xffff0000u);
+}
+
+template <Fmt In>
+__device__ __forceinline__ Vec8 unpack8(const uint4& raw) {
+  static_assert(In == Fmt::fp16 || In == Fmt::bf16, "quantizer input must be fp16 or bf16");
+  Vec8 r;
+  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (In == Fmt::fp16) {
+      unpack_fp16x2(w[i], r.v[2 * i], r.v[2 * i + 1]);
+    } else {
+      unpack_bf16x2(w[i], r.v[2 * i], r.v[2 * i + 1]);
+    }
+  }
+  return r;
+}
+
+// The input is only read: the non-coherent path keeps it out of the way of the stores.
+__device__ __forceinline__ uint4 load16(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// Element (b, h, s, c) of a TensorRef, as a typed pointer (strides are in elements).
+template <class T>
+__device__ __forceinline__ T* element_ptr(const TensorRef& t, int b, int h, long long s, int c) {
+  return static_cast<T*>(t.ptr) + (b * t.sb + h * t.sh + s * t.ss + c * t.sc);
+}
+
+// Reciprocal of the scale: codes are x * (qmax / amax). An all-zero group gets 0, never inf or NaN.
+__device__ __forceinline__ float code_multiplier(float amax, float qmax) {
+  return amax > 0.f ? qmax / amax : 0.f;
+}
+
+__device__ __forceinline__ float scale_of(float amax, float qmax) { return amax / qmax; }
+
+// Round half to even (cvt.rni), then clamp to the symmetric range [-qmax, qmax]: -128 never appears.
+__device__ __forceinline__ int to_code(float x, float mult, int qmax) {
+  const int c = __float2int_rn(x * mult);
+  return min(max(c, -qmax), qmax);
+}
+
+__device__ __forceinline__ unsigned pack4_s8(int a, int b, int c, int d) {
+  return (unsigned(a) & 0xffu) | ((unsigned(b) & 0xffu) << 8) | ((unsigned(c) & 0xffu) << 16) |
+         (unsigned(d) << 24);
+}
+
+// Max over aligned groups of `width` lanes (width a power of two dividing 32).
+template <int width>
+__device__ __forceinline__ float group_max(float v) {
+#pragma unroll
+  for (int off = width / 2; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// Max over the block; every thread gets the result. `red` holds one float per warp.
+template <int threads>
+__device__ __forceinline__ float block_max(float v, float* red) {
+  v = group_max<32>(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = lane < threads / 32 ? red[lane] : 0.f;
+  v = group_max<32>(v);
+  return v;
+}
+
+// Non-negative floats order like their bit patterns as signed ints, so an int atomicMax is a float max.
+__device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
+  atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
+}
+
+__device__ __forceinline__ float* stats_base(const QuantParams& p) {
+  return p.amax_scratch + kStatsOffset;
+}
+
+// Channel statistics of one (b, h, split): [sum | max | min][d].
+__device__ __forceinline__ long long stats_index(const QuantParams& p, int b, int h, int split, int d) {
+  return ((static_cast<long long>(b) * p.heads + h) * stats_splits(p.seq_len) + split) * 3LL * d;
+}
+
+}  // namespace quant
+}  // namespace qattn

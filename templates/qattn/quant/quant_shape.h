@@ -1,0 +1,192 @@
+// Launch plan of the quantization passes (host only; plain C++, never included by device code).
+//
+// plan_quant(request, problem) lists the kernels to launch, in order. Each is rendered as
+//   extern "C" __global__ void __launch_bounds__(block) NAME(const qattn::QuantParams p) { PASS::run(p); }
+// with PASS = QuantLaunch::pass, in a TU that does #include "qattn/quant/quant.cuh". All of them take
+// the same QuantParams. No pass uses dynamic shared memory.
+//
+// Semantics: symmetric, scale = amax / qmax (fp32), code = clamp(round_half_even(x' / scale), -qmax, qmax)
+// with x' = x - mean_c when smoothing, else x; amax = max |x'| over the scale group. An all-zero group
+// gets scale 0 and codes 0. Dequantize: x ~= code * scale + mean_c. qmax = 127 (int8) or 7 (int4 kept
+// in int8 storage); -qmax-1 never appears. On the GPU, x' / scale is x' * (qmax / amax) in fp32, so a
+// code may differ by 1 from an exact float64 evaluation right at a rounding tie.
+//
+// Output layouts (x, y indices are TensorRef order (b, h, s, c); strides in elements):
+//   Q/K codes (transpose = false): int8 at y[b*y.sb + h*y.sh + s*y.ss + c], y.sc = 1, for s < seq_pad;
+//       rows s in [seq_len, seq_pad) are 0 and have no scale (seq_pad = seq_len when no padding).
+//   V codes (transpose = true): int8 V^T per head at y[b*y.sb + h*y.sh + s + c*y.sc] (y.ss = 1), for
+//       s < seq_pad (a multiple of kVPadTokens); columns s >= seq_len are 0.
+//   Scales: fp32, written through QuantParams::scale (ScaleRef) as abi.h describes:
+//       per_token   ptr[b*sb + h*sh + s]            s < seq_len,                  group = 1
+//       per_block   ptr[b*sb + h*sh + s/G]          ceil(seq_len / G) per head,   group = G
+//       per_channel ptr[b*sb + h*sh + c]            d per head,                   group = 0
+//       per_tensor  ptr[0]                          sb = sh = 0,                  group = 0
+//     dense_scale_ref() gives the compact strides; scale_floats counts that compact buffer.
+//   Mean (smooth): fp32 [batch][heads][d] contiguous at QuantParams::mean: the per-channel mean over all
+//       seq_len tokens of (b, h) (for K it cancels in softmax; for V add it back to O).
+//   Scratch (QuantParams::amax_scratch, scratch_floats fp32, never read back by the caller):
+//       [0] per_tensor abs-max (zeroed before the launch whose zero_scratch_floats says so);
+//       [kStatsOffset ...] per-chunk channel sum/max/min [batch][heads][stats_splits(seq_len)][3][d].
+// Alignment: x.ptr and y.ptr 16-byte aligned, x.sc = 1, x strides multiples of 8; rows: y strides
+// multiples of 8; transposed: y.sb, y.sh, y.sc multiples of 16, y.sc >= seq_pad. mean 16-byte aligned.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "qattn/abi.h"
+#include "qattn/error.hpp"
+#include "qattn/quant/quant_config.h"
+
+namespace qattn {
+namespace quant {
+
+struct QuantRequest {
+  Fmt in = Fmt::fp16;           // fp16 | bf16
+  Gran gran = Gran::per_token;  // rows: per_token | per_block | per_tensor | per_channel;
+                                // transposed: per_channel | per_tensor
+  int group = 0;                // per_block: 64 or 128 tokens; ignored otherwise
+  bool smooth = false;          // subtract the per-channel mean over all tokens of (b, h)
+  bool transpose = false;       // V: write V^T per head, zero-padded to seq_pad
+  int d = 128;                  // 64, 128 or 256
+};
+
+struct QuantProblem {
+  int batch = 1, heads = 1, seq_len = 1, seq_pad = 1;   // seq_pad >= seq_len
+};
+
+struct QuantLaunch {
+  std::string pass;             // C++ template-id, e.g. qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, ...>
+  std::string tag;              // short pass name for kernel symbols and logs, e.g. "quantize_rows"
+  unsigned grid[3];
+  unsigned block;               // == PASS::kThreads
+  unsigned smem_bytes;          // dynamic shared memory: always 0 (static only)
+  int zero_scratch_floats;      // zero amax_scratch[0 .. n) before this launch
+};
+
+struct QuantPlan {
+  std::vector<QuantLaunch> launches;
+  long long scratch_floats = 0;   // QuantParams::amax_scratch size (0: may be null)
+  long long mean_floats = 0;      // QuantParams::mean size (0: may be null)
+  long long scale_floats = 0;     // compact scale buffer size (dense_scale_ref)
+  int scale_group = 0;            // ScaleRef::group
+};
+
+inline const char* fmt_id(Fmt f) { return f == Fmt::fp16 ? "qattn::Fmt::fp16" : "qattn::Fmt::bf16"; }
+
+inline const char* gran_id(Gran g) {
+  switch (g) {
+    case Gran::per_tensor: return "qattn::Gran::per_tensor";
+    case Gran::per_block: return "qattn::Gran::per_block";
+    case Gran::per_token: return "qattn::Gran::per_token";
+    case Gran::per_channel: return "qattn::Gran::per_channel";
+    default: return "?";
+  }
+}
+
+// "" when the request and problem can be planned, else a one-line reason.
+inline std::string quant_request_error(const QuantRequest& r, const QuantProblem& p) {
+  if (r.in != Fmt::fp16 && r.in != Fmt::bf16) return "quantizer input must be fp16 or bf16";
+  if (!supported_head_dim(r.d)) return "quantizer head dim must be 64, 128 or 256, got " + std::to_string(r.d);
+  if (r.transpose) {
+    if (r.gran != Gran::per_channel && r.gran != Gran::per_tensor)
+      return "transposed V quantization takes per_channel or per_tensor scales";
+    if (p.seq_pad % kVPadTokens != 0)
+      return "transposed V needs seq_pad a multiple of " + std::to_string(kVPadTokens) + ", got " +
+             std::to_string(p.seq_pad);
+  } else if (r.gran != Gran::per_token && r.gran != Gran::per_block && r.gran != Gran::per_tensor &&
+             r.gran != Gran::per_channel) {
+    return "row quantization takes per_token, per_block, per_tensor or per_channel scales";
+  }
+  if (r.gran == Gran::per_block && r.group != 64 && r.group != 128)
+    return "per_block group must be 64 or 128, got " + std::to_string(r.group);
+  if (p.batch < 1 || p.heads < 1 || p.seq_len < 1) return "quantizer needs batch, heads and seq_len >= 1";
+  if (p.batch > 65535 || p.heads > 65535) return "quantizer grid limit: batch and heads must be <= 65535";
+  if (p.seq_pad < p.seq_len) return "seq_pad must be >= seq_len";
+  return "";
+}
+
+// "" when the filled-in parameters meet the passes' pointer, stride and alignment needs (see the top).
+inline std::string quant_params_error(const QuantRequest& r, const QuantParams& q) {
+  auto misaligned = [](const void* ptr, unsigned long long n) {
+    return reinterpret_cast<unsigned long long>(ptr) % n != 0;
+  };
+  if (!q.x.ptr || !q.y.ptr || !q.scale.ptr) return "quantizer needs x, y and scale pointers";
+  if (q.d != r.d) return "QuantParams::d differs from the request's head dim";
+  if (q.qmax < 1.f || q.qmax > 127.f || q.qmax != static_cast<float>(static_cast<int>(q.qmax)))
+    return "qmax must be an integer in [1, 127]";
+  if (q.x.sc != 1 || misaligned(q.x.ptr, 16) || q.x.sb % 8 || q.x.sh % 8 || q.x.ss % 8)
+    return "quantizer input rows must be contiguous and 16-byte aligned (x.sc = 1, strides multiple of 8)";
+  if (r.transpose) {
+    if (q.y.ss != 1 || misaligned(q.y.ptr, 16) || q.y.sb % 16 || q.y.sh % 16 || q.y.sc % 16)
+      return "transposed V output needs y.ss = 1, 16-byte aligned y and y.sb, y.sh, y.sc multiples of 16";
+    if (q.y.sc < q.seq_pad) return "transposed V output rows (y.sc) shorter than seq_pad";
+  } else if (q.y.sc != 1 || misaligned(q.y.ptr, 8) || q.y.sb % 8 || q.y.sh % 8 || q.y.ss % 8) {
+    return "quantized rows need y.sc = 1, 8-byte aligned y and strides multiple of 8";
+  }
+  if (r.smooth && (!q.mean || misaligned(q.mean, 16))) return "smoothing needs a 16-byte aligned mean buffer";
+  if ((r.smooth || r.gran == Gran::per_tensor || r.gran == Gran::per_channel) &&
+      (!q.amax_scratch || misaligned(q.amax_scratch, 16)))
+    return "this quantization needs a 16-byte aligned amax_scratch of plan.scratch_floats floats";
+  return "";
+}
+
+// Compact ScaleRef over a buffer of plan.scale_floats floats.
+inline ScaleRef dense_scale_ref(const QuantRequest& r, const QuantProblem& p, const float* ptr) {
+  ScaleRef s{ptr, 0, 0, 0, 0};
+  long long per_head = 0;
+  if (r.gran == Gran::per_token) per_head = p.seq_len, s.group = 1;
+  if (r.gran == Gran::per_block) per_head = (p.seq_len + r.group - 1) / r.group, s.group = r.group;
+  if (r.gran == Gran::per_channel) per_head = r.d;
+  s.sh = per_head;
+  s.sb = per_head * p.heads;
+  return s;
+}
+
+inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
+  const std::string err = quant_request_error(r, p);
+  if (!err.empty()) throw_bad_input(err);
+
+  const std::string d = std::to_string(r.d), in = fmt_id(r.in), sm = r.smooth ? "true" : "false";
+  const unsigned splits = static_cast<unsigned>(stats_splits(p.seq_len));
+  const unsigned heads = static_cast<unsigned>(p.heads), batch = static_cast<unsigned>(p.batch);
+  const bool per_tensor = r.gran == Gran::per_tensor;
+  const bool needs_stats = r.smooth || r.gran == Gran::per_channel;
+
+  QuantPlan plan;
+  if (needs_stats) {
+    plan.launches.push_back({"qattn::quant::ChannelStats<" + in + ", " + d + ">", "channel_stats",
+                             {splits, heads, batch}, static_cast<unsigned>(kThreads), 0, 0});
+    plan.launches.push_back({"qattn::quant::FinalizeStats<" + d + ", " + gran_id(r.gran) + ", " + sm + ">",
+                             "finalize_stats", {heads, batch, 1}, static_cast<unsigned>(r.d), 0,
+                             per_tensor ? 1 : 0});
+    plan.scratch_floats = kStatsOffset + 3LL * r.d * splits * p.heads * p.batch;
+  } else if (per_tensor) {
+    plan.launches.push_back({"qattn::quant::TensorAmax<" + in + ", " + d + ">", "tensor_amax",
+                             {splits, heads, batch}, static_cast<unsigned>(kThreads), 0, 1});
+    plan.scratch_floats = 1;
+  }
+  if (r.transpose) {
+    plan.launches.push_back({"qattn::quant::QuantizeTransposed<" + in + ", " + d + ", " + gran_id(r.gran) +
+                                 ", " + sm + ">",
+                             "quantize_transposed",
+                             {static_cast<unsigned>(p.seq_pad / kTransposeTileTokens), heads, batch},
+                             static_cast<unsigned>(kThreads), 0, 0});
+  } else {
+    const int group = r.gran == Gran::per_block ? r.group : r.gran == Gran::per_token ? 1 : 0;
+    const int tile = r.gran == Gran::per_block ? r.group : kRowTileTokens;
+    plan.launches.push_back({"qattn::quant::QuantizeRows<" + in + ", " + d + ", " + gran_id(r.gran) + ", " +
+                                 std::to_string(group) + ", " + sm + ">",
+                             "quantize_rows",
+                             {static_cast<unsigned>((p.seq_pad + tile - 1) / tile), heads, batch},
+                             static_cast<unsigned>(kThreads), 0, 0});
+  }
+  if (r.smooth) plan.mean_floats = 1LL * p.batch * p.heads * r.d;
+  const ScaleRef s = dense_scale_ref(r, p, nullptr);
+  plan.scale_group = s.group;
+  plan.scale_floats = per_tensor ? 1 : s.sb * p.batch;
+  return plan;
+}
+
+}  // namespace quant
+}  // namespace qattn

@@ -1,0 +1,128 @@
+// QuantizeRows: fp16/bf16 rows -> int8 codes in the same [b, h, s, c] index order (Q and K).
+// One block owns one tile of tokens of one (b, h): a whole scale group for per_block (Group tokens),
+// kRowTileTokens tokens otherwise. Every thread loads all its 16-byte vectors before using any, so the
+// tile is read once, from registers, whatever the granularity:
+//   per_token:   a row's lanes reduce its abs-max with shuffles; lane 0 writes the row's scale.
+//   per_block:   the block reduces the group's abs-max; thread 0 writes the group's scale.
+//   per_tensor:  the abs-max comes from amax_scratch[0] (TensorAmax or FinalizeStats ran before).
+//   per_channel: the scales come from FinalizeStats (scale.ptr[b*sb + h*sh + c]).
+// Smooth subtracts QuantParams::mean (FinalizeStats) before everything. Rows in [seq_len, seq_pad) are
+// written as code 0 and get no scale. Grid (ceil(seq_pad / tile tokens), heads, batch).
+#pragma once
+
+#include "qattn/quant/quant_device.cuh"
+
+namespace qattn {
+namespace quant {
+
+template <Fmt In, int D, Gran G, int Group, bool Smooth>
+struct QuantizeRows {
+  static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
+  static_assert(G == Gran::per_tensor || G == Gran::per_block || G == Gran::per_token ||
+                    G == Gran::per_channel,
+                "row quantizer granularity must be per_tensor, per_block, per_token or per_channel");
+  static_assert(G != Gran::per_block || Group == 64 || Group == 128, "per_block group must be 64 or 128");
+  static_assert(G != Gran::per_token || Group == 1, "per_token has group 1");
+  static_assert(G == Gran::per_block || G == Gran::per_token || Group == 0,
+                "per_tensor and per_channel have group 0");
+
+  static constexpr int kThreads = quant::kThreads;
+  static constexpr int kTileTokens = G == Gran::per_block ? Group : kRowTileTokens;
+  static constexpr int kVecPerRow = D / kVecElems;
+  static constexpr int kRowsPerSweep = kThreads / kVecPerRow;
+  static constexpr int kSweeps = kTileTokens / kRowsPerSweep;
+  static_assert(kTileTokens % kRowsPerSweep == 0, "tile must be a whole number of sweeps");
+
+  static __device__ void run(const QuantParams& p) {
+    __shared__ float red[kThreads / 32];
+    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int vec = threadIdx.x % kVecPerRow, c0 = vec * kVecElems;
+    const int s_first = tile * kTileTokens + static_cast<int>(threadIdx.x) / kVecPerRow;
+
+    uint4 raw[kSweeps];
+#pragma unroll
+    for (int j = 0; j < kSweeps; ++j) {
+      const int s = s_first + j * kRowsPerSweep;
+      raw[j] = s < p.seq_len ? load16(element_ptr<const unsigned short>(p.x, b, h, s, c0))
+                             : make_uint4(0u, 0u, 0u, 0u);
+    }
+
+    float mean[kVecElems];
+#pragma unroll
+    for (int i = 0; i < kVecElems; ++i) mean[i] = 0.f;
+    if (Smooth) {
+      const float4* m =
+          reinterpret_cast<const float4*>(p.mean + (static_cast<long long>(b) * p.heads + h) * D + c0);
+      const float4 lo = m[0], hi = m[1];
+      mean[0] = lo.x, mean[1] = lo.y, mean[2] = lo.z, mean[3] = lo.w;
+      mean[4] = hi.x, mean[5] = hi.y, mean[6] = hi.z, mean[7] = hi.w;
+    }
+
+    float* scale = const_cast<float*>(p.scale.ptr);
+    const long long scale_head = b * p.scale.sb + h * p.scale.sh;
+    // Multiplier that maps an element to its code: per row, per tile, or per channel.
+    float mult_row[kSweeps];
+    float mult_chan[kVecElems];
+#pragma unroll
+    for (int i = 0; i < kVecElems; ++i) mult_chan[i] = 1.f;
+    if (G == Gran::per_token || G == Gran::per_block) {
+      float tile_amax = 0.f;
+#pragma unroll
+      for (int j = 0; j < kSweeps; ++j) {
+        const int s = s_first + j * kRowsPerSweep;
+        const Vec8 x = unpack8<In>(raw[j]);
+        float amax = 0.f;
+        if (s < p.seq_len) {
+#pragma unroll
+          for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - mean[i]));
+        }
+        if (G == Gran::per_token) {
+          amax = group_max<kVecPerRow>(amax);
+          mult_row[j] = code_multiplier(amax, p.qmax);
+          if (vec == 0 && s < p.seq_len) scale[scale_head + s] = scale_of(amax, p.qmax);
+        }
+        tile_amax = fmaxf(tile_amax, amax);
+      }
+      if (G == Gran::per_block) {
+        tile_amax = block_max<kThreads>(tile_amax, red);
+#pragma unroll
+        for (int j = 0; j < kSweeps; ++j) mult_row[j] = code_multiplier(tile_amax, p.qmax);
+        if (threadIdx.x == 0 && tile * kTileTokens < p.seq_len)
+          scale[scale_head + tile] = scale_of(tile_amax, p.qmax);
+      }
+    } else if (G == Gran::per_tensor) {
+      const float amax = *p.amax_scratch;
+#pragma unroll
+      for (int j = 0; j < kSweeps; ++j) mult_row[j] = code_multiplier(amax, p.qmax);
+      if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0)
+        scale[0] = scale_of(amax, p.qmax);
+    } else {  // per_channel
+#pragma unroll
+      for (int j = 0; j < kSweeps; ++j) mult_row[j] = 1.f;
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) {
+        const float sc = p.scale.ptr[scale_head + c0 + i];
+        mult_chan[i] = sc > 0.f ? 1.f / sc : 0.f;
+      }
+    }
+
+    const int qmax = __float2int_rn(p.qmax);
+#pragma unroll
+    for (int j = 0; j < kSweeps; ++j) {
+      const int s = s_first + j * kRowsPerSweep;
+      if (s >= p.seq_pad) continue;
+      int code[kVecElems];
+      const Vec8 x = unpack8<In>(raw[j]);
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i)
+        code[i] = s < p.seq_len ? to_code(x.v[i] - mean[i], mult_row[j] * mult_chan[i], qmax) : 0;
+      uint2 packed;
+      packed.x = pack4_s8(code[0], code[1], code[2], code[3]);
+      packed.y = pack4_s8(code[4], code[5], code[6], code[7]);
+      *reinterpret_cast<uint2*>(element_ptr<signed char>(p.y, b, h, s, c0)) = packed;
+    }
+  }
+};
+
+}  // namespace quant
+}  // namespace qattn

@@ -1,0 +1,113 @@
+// QuantizeTransposed: V [b, h, s, c] fp16/bf16 -> int8 V^T per head, y element (b, h, s, c) at
+// b*y.sb + h*y.sh + s + c*y.sc (y.ss must be 1), token axis zero-padded up to seq_pad.
+// Scales: per_channel (FinalizeStats wrote scale.ptr[b*sb + h*sh + c]) or per_tensor (abs-max in
+// amax_scratch[0]; block 0 writes scale.ptr[0]). Smooth subtracts QuantParams::mean first.
+//
+// One block owns kTransposeTileTokens (128) tokens of one (b, h). Loads are row-wise and coalesced; each
+// thread takes 4 consecutive tokens x 8 channels, so for each channel it packs the 4 token codes into one
+// 32-bit word and stores it to the transposed tile in shared memory. Stores out are 16-byte, each channel
+// row of the tile being 128 contiguous bytes. The tile's 16-byte chunks are XOR-swizzled by channel so
+// the word stores of a warp (8 channels apart per lane) spread over the banks, while the 16-byte reads
+// stay whole chunks. Grid (seq_pad / 128, heads, batch).
+#pragma once
+
+#include "qattn/quant/quant_device.cuh"
+
+namespace qattn {
+namespace quant {
+
+template <Fmt In, int D, Gran G, bool Smooth>
+struct QuantizeTransposed {
+  static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
+  static_assert(G == Gran::per_channel || G == Gran::per_tensor,
+                "transposed V takes per_channel or per_tensor scales (a token scale would sit on the "
+                "reduction axis of P.V)");
+
+  static constexpr int kThreads = quant::kThreads;
+  static constexpr int kTileTokens = kTransposeTileTokens;
+  static constexpr int kVecPerRow = D / kVecElems;
+  static constexpr int kQuadsPerSweep = kThreads / kVecPerRow;
+  static constexpr int kSweeps = kTileTokens / 4 / kQuadsPerSweep;
+  static constexpr int kChunksPerRow = kTileTokens / 16;   // 16-byte chunks of one channel row
+  static_assert(kSweeps * kQuadsPerSweep * 4 == kTileTokens, "tile must be a whole number of sweeps");
+  static_assert(kChunksPerRow == 8, "the swizzle assumes 8 chunks (128 bytes) per channel row");
+  static_assert((D * kChunksPerRow) % kThreads == 0, "store loop assumes whole rounds");
+
+  static __device__ __forceinline__ int swizzle(int c) { return (c >> 3) & 7; }
+
+  static __device__ void run(const QuantParams& p) {
+    __shared__ uint4 tile_t[D][kChunksPerRow];
+    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int vec = threadIdx.x % kVecPerRow, c0 = vec * kVecElems;
+    const int quad0 = threadIdx.x / kVecPerRow;
+    const int s_tile = tile * kTileTokens;
+
+    uint4 raw[kSweeps][4];
+#pragma unroll
+    for (int j = 0; j < kSweeps; ++j) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int s = s_tile + 4 * (quad0 + j * kQuadsPerSweep) + r;
+        raw[j][r] = s < p.seq_len ? load16(element_ptr<const unsigned short>(p.x, b, h, s, c0))
+                                  : make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+
+    float mean[kVecElems], mult[kVecElems];
+#pragma unroll
+    for (int i = 0; i < kVecElems; ++i) mean[i] = 0.f;
+    if (Smooth) {
+      const float4* m =
+          reinterpret_cast<const float4*>(p.mean + (static_cast<long long>(b) * p.heads + h) * D + c0);
+      const float4 lo = m[0], hi = m[1];
+      mean[0] = lo.x, mean[1] = lo.y, mean[2] = lo.z, mean[3] = lo.w;
+      mean[4] = hi.x, mean[5] = hi.y, mean[6] = hi.z, mean[7] = hi.w;
+    }
+    if (G == Gran::per_channel) {
+      const float* scale = p.scale.ptr + b * p.scale.sb + h * p.scale.sh + c0;
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) mult[i] = scale[i] > 0.f ? 1.f / scale[i] : 0.f;
+    } else {
+      const float amax = *p.amax_scratch;
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) mult[i] = code_multiplier(amax, p.qmax);
+      if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0)
+        const_cast<float*>(p.scale.ptr)[0] = scale_of(amax, p.qmax);
+    }
+
+    const int qmax = __float2int_rn(p.qmax);
+    unsigned* words = reinterpret_cast<unsigned*>(&tile_t[0][0]);
+#pragma unroll
+    for (int j = 0; j < kSweeps; ++j) {
+      const int quad = quad0 + j * kQuadsPerSweep;
+      int code[4][kVecElems];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const bool valid = s_tile + 4 * quad + r < p.seq_len;
+        const Vec8 x = unpack8<In>(raw[j][r]);
+#pragma unroll
+        for (int i = 0; i < kVecElems; ++i)
+          code[r][i] = valid ? to_code(x.v[i] - mean[i], mult[i], qmax) : 0;
+      }
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) {
+        const int c = c0 + i;
+        const int chunk = (quad / 4) ^ swizzle(c);
+        words[c * kChunksPerRow * 4 + chunk * 4 + quad % 4] =
+            pack4_s8(code[0][i], code[1][i], code[2][i], code[3][i]);
+      }
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int k = 0; k < D * kChunksPerRow / kThreads; ++k) {
+      const int id = threadIdx.x + k * kThreads;
+      const int c = id / kChunksPerRow, chunk = id % kChunksPerRow;
+      *reinterpret_cast<uint4*>(element_ptr<signed char>(p.y, b, h, s_tile + 16 * chunk, c)) =
+          tile_t[c][chunk ^ swizzle(c)];
+    }
+  }
+};
+
+}  // namespace quant
+}  // namespace qattn

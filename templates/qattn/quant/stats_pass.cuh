@@ -1,0 +1,110 @@
+// Reduction passes: the one extra read of the input that whole-tensor or whole-head quantities need.
+//   TensorAmax:   abs-max of the whole tensor into amax_scratch[0] (per_tensor without smoothing).
+//   ChannelStats: per-channel sum, max and min of each chunk of kStatsChunkTokens tokens of (b, h),
+//                 written to the scratch statistics; FinalizeStats turns them into means and scales.
+// Grid of both: (stats_splits(seq_len), heads, batch); one block reads one chunk of one head.
+#pragma once
+
+#include "qattn/quant/quant_device.cuh"
+
+namespace qattn {
+namespace quant {
+
+// Calls f(Vec8) for this thread's vectors of tokens [s_begin, s_end) of (b, h). Several loads are issued
+// before any is consumed, so each thread keeps kUnroll 16-byte requests in flight.
+template <Fmt In, int D, class F>
+__device__ __forceinline__ void for_each_chunk_vector(const QuantParams& p, int b, int h, int s_begin,
+                                                      int s_end, F&& f) {
+  constexpr int kVecPerRow = D / kVecElems;
+  constexpr int kRowsPerSweep = kThreads / kVecPerRow;
+  constexpr int kUnroll = 4;
+  const int vec = threadIdx.x % kVecPerRow;
+  for (int s = s_begin + static_cast<int>(threadIdx.x) / kVecPerRow; s < s_end;
+       s += kRowsPerSweep * kUnroll) {
+    uint4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int su = s + u * kRowsPerSweep;
+      if (su < s_end) raw[u] = load16(element_ptr<const unsigned short>(p.x, b, h, su, vec * kVecElems));
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (s + u * kRowsPerSweep < s_end) f(unpack8<In>(raw[u]));
+    }
+  }
+}
+
+template <Fmt In, int D>
+struct TensorAmax {
+  static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
+  static constexpr int kThreads = quant::kThreads;
+
+  static __device__ void run(const QuantParams& p) {
+    __shared__ float red[kThreads / 32];
+    const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int s_begin = split * kStatsChunkTokens;
+    const int s_end = min(p.seq_len, s_begin + kStatsChunkTokens);
+    float amax = 0.f;
+    for_each_chunk_vector<In, D>(p, b, h, s_begin, s_end, [&](const Vec8& x) {
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i]));
+    });
+    amax = block_max<kThreads>(amax, red);
+    if (threadIdx.x == 0) atomic_max_nonneg(p.amax_scratch, amax);
+  }
+};
+
+template <Fmt In, int D>
+struct ChannelStats {
+  static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
+  static constexpr int kThreads = quant::kThreads;
+  static constexpr int kVecPerRow = D / kVecElems;
+  static constexpr int kRowsPerSweep = kThreads / kVecPerRow;
+
+  static __device__ void run(const QuantParams& p) {
+    // Each row group's partials, then one thread per channel folds the row groups: 24 KiB for any D.
+    __shared__ float part[3][kRowsPerSweep][D];
+    const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int s_begin = split * kStatsChunkTokens;
+    const int s_end = min(p.seq_len, s_begin + kStatsChunkTokens);
+    const float inf = __int_as_float(0x7f800000);
+    float sum[kVecElems], mx[kVecElems], mn[kVecElems];
+#pragma unroll
+    for (int i = 0; i < kVecElems; ++i) {
+      sum[i] = 0.f;
+      mx[i] = -inf;
+      mn[i] = inf;
+    }
+    for_each_chunk_vector<In, D>(p, b, h, s_begin, s_end, [&](const Vec8& x) {
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) {
+        sum[i] += x.v[i];
+        mx[i] = fmaxf(mx[i], x.v[i]);
+        mn[i] = fminf(mn[i], x.v[i]);
+      }
+    });
+    const int row = threadIdx.x / kVecPerRow, c0 = (threadIdx.x % kVecPerRow) * kVecElems;
+#pragma unroll
+    for (int i = 0; i < kVecElems; ++i) {
+      part[0][row][c0 + i] = sum[i];
+      part[1][row][c0 + i] = mx[i];
+      part[2][row][c0 + i] = mn[i];
+    }
+    __syncthreads();
+    float* out = stats_base(p) + stats_index(p, b, h, split, D);
+    for (int c = threadIdx.x; c < D; c += kThreads) {
+      float s = 0.f, hi = -inf, lo = inf;
+      for (int r = 0; r < kRowsPerSweep; ++r) {
+        s += part[0][r][c];
+        hi = fmaxf(hi, part[1][r][c]);
+        lo = fminf(lo, part[2][r][c]);
+      }
+      out[c] = s;
+      out[D + c] = hi;
+      out[2 * D + c] = lo;
+    }
+  }
+};
+
+}  // namespace quant
+}  // namespace qattn

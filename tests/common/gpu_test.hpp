@@ -1,0 +1,43 @@
+// GoogleTest fixture for tests that need a GPU: skipped, with the reason, where there is no CUDA driver
+// or device (CI, development machines); on a GPU it fails a test that leaves a sticky error behind
+// (a kernel fault poisons the context for every later test) or an unbalanced context stack.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "runtime/device.hpp"
+#include "runtime/driver.hpp"
+
+namespace qattn::test {
+
+class GpuTest : public ::testing::Test {
+ protected:
+  static constexpr int kDevice = 0;
+
+  void SetUp() override {
+    std::string why;
+    if (!rt::driver_available(&why)) GTEST_SKIP() << "no CUDA driver: " << why;
+    if (rt::device_count() == 0) GTEST_SKIP() << "the CUDA driver sees no device";
+    ASSERT_EQ(rt::driver().cuCtxGetCurrent(&context_at_setup_), CUDA_SUCCESS);
+    ready_ = true;
+  }
+
+  void TearDown() override {
+    if (!ready_) return;
+    CUcontext current = nullptr;
+    rt::driver().cuCtxGetCurrent(&current);
+    EXPECT_EQ(current, context_at_setup_) << "the test left a different context current";
+    try {
+      rt::synchronize_device(kDevice);
+    } catch (const rt::DriverError& e) {
+      ADD_FAILURE() << "sticky CUDA error after the test: " << e.what();
+    }
+  }
+
+ private:
+  CUcontext context_at_setup_ = nullptr;
+  bool ready_ = false;
+};
+
+}  // namespace qattn::test

@@ -1,0 +1,214 @@
+#include "tests/common/quant_reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace qattn {
+namespace test {
+
+namespace {
+
+size_t head_index(const Shape& sh, int b, int h) { return static_cast<size_t>(b) * sh.heads + h; }
+
+void check_config(const QuantConfig& c) {
+  if (c.gran != Gran::per_tensor && c.gran != Gran::per_block && c.gran != Gran::per_token &&
+      c.gran != Gran::per_channel)
+    throw std::invalid_argument("quantize_reference: granularity must be per_tensor, per_block, per_token or per_channel");
+  if (c.gran == Gran::per_block && c.group < 1) throw std::invalid_argument("quantize_reference: per_block needs group >= 1");
+  if (!(c.qmax >= 1)) throw std::invalid_argument("quantize_reference: qmax must be >= 1");
+}
+
+int round_code(double q, double qmax) {
+  return static_cast<int>(std::clamp(std::nearbyint(q), -qmax, qmax));   // nearbyint: half to even
+}
+
+}  // namespace
+
+long long QuantRef::scales_per_head() const {
+  switch (config.gran) {
+    case Gran::per_token: return shape.seq;
+    case Gran::per_block: return (shape.seq + config.group - 1) / config.group;
+    case Gran::per_channel: return shape.dim;
+    default: return 0;
+  }
+}
+
+long long QuantRef::scale_index(int b, int h, int s, int c) const {
+  const long long head = static_cast<long long>(head_index(shape, b, h)) * scales_per_head();
+  switch (config.gran) {
+    case Gran::per_token: return head + s;
+    case Gran::per_block: return head + s / config.group;
+    case Gran::per_channel: return head + c;
+    default: return 0;
+  }
+}
+
+std::vector<double> channel_mean(const HostTensor& x) {
+  const Shape& sh = x.shape;
+  std::vector<double> mean(static_cast<size_t>(sh.batch) * sh.heads * sh.dim, 0.0);
+  for (int b = 0; b < sh.batch; ++b)
+    for (int h = 0; h < sh.heads; ++h)
+      for (int c = 0; c < sh.dim; ++c) {
+        double sum = 0;
+        for (int s = 0; s < sh.seq; ++s) sum += x.at(b, h, s, c);
+        mean[head_index(sh, b, h) * sh.dim + c] = sh.seq > 0 ? sum / sh.seq : 0.0;
+      }
+  return mean;
+}
+
+HostTensor subtract_channel_mean(const HostTensor& x) {
+  const std::vector<double> mean = channel_mean(x);
+  HostTensor out = x;
+  const Shape& sh = x.shape;
+  for (int b = 0; b < sh.batch; ++b)
+    for (int h = 0; h < sh.heads; ++h)
+      for (int s = 0; s < sh.seq; ++s)
+        for (int c = 0; c < sh.dim; ++c) out.at(b, h, s, c) -= mean[head_index(sh, b, h) * sh.dim + c];
+  return out;
+}
+
+QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config) {
+  check_config(config);
+  QuantRef r;
+  r.shape = x.shape;
+  r.config = config;
+  const Shape& sh = x.shape;
+  if (config.smooth) r.mean = channel_mean(x);
+  r.scales.assign(config.gran == Gran::per_tensor ? 1 : static_cast<size_t>(r.scales_per_head()) * sh.batch * sh.heads,
+                  0.0);
+
+  // Pass 1: abs-max of every scale group, kept in `scales` until divided by qmax.
+  for (int b = 0; b < sh.batch; ++b)
+    for (int h = 0; h < sh.heads; ++h)
+      for (int s = 0; s < sh.seq; ++s)
+        for (int c = 0; c < sh.dim; ++c) {
+          double& amax = r.scales[r.scale_index(b, h, s, c)];
+          amax = std::max(amax, std::fabs(x.at(b, h, s, c) - r.mean_at(b, h, c)));
+        }
+  for (double& s : r.scales) s /= config.qmax;
+
+  // Pass 2: codes.
+  r.codes.resize(static_cast<size_t>(sh.numel()));
+  size_t i = 0;
+  for (int b = 0; b < sh.batch; ++b)
+    for (int h = 0; h < sh.heads; ++h)
+      for (int s = 0; s < sh.seq; ++s)
+        for (int c = 0; c < sh.dim; ++c, ++i) {
+          const double scale = r.scale(b, h, s, c);
+          const double xs = x.at(b, h, s, c) - r.mean_at(b, h, c);
+          r.codes[i] = static_cast<std::int8_t>(scale > 0 ? round_code(xs / scale, config.qmax) : 0);
+        }
+  return r;
+}
+
+HostTensor QuantRef::dequantize() const {
+  HostTensor t = HostTensor::zeros(shape, Layout::bhsd);
+  for (int b = 0; b < shape.batch; ++b)
+    for (int h = 0; h < shape.heads; ++h)
+      for (int s = 0; s < shape.seq; ++s)
+        for (int c = 0; c < shape.dim; ++c) t.at(b, h, s, c) = code(b, h, s, c) * scale(b, h, s, c) + mean_at(b, h, c);
+  return t;
+}
+
+std::string QuantCheck::report() const {
+  return "elements=" + std::to_string(elements) + " differ_from_ref=" + std::to_string(differ_from_ref) +
+         " bad_codes=" + std::to_string(bad_codes) + " bad_scales=" + std::to_string(bad_scales) +
+         " bad_means=" + std::to_string(bad_means) + " bad_padding=" + std::to_string(bad_padding) +
+         (first_problem.empty() ? "" : " first: " + first_problem);
+}
+
+QuantCheck check_quantized(const HostTensor& x, const QuantRef& ref, const QuantizedView& got) {
+  QuantCheck r;
+  const Shape& sh = ref.shape;
+  const QuantConfig& cfg = ref.config;
+  auto problem = [&](long long& counter, const std::string& what) {
+    ++counter;
+    if (r.first_problem.empty()) r.first_problem = what;
+  };
+  auto where = [](int b, int h, int s, int c) {
+    return "(b=" + std::to_string(b) + " h=" + std::to_string(h) + " s=" + std::to_string(s) +
+           " c=" + std::to_string(c) + ")";
+  };
+  auto got_mean = [&](int b, int h, int c) -> double {
+    return cfg.smooth ? static_cast<double>(got.mean[head_index(sh, b, h) * sh.dim + c]) : 0.0;
+  };
+  auto got_scale = [&](int b, int h, int s, int c) -> double {
+    const long long head = b * got.scale_sb + h * got.scale_sh;
+    switch (cfg.gran) {
+      case Gran::per_token: return got.scales[head + s];
+      case Gran::per_block: return got.scales[head + s / cfg.group];
+      case Gran::per_channel: return got.scales[head + c];
+      default: return got.scales[0];
+    }
+  };
+
+  // Means, and the largest mean error of each head (the scale tolerance grows with it).
+  std::vector<double> mean_err(static_cast<size_t>(sh.batch) * sh.heads * sh.dim, 0.0);
+  if (cfg.smooth) {
+    if (!got.mean) throw std::invalid_argument("check_quantized: smoothing needs the kernel's mean");
+    for (int b = 0; b < sh.batch; ++b)
+      for (int h = 0; h < sh.heads; ++h)
+        for (int c = 0; c < sh.dim; ++c) {
+          double mean_abs = 0;
+          for (int s = 0; s < sh.seq; ++s) mean_abs += std::fabs(x.at(b, h, s, c));
+          mean_abs /= std::max(1, sh.seq);
+          const double err = std::fabs(got_mean(b, h, c) - ref.mean_at(b, h, c));
+          mean_err[head_index(sh, b, h) * sh.dim + c] = err;
+          if (!(err <= 1e-5 * mean_abs + 1e-30))
+            problem(r.bad_means, "mean " + where(b, h, -1, c) + " got " + std::to_string(got_mean(b, h, c)) +
+                                     " want " + std::to_string(ref.mean_at(b, h, c)));
+        }
+  }
+  auto mean_err_of = [&](int b, int h, int c) -> double {
+    if (!cfg.smooth) return 0.0;
+    if (cfg.gran == Gran::per_channel) return mean_err[head_index(sh, b, h) * sh.dim + c];
+    if (cfg.gran == Gran::per_tensor) return *std::max_element(mean_err.begin(), mean_err.end());
+    const auto first = mean_err.begin() + static_cast<long long>(head_index(sh, b, h)) * sh.dim;
+    return *std::max_element(first, first + sh.dim);
+  };
+
+  // Scales: visit each scale once through its first element.
+  std::vector<char> seen(ref.scales.size(), 0);
+  for (int b = 0; b < sh.batch; ++b)
+    for (int h = 0; h < sh.heads; ++h)
+      for (int s = 0; s < sh.seq; ++s)
+        for (int c = 0; c < sh.dim; ++c) {
+          const long long idx = ref.scale_index(b, h, s, c);
+          if (seen[idx]) continue;
+          seen[idx] = 1;
+          const double want = ref.scales[idx], have = got_scale(b, h, s, c);
+          const double tol = 1e-6 * want + mean_err_of(b, h, c) / cfg.qmax;
+          if (!(std::fabs(have - want) <= tol))
+            problem(r.bad_scales, "scale " + where(b, h, s, c) + " got " + std::to_string(have) + " want " +
+                                      std::to_string(want));
+        }
+
+  // Codes, against the kernel's own mean and scale.
+  for (int b = 0; b < sh.batch; ++b)
+    for (int h = 0; h < sh.heads; ++h) {
+      for (int s = 0; s < sh.seq; ++s)
+        for (int c = 0; c < sh.dim; ++c) {
+          ++r.elements;
+          const int have = got.codes[b * got.strides.sb + h * got.strides.sh + s * got.strides.ss + c * got.strides.sc];
+          const double scale = got_scale(b, h, s, c);
+          const double q = scale > 0 ? (x.at(b, h, s, c) - got_mean(b, h, c)) / scale : 0.0;
+          const int want = scale > 0 ? round_code(q, cfg.qmax) : 0;
+          const double tie_distance = std::fabs(q - std::floor(q) - 0.5);
+          const bool tie_ok = std::abs(have - want) == 1 && tie_distance <= 1e-3;
+          const int ref_code = ref.code(b, h, s, c);
+          if (have != ref_code) ++r.differ_from_ref;
+          if (std::abs(have) > cfg.qmax || (have != want && !tie_ok) || std::abs(have - ref_code) > 1)
+            problem(r.bad_codes, "code " + where(b, h, s, c) + " got " + std::to_string(have) + " want " +
+                                     std::to_string(want) + " (ref " + std::to_string(ref_code) + ")");
+        }
+      for (int s = sh.seq; s < got.seq_pad; ++s)
+        for (int c = 0; c < sh.dim; ++c)
+          if (got.codes[b * got.strides.sb + h * got.strides.sh + s * got.strides.ss + c * got.strides.sc] != 0)
+            problem(r.bad_padding, "padding " + where(b, h, s, c) + " not zero");
+    }
+  return r;
+}
+
+}  // namespace test
+}  // namespace qattn

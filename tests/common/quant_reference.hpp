@@ -1,0 +1,86 @@
+// Float64 mirror of the quantization kernels (templates/qattn/quant/), and a code-for-code checker of
+// their outputs.
+//   scale = amax / qmax over the scale group, code = clamp(round_half_even(x' / scale), -qmax, qmax),
+//   x' = x - mean_c (per-channel mean over all tokens of (b, h)) when smoothing, else x; an all-zero
+//   group has scale 0 and codes 0. Dequantized: code * scale + mean_c.
+//   Groups: per_tensor (whole tensor), per_block (G consecutive tokens of (b, h), the last one shorter),
+//   per_token (one row), per_channel (one channel of (b, h) over all tokens; V).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qattn/abi.h"
+#include "tests/common/host_tensor.hpp"
+
+namespace qattn {
+namespace test {
+
+struct QuantConfig {
+  Gran gran = Gran::per_token;   // per_tensor | per_block | per_token | per_channel
+  int group = 0;                 // per_block tokens (e.g. 64 or 128)
+  double qmax = 127;             // 127: int8, 7: int4 stored in int8
+  bool smooth = false;
+};
+
+struct QuantRef {
+  Shape shape;
+  QuantConfig config;
+  std::vector<std::int8_t> codes;   // [b][h][s][c]
+  std::vector<double> scales;       // compact, the layout of quant_shape.h's dense_scale_ref:
+                                    //   per_token [b][h][s], per_block [b][h][ceil(s/G)],
+                                    //   per_channel [b][h][c], per_tensor [1]
+  std::vector<double> mean;         // [b][h][c] when smoothing, else empty
+
+  long long scales_per_head() const;
+  long long scale_index(int b, int h, int s, int c) const;   // into `scales`
+  int code(int b, int h, int s, int c) const {
+    return codes[((static_cast<size_t>(b) * shape.heads + h) * shape.seq + s) * shape.dim + c];
+  }
+  double scale(int b, int h, int s, int c) const { return scales[scale_index(b, h, s, c)]; }
+  double mean_at(int b, int h, int c) const {
+    return mean.empty() ? 0.0 : mean[(static_cast<size_t>(b) * shape.heads + h) * shape.dim + c];
+  }
+  HostTensor dequantize() const;    // bhsd
+};
+
+QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config);
+
+// Per-channel mean over all tokens of each (b, h): [b][h][c].
+std::vector<double> channel_mean(const HostTensor& x);
+HostTensor subtract_channel_mean(const HostTensor& x);
+
+// Host copies of what a quantization kernel wrote.
+struct QuantizedView {
+  const std::int8_t* codes = nullptr;   // element (b, h, s, c) at codes[b*sb + h*sh + s*ss + c*sc]
+  Strides strides;
+  int seq_pad = 0;                      // tokens [seq_len, seq_pad) must hold code 0
+  const float* scales = nullptr;        // ScaleRef addressing (per_tensor: scales[0])
+  long long scale_sb = 0, scale_sh = 0;
+  const float* mean = nullptr;          // [b][h][c]; required when smoothing
+};
+
+struct QuantCheck {
+  long long elements = 0;
+  long long differ_from_ref = 0;   // codes != the float64 reference's (each must be a rounding tie)
+  long long bad_codes = 0;         // not explained by a rounding tie of the kernel's own mean/scale
+  long long bad_scales = 0;
+  long long bad_means = 0;
+  long long bad_padding = 0;
+  std::string first_problem;
+  bool ok() const { return bad_codes == 0 && bad_scales == 0 && bad_means == 0 && bad_padding == 0; }
+  std::string report() const;
+};
+
+// Checks a kernel's output against the reference, code for code:
+//  - mean_c within 1e-5 * mean|x_c| (fp32 summation) of the float64 mean;
+//  - scales within 1e-6 relative, plus max|mean error| / qmax when smoothing (amax moves with the mean);
+//  - codes equal round_half_even((x - mean_gpu) / scale_gpu) evaluated in float64 with the kernel's own
+//    mean and scale; a difference of 1 is accepted only where that quotient is within 1e-3 of a tie
+//    (fp32 arithmetic), and |code| <= qmax always; codes also within 1 of the float64 reference;
+//  - padded tokens hold 0.
+// `x` must be exactly the kernel's input (already rounded to fp16/bf16).
+QuantCheck check_quantized(const HostTensor& x, const QuantRef& ref, const QuantizedView& got);
+
+}  // namespace test
+}  // namespace qattn

@@ -1,0 +1,61 @@
+#include <gtest/gtest.h>
+
+#include "qattn/embedded_templates.hpp"
+#include "qattn/error.hpp"
+#include "qattn/render.hpp"
+#include "qattn/search_space.hpp"
+
+namespace qattn {
+namespace {
+
+bool embedded(const std::string& path) {
+  for (const auto& f : embedded_templates())
+    if (path == f.path) return true;
+  return false;
+}
+
+TEST(Render, TranslationUnitNamesTheKernelAndIncludesOnlyEmbeddedHeaders) {
+  for (const Spec& s : default_grid(Arch::sm_90a)) {
+    const Tiling t = default_tiling(s, default_limits(s.arch));
+    const Source src = render_attention(s, t);
+    EXPECT_EQ(src.arch, Arch::sm_90a);
+    EXPECT_NE(src.text.find("extern \"C\" __global__"), std::string::npos);
+    EXPECT_NE(src.text.find(src.kernel_name + "(const qattn::AttentionParams p)"), std::string::npos);
+    const auto inc = src.text.find("#include \"");
+    ASSERT_NE(inc, std::string::npos);
+    const auto end = src.text.find('"', inc + 10);
+    EXPECT_TRUE(embedded(src.text.substr(inc + 10, end - inc - 10))) << src.text;
+    EXPECT_NE(src.text.find(s.qk.fmt == Fmt::int8 ? "prefill_int8::Kernel<" : "prefill_fp16::Kernel<"), std::string::npos);
+  }
+}
+
+TEST(Render, InvalidPointsAreRefusedWithTheReason) {
+  Spec s = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=96 arch=sm_90a");
+  try {
+    render_attention(s, Tiling{});
+    FAIL() << "rendered an unsupported spec";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::bad_input);
+    EXPECT_NE(std::string(e.what()).find("accepted: 64, 128"), std::string::npos);
+  }
+}
+
+TEST(Render, LaunchShapeCoversEveryQueryRow) {
+  const Spec s = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=128 arch=sm_90a gqa=4");
+  const Tiling t{128, 64, 4, 2};
+  const LaunchShape l = attention_launch(s, t, parse_problem("b=3,hq=8,hkv=2,q=257,kv=10"));
+  EXPECT_EQ(l.grid[0], 3u);
+  EXPECT_EQ(l.grid[1], 8u);
+  EXPECT_EQ(l.grid[2], 3u);
+  EXPECT_EQ(l.block, 128u);
+  EXPECT_EQ(static_cast<int>(l.smem_bytes), kernel_smem_bytes(s, t));
+  EXPECT_GT(l.smem_bytes, 0u);
+}
+
+TEST(EmbeddedTemplates, HaveADigestAndTheAbiHeader) {
+  EXPECT_TRUE(embedded("qattn/abi.h"));
+  EXPECT_EQ(std::string(embedded_templates_digest()).size(), 64u);
+}
+
+}  // namespace
+}  // namespace qattn

@@ -1,0 +1,91 @@
+#include <gtest/gtest.h>
+
+#include "qattn/search_space.hpp"
+#include "qattn/validate.hpp"
+
+namespace qattn {
+namespace {
+
+struct Row {
+  const char* spec;
+  bool ok;
+  const char* reason_contains;   // a fragment of the reason (what is accepted)
+};
+
+// The validation table: every unsupported combination says why and what is accepted.
+const Row kTable[] = {
+    {"prefill qk=fp16 pv=fp16 out=fp16 d=128", true, ""},
+    {"prefill qk=bf16 pv=bf16 out=bf16 d=64 causal gqa=8", true, ""},
+    {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=k", true, ""},
+    {"prefill qk=int8:per_block pv=int8:per_tensor out=bf16 d=64 causal", true, ""},
+    {"prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=128 gqa=4", true, ""},
+    {"decode qk=int8:per_token pv=int8:per_token out=fp16 d=128", false, "accepted: prefill"},
+    {"prefill qk=fp16 pv=fp16 out=fp16 d=96", false, "accepted: 64, 128"},
+    {"prefill qk=fp16 pv=fp16 out=fp16 d=128 splitk=4", false, "decode only"},
+    {"prefill qk=fp16 pv=fp16 out=fp16 d=128 softmax=sas", false, "accepted for prefill: exact"},
+    {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 accum=two_level", false, "accepted: fp32"},
+    {"prefill qk=fp16 pv=bf16 out=fp16 d=128", false, "needs pv=fp16"},
+    {"prefill qk=fp16 pv=fp16 out=bf16 d=128", false, "out equal to the input format"},
+    {"prefill qk=fp16 pv=fp16 out=fp16 d=128 smooth=k", false, "smoothing applies to quantized"},
+    {"prefill qk=int8:per_warp pv=int8:per_tensor out=fp16 d=128", false, "accepted: per_tensor, per_block, per_token"},
+    {"prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=128", false, "pv=int8:per_tensor|per_channel"},
+    {"prefill qk=int8:per_token pv=int8:per_token out=fp16 d=128", false, "accepted: per_tensor, per_channel"},
+    {"prefill qk=int8:per_token pv=int8:per_tensor out=int8 d=128", false, "accepted: fp16, bf16"},
+    {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=qk", false, "accepted: none, k"},
+    {"prefill qk=int4:per_thread pv=int8:per_tensor out=fp16 d=128", false, "accepted: fp16, bf16, int8"},
+};
+
+TEST(Validate, Table) {
+  for (const Row& r : kTable) {
+    SCOPED_TRACE(r.spec);
+    const Verdict v = validate(parse_spec(r.spec));
+    EXPECT_EQ(v.ok, r.ok) << v.reason;
+    if (!r.ok) {
+      EXPECT_NE(v.reason.find(r.reason_contains), std::string::npos) << v.reason;
+      EXPECT_EQ(v.reason.find('\n'), std::string::npos);
+    }
+  }
+}
+
+TEST(Validate, TilingNeedsArchAndFitsSharedMemory) {
+  Spec s = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=128");
+  EXPECT_FALSE(validate(s, Tiling{128, 64, 4, 2}, default_limits(Arch::sm_90a)).ok);   // no arch
+  s.arch = Arch::sm_90a;
+  EXPECT_TRUE(validate(s, default_tiling(s, default_limits(s.arch)), default_limits(s.arch)).ok);
+  DeviceLimits tiny;
+  tiny.max_smem_per_block = 1024;
+  const Verdict v = validate(s, Tiling{128, 64, 4, 2}, tiny);
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("shared memory"), std::string::npos) << v.reason;
+  EXPECT_FALSE(validate(s, Tiling{7, 64, 4, 2}, default_limits(s.arch)).ok);
+}
+
+TEST(Validate, EveryGridPointHasCandidatesOnEveryArch) {
+  for (Arch a : {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90, Arch::sm_90a})
+    for (const Spec& s : default_grid(a)) {
+      EXPECT_TRUE(validate(s).ok) << to_string(s) << ": " << validate(s).reason;
+      const auto c = candidate_tilings(s, default_limits(a));
+      EXPECT_FALSE(c.empty()) << to_string(s);
+      for (const Tiling& t : c) EXPECT_LE(kernel_smem_bytes(s, t), default_limits(a).max_smem_per_block);
+    }
+}
+
+TEST(Validate, ProblemMustMatchGqa) {
+  const Spec s = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=128 gqa=4");
+  EXPECT_TRUE(validate(s, parse_problem("b=2,hq=32,hkv=8,q=100,kv=300")).ok);
+  const Verdict v = validate(s, parse_problem("b=2,hq=32,hkv=32,q=100"));
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("hq = gqa * hkv"), std::string::npos);
+}
+
+TEST(Problem, TextRoundTripAndErrors) {
+  const Problem p = parse_problem("b=3,hq=16,hkv=4,q=17,kv=4097");
+  EXPECT_EQ(to_string(p), "b=3,hq=16,hkv=4,q=17,kv=4097");
+  EXPECT_EQ(parse_problem("q=100").kv_len, 100);
+  EXPECT_THROW(parse_problem("b=0"), std::exception);
+  EXPECT_THROW(parse_problem("x=3"), std::exception);
+  EXPECT_DOUBLE_EQ(attention_flops(parse_problem("b=1,hq=2,hkv=2,q=10,kv=10"), 64, true), 4.0 * 2 * 100 * 64 / 2);
+}
+
+}  // namespace
+}  // namespace qattn

@@ -1,0 +1,101 @@
+// Every quantization pass the plan can ask for compiles with NVRTC, from the embedded templates only
+// (no include directory), for each target architecture. CPU only: NVRTC needs no GPU.
+// QATTN_TEST_LEVEL 0: d=128 passes for sm_90a; 1 (CI): all passes for sm_80, sm_89, sm_90a;
+// 2: all passes for sm_80, sm_86, sm_89, sm_90, sm_90a.
+#include <gtest/gtest.h>
+#include <nvrtc.h>
+
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "qattn/embedded_templates.hpp"
+#include "qattn/quant/quant_shape.h"
+
+namespace qattn {
+namespace quant {
+namespace {
+
+int test_level() {
+  const char* env = std::getenv("QATTN_TEST_LEVEL");
+  return env ? std::atoi(env) : 1;
+}
+
+// template-id -> block size, over every request the plan accepts.
+std::map<std::string, unsigned> planned_passes(bool all_dims) {
+  std::map<std::string, unsigned> passes;
+  std::vector<int> dims = {128};
+  if (all_dims) dims = {64, 128, 256};
+  for (Fmt in : {Fmt::fp16, Fmt::bf16})
+    for (int d : dims)
+      for (bool smooth : {false, true})
+        for (bool transpose : {false, true})
+          for (Gran gran : {Gran::per_token, Gran::per_block, Gran::per_tensor, Gran::per_channel})
+            for (int group : {64, 128}) {
+              QuantRequest r;
+              r.in = in;
+              r.gran = gran;
+              r.group = group;
+              r.smooth = smooth;
+              r.transpose = transpose;
+              r.d = d;
+              const QuantProblem p{1, 1, 1000, 1024};
+              if (!quant_request_error(r, p).empty()) continue;
+              for (const QuantLaunch& l : plan_quant(r, p).launches) passes[l.pass] = l.block;
+            }
+  return passes;
+}
+
+std::string render(const std::map<std::string, unsigned>& passes) {
+  std::ostringstream os;
+  os << "#include \"qattn/quant/quant.cuh\"\n";
+  int i = 0;
+  for (const auto& [pass, block] : passes)
+    os << "extern \"C\" __global__ void __launch_bounds__(" << block << ") qattn_quant_" << i++
+       << "(const qattn::QuantParams p) { " << pass << "::run(p); }\n";
+  return os.str();
+}
+
+class QuantNvrtc : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(QuantNvrtc, EveryPlannedPassCompiles) {
+  const std::string arch = GetParam();
+  const int level = test_level();
+  if (level <= 0 && arch != "sm_90a") GTEST_SKIP() << "QATTN_TEST_LEVEL=0 compiles sm_90a only";
+  if (level <= 1 && (arch == "sm_86" || arch == "sm_90")) GTEST_SKIP() << "needs QATTN_TEST_LEVEL=2";
+  const auto passes = planned_passes(level >= 1);
+  ASSERT_GE(passes.size(), 20u);
+  const std::string src = render(passes);
+
+  std::vector<const char*> names, texts;
+  for (const EmbeddedFile& f : embedded_templates()) {
+    names.push_back(f.path);
+    texts.push_back(f.text);
+  }
+  nvrtcProgram prog;
+  ASSERT_EQ(nvrtcCreateProgram(&prog, src.c_str(), "quant_passes.cu", static_cast<int>(names.size()), texts.data(),
+                               names.data()),
+            NVRTC_SUCCESS);
+  const std::string arch_opt = "-arch=" + arch;
+  const char* opts[] = {"-std=c++17", arch_opt.c_str()};
+  const nvrtcResult rc = nvrtcCompileProgram(prog, 2, opts);
+  size_t n = 0;
+  nvrtcGetProgramLogSize(prog, &n);
+  std::string log(n, '\0');
+  nvrtcGetProgramLog(prog, log.data());
+  size_t cubin = 0;
+  if (rc == NVRTC_SUCCESS) nvrtcGetCUBINSize(prog, &cubin);
+  nvrtcDestroyProgram(&prog);
+  EXPECT_EQ(rc, NVRTC_SUCCESS) << log;
+  EXPECT_GT(cubin, 0u);
+  EXPECT_EQ(log.find("warning"), std::string::npos) << log;
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, QuantNvrtc, ::testing::Values("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"),
+                         [](const auto& info) { return std::string(info.param); });
+
+}  // namespace
+}  // namespace quant
+}  // namespace qattn

@@ -1,0 +1,197 @@
+// The float64 quantizer: the semantics the GPU passes are checked against, code for code.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "tests/common/quant_reference.hpp"
+#include "tests/common/random_data.hpp"
+#include "tests/common/reference_attention.hpp"
+#include "tests/common/metrics.hpp"
+
+namespace qattn {
+namespace test {
+namespace {
+
+struct GranCase {
+  Gran gran;
+  int group;
+  const char* name;
+};
+
+const GranCase kGrans[] = {{Gran::per_tensor, 0, "per_tensor"},
+                           {Gran::per_block, 64, "per_block64"},
+                           {Gran::per_block, 128, "per_block128"},
+                           {Gran::per_token, 0, "per_token"},
+                           {Gran::per_channel, 0, "per_channel"}};
+
+// 150 tokens: neither a multiple of 64 nor of 128, so every per_block case has a short last group.
+const Shape kShape{2, 3, 150, 64};
+
+TEST(QuantReference, RoundTripWithinHalfScaleAndGroupMaxHitsQmax) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  for (Layout layout : {Layout::bhsd, Layout::bshd}) {
+    HostTensor x = random_tensor(kShape, layout, k_like(), seed);
+    round_to(x, Fmt::fp16);
+    for (const GranCase& g : kGrans)
+      for (double qmax : {127.0, 7.0})
+        for (bool smooth : {false, true}) {
+          SCOPED_TRACE(std::string(g.name) + " qmax=" + std::to_string(qmax) + (smooth ? " smooth " : " ") +
+                       to_string(layout));
+          const QuantRef q = quantize_reference(x, QuantConfig{g.gran, g.group, qmax, smooth});
+          const HostTensor deq = q.dequantize();
+          std::vector<int> group_max_code(q.scales.size(), 0);
+          long long bad = 0;
+          for (int b = 0; b < kShape.batch; ++b)
+            for (int h = 0; h < kShape.heads; ++h)
+              for (int s = 0; s < kShape.seq; ++s)
+                for (int c = 0; c < kShape.dim; ++c) {
+                  const double scale = q.scale(b, h, s, c);
+                  const double err = std::fabs(deq.at(b, h, s, c) - x.at(b, h, s, c));
+                  bad += !(err <= scale / 2 * (1 + 1e-12) + 1e-12 * std::fabs(x.at(b, h, s, c)));
+                  const int code = q.code(b, h, s, c);
+                  bad += std::abs(code) > qmax;
+                  int& m = group_max_code[q.scale_index(b, h, s, c)];
+                  m = std::max(m, std::abs(code));
+                }
+          EXPECT_EQ(bad, 0);
+          for (size_t i = 0; i < q.scales.size(); ++i) {
+            ASSERT_GT(q.scales[i], 0) << "random data has no all-zero group";
+            EXPECT_EQ(group_max_code[i], static_cast<int>(qmax)) << "scale group " << i;
+          }
+        }
+  }
+}
+
+TEST(QuantReference, Int4CodesStayInSymmetricRange) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  HostTensor x = random_tensor(kShape, Layout::bhsd, q_like(Dist::uniform), seed);
+  for (const GranCase& g : kGrans) {
+    const QuantRef q = quantize_reference(x, QuantConfig{g.gran, g.group, 7.0, false});
+    int lo = 0, hi = 0;
+    for (std::int8_t c : q.codes) lo = std::min<int>(lo, c), hi = std::max<int>(hi, c);
+    EXPECT_EQ(lo, -7) << g.name;
+    EXPECT_EQ(hi, 7) << g.name;
+  }
+}
+
+TEST(QuantReference, AllZeroGroupsGiveZeroScaleAndNoNaN) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  HostTensor x = random_tensor(kShape, Layout::bhsd, plain(), seed);
+  for (int c = 0; c < kShape.dim; ++c) {
+    x.at(0, 1, 7, c) = 0.0;                                   // a zero token
+    for (int s = 64; s < 128; ++s) x.at(1, 2, s, c) = 0.0;    // a zero 64-token group
+  }
+  for (int s = 0; s < kShape.seq; ++s) x.at(1, 0, s, 5) = 0.0;   // a zero channel
+  const QuantRef tok = quantize_reference(x, QuantConfig{Gran::per_token, 0, 127, false});
+  EXPECT_EQ(tok.scale(0, 1, 7, 0), 0.0);
+  EXPECT_GT(tok.scale(0, 1, 8, 0), 0.0);
+  const QuantRef blk = quantize_reference(x, QuantConfig{Gran::per_block, 64, 127, false});
+  EXPECT_EQ(blk.scale(1, 2, 64, 0), 0.0);
+  EXPECT_GT(blk.scale(1, 2, 128, 0), 0.0);
+  const QuantRef chn = quantize_reference(x, QuantConfig{Gran::per_channel, 0, 127, false});
+  EXPECT_EQ(chn.scale(1, 0, 0, 5), 0.0);
+  EXPECT_GT(chn.scale(1, 0, 0, 6), 0.0);
+  for (const QuantRef* q : {&tok, &blk, &chn}) {
+    const HostTensor deq = q->dequantize();
+    for (double v : deq.data) ASSERT_TRUE(std::isfinite(v));
+    for (int c = 0; c < kShape.dim; ++c) EXPECT_EQ(deq.at(0, 1, 7, c), 0.0);
+  }
+
+  HostTensor zeros = HostTensor::zeros(kShape);
+  for (const GranCase& g : kGrans)
+    for (bool smooth : {false, true}) {
+      const QuantRef q = quantize_reference(zeros, QuantConfig{g.gran, g.group, 127, smooth});
+      for (double s : q.scales) EXPECT_EQ(s, 0.0) << g.name;
+      for (std::int8_t c : q.codes) ASSERT_EQ(c, 0) << g.name;
+      for (double v : q.dequantize().data) ASSERT_EQ(v, 0.0) << g.name;
+    }
+}
+
+TEST(QuantReference, PerBlockGroupsEndAtSequenceEnd) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  HostTensor x = random_tensor(kShape, Layout::bshd, plain(), seed);
+  // Make the short last group (tokens 128..149) three times larger, so its scale cannot come from
+  // anything but its own 22 tokens.
+  for (int b = 0; b < kShape.batch; ++b)
+    for (int h = 0; h < kShape.heads; ++h)
+      for (int s = 128; s < kShape.seq; ++s)
+        for (int c = 0; c < kShape.dim; ++c) x.at(b, h, s, c) *= 3.0;
+  const QuantRef q = quantize_reference(x, QuantConfig{Gran::per_block, 64, 127, false});
+  ASSERT_EQ(q.scales_per_head(), 3);
+  ASSERT_EQ(q.scales.size(), static_cast<size_t>(kShape.batch * kShape.heads * 3));
+  for (int b = 0; b < kShape.batch; ++b)
+    for (int h = 0; h < kShape.heads; ++h) {
+      double amax[3] = {0, 0, 0};
+      for (int s = 0; s < kShape.seq; ++s)
+        for (int c = 0; c < kShape.dim; ++c) amax[s / 64] = std::max(amax[s / 64], std::fabs(x.at(b, h, s, c)));
+      for (int g = 0; g < 3; ++g) EXPECT_DOUBLE_EQ(q.scale(b, h, g * 64, 0), amax[g] / 127);
+      EXPECT_EQ(q.scale_index(b, h, 127, 0) + 1, q.scale_index(b, h, 128, 0));
+      EXPECT_EQ(q.scale_index(b, h, 149, 63), q.scale_index(b, h, 128, 0));
+    }
+}
+
+TEST(QuantReference, RoundsHalfToEven) {
+  // amax 127 and qmax 127 give scale 1, so the codes are the rounded inputs themselves.
+  HostTensor x = HostTensor::zeros(Shape{1, 1, 1, 8});
+  const double in[8] = {127, 0.5, 1.5, 2.5, -0.5, -2.5, 3.4999, -126.5};
+  const int want[8] = {127, 0, 2, 2, 0, -2, 3, -126};
+  for (int c = 0; c < 8; ++c) x.at(0, 0, 0, c) = in[c];
+  const QuantRef q = quantize_reference(x, QuantConfig{Gran::per_token, 0, 127, false});
+  ASSERT_DOUBLE_EQ(q.scale(0, 0, 0, 0), 1.0);
+  for (int c = 0; c < 8; ++c) EXPECT_EQ(q.code(0, 0, 0, c), want[c]) << "input " << in[c];
+}
+
+TEST(QuantReference, SmoothingQuantizesTheCenteredTensor) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const HostTensor x = random_tensor(kShape, Layout::bhsd, k_like(), seed);
+  const std::vector<double> mean = channel_mean(x);
+  // The biased channels must show up in the mean, or this test checks nothing.
+  double largest = 0;
+  for (double m : mean) largest = std::max(largest, std::fabs(m));
+  ASSERT_GT(largest, 4.0);
+  const HostTensor centered = subtract_channel_mean(x);
+  for (const GranCase& g : kGrans) {
+    const QuantRef smooth = quantize_reference(x, QuantConfig{g.gran, g.group, 127, true});
+    const QuantRef plain_q = quantize_reference(centered, QuantConfig{g.gran, g.group, 127, false});
+    ASSERT_EQ(smooth.mean.size(), mean.size());
+    for (size_t i = 0; i < mean.size(); ++i) EXPECT_EQ(smooth.mean[i], mean[i]);
+    long long differ = 0;
+    for (size_t i = 0; i < smooth.codes.size(); ++i) differ += smooth.codes[i] != plain_q.codes[i];
+    EXPECT_EQ(differ, 0) << g.name;
+    for (size_t i = 0; i < smooth.scales.size(); ++i) EXPECT_NEAR(smooth.scales[i], plain_q.scales[i], 1e-14);
+    // Smoothing must help a tensor with biased channels: the round trip error drops.
+    const ErrorMetrics with = compare(x, smooth.dequantize());
+    const ErrorMetrics without = compare(x, quantize_reference(x, QuantConfig{g.gran, g.group, 127, false}).dequantize());
+    if (g.gran != Gran::per_channel) EXPECT_LT(with.rel_l2, without.rel_l2) << g.name;
+  }
+}
+
+TEST(QuantReference, KSmoothingLeavesAttentionUnchanged) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const HostTensor q = random_tensor(Shape{2, 4, 37, 64}, Layout::bshd, q_like(), seed);
+  const HostTensor k = random_tensor(Shape{2, 2, 53, 64}, Layout::bhsd, k_like(), seed + 1);
+  const HostTensor v = random_tensor(Shape{2, 2, 53, 64}, Layout::bhsd, v_like(), seed + 2);
+  const HostTensor k_smooth = subtract_channel_mean(k);
+  for (bool causal : {false, true}) {
+    std::vector<double> lse_a, lse_b;
+    const HostTensor a = reference_attention(q, k, v, AttentionConfig{causal, 0}, &lse_a);
+    const HostTensor b = reference_attention(q, k_smooth, v, AttentionConfig{causal, 0}, &lse_b);
+    const ErrorMetrics m = compare(a, b);
+    EXPECT_LE(m.max_abs, 1e-12) << m.report();
+    // The shift is real: the LSE moves by q.mean(K) * scale, the output does not.
+    double lse_shift = 0;
+    for (size_t i = 0; i < lse_a.size(); ++i) lse_shift = std::max(lse_shift, std::fabs(lse_a[i] - lse_b[i]));
+    EXPECT_GT(lse_shift, 1.0);
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace qattn

@@ -1,0 +1,184 @@
+// The launch plan of the quantization passes: which passes, in which order, with which grids.
+#include <gtest/gtest.h>
+
+#include "qattn/quant/quant_shape.h"
+
+namespace qattn {
+namespace quant {
+namespace {
+
+QuantRequest request(Gran gran, int group, bool smooth, bool transpose, Fmt in = Fmt::fp16, int d = 128) {
+  QuantRequest r;
+  r.in = in;
+  r.gran = gran;
+  r.group = group;
+  r.smooth = smooth;
+  r.transpose = transpose;
+  r.d = d;
+  return r;
+}
+
+void expect_grid(const QuantLaunch& l, unsigned x, unsigned y, unsigned z) {
+  EXPECT_EQ(l.grid[0], x) << l.pass;
+  EXPECT_EQ(l.grid[1], y) << l.pass;
+  EXPECT_EQ(l.grid[2], z) << l.pass;
+}
+
+TEST(QuantShape, StatsSplitsFollowTheChunk) {
+  EXPECT_EQ(stats_splits(1), 1);
+  EXPECT_EQ(stats_splits(kStatsChunkTokens), 1);
+  EXPECT_EQ(stats_splits(kStatsChunkTokens + 1), 2);
+  EXPECT_EQ(stats_splits(16384), 16384 / kStatsChunkTokens);
+}
+
+TEST(QuantShape, PerTokenIsOnePass) {
+  const QuantPlan plan = plan_quant(request(Gran::per_token, 0, false, false), QuantProblem{2, 8, 1000, 1000});
+  ASSERT_EQ(plan.launches.size(), 1u);
+  const QuantLaunch& l = plan.launches[0];
+  EXPECT_EQ(l.pass, "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_token, 1, false>");
+  EXPECT_EQ(l.tag, "quantize_rows");
+  expect_grid(l, (1000 + kRowTileTokens - 1) / kRowTileTokens, 8, 2);
+  EXPECT_EQ(l.block, static_cast<unsigned>(kThreads));
+  EXPECT_EQ(l.smem_bytes, 0u);
+  EXPECT_EQ(l.zero_scratch_floats, 0);
+  EXPECT_EQ(plan.scratch_floats, 0);
+  EXPECT_EQ(plan.mean_floats, 0);
+  EXPECT_EQ(plan.scale_floats, 2 * 8 * 1000);
+  EXPECT_EQ(plan.scale_group, 1);
+}
+
+TEST(QuantShape, SmoothedPerBlockReadsTwice) {
+  const QuantProblem p{1, 4, 1500, 1536};
+  const QuantPlan plan = plan_quant(request(Gran::per_block, 64, true, false, Fmt::bf16, 64), p);
+  ASSERT_EQ(plan.launches.size(), 3u);
+  EXPECT_EQ(plan.launches[0].pass, "qattn::quant::ChannelStats<qattn::Fmt::bf16, 64>");
+  expect_grid(plan.launches[0], 3, 4, 1);
+  EXPECT_EQ(plan.launches[1].pass, "qattn::quant::FinalizeStats<64, qattn::Gran::per_block, true>");
+  expect_grid(plan.launches[1], 4, 1, 1);
+  EXPECT_EQ(plan.launches[1].block, 64u);
+  EXPECT_EQ(plan.launches[2].pass, "qattn::quant::QuantizeRows<qattn::Fmt::bf16, 64, qattn::Gran::per_block, 64, true>");
+  expect_grid(plan.launches[2], 1536 / 64, 4, 1);   // the padded rows get their zero codes too
+  for (const QuantLaunch& l : plan.launches) EXPECT_EQ(l.zero_scratch_floats, 0) << l.pass;
+  EXPECT_EQ(plan.scratch_floats, kStatsOffset + 3LL * 64 * 3 * 4);
+  EXPECT_EQ(plan.mean_floats, 4 * 64);
+  EXPECT_EQ(plan.scale_floats, 4 * 24);   // ceil(1500 / 64) groups per head
+  EXPECT_EQ(plan.scale_group, 64);
+}
+
+TEST(QuantShape, PerTensorZeroesTheAmaxFirst) {
+  const QuantProblem p{2, 2, 700, 700};
+  const QuantPlan plain = plan_quant(request(Gran::per_tensor, 0, false, false), p);
+  ASSERT_EQ(plain.launches.size(), 2u);
+  EXPECT_EQ(plain.launches[0].pass, "qattn::quant::TensorAmax<qattn::Fmt::fp16, 128>");
+  EXPECT_EQ(plain.launches[0].zero_scratch_floats, 1);
+  expect_grid(plain.launches[0], 2, 2, 2);
+  EXPECT_EQ(plain.launches[1].zero_scratch_floats, 0);
+  EXPECT_EQ(plain.scratch_floats, 1);
+  EXPECT_EQ(plain.scale_floats, 1);
+
+  const QuantPlan smooth = plan_quant(request(Gran::per_tensor, 0, true, false), p);
+  ASSERT_EQ(smooth.launches.size(), 3u);
+  EXPECT_EQ(smooth.launches[0].zero_scratch_floats, 0);
+  EXPECT_EQ(smooth.launches[1].pass, "qattn::quant::FinalizeStats<128, qattn::Gran::per_tensor, true>");
+  EXPECT_EQ(smooth.launches[1].zero_scratch_floats, 1);
+}
+
+TEST(QuantShape, TransposedV) {
+  const QuantProblem p{1, 8, 1000, 1024};
+  const QuantPlan plan = plan_quant(request(Gran::per_channel, 0, false, true), p);
+  ASSERT_EQ(plan.launches.size(), 3u);
+  EXPECT_EQ(plan.launches[1].pass, "qattn::quant::FinalizeStats<128, qattn::Gran::per_channel, false>");
+  EXPECT_EQ(plan.launches[2].pass,
+            "qattn::quant::QuantizeTransposed<qattn::Fmt::fp16, 128, qattn::Gran::per_channel, false>");
+  expect_grid(plan.launches[2], 1024 / kVPadTokens, 8, 1);
+  EXPECT_EQ(plan.scale_floats, 8 * 128);
+  EXPECT_EQ(plan.mean_floats, 0);
+
+  const QuantPlan tensor = plan_quant(request(Gran::per_tensor, 0, false, true), p);
+  ASSERT_EQ(tensor.launches.size(), 2u);
+  EXPECT_EQ(tensor.launches[1].pass,
+            "qattn::quant::QuantizeTransposed<qattn::Fmt::fp16, 128, qattn::Gran::per_tensor, false>");
+}
+
+TEST(QuantShape, RejectsWhatThePassesCannotDo) {
+  const QuantProblem ok{1, 1, 100, 128};
+  EXPECT_THROW(plan_quant(request(Gran::per_token, 0, false, true), ok), Error);      // token scale on V^T
+  EXPECT_THROW(plan_quant(request(Gran::per_channel, 0, false, true), QuantProblem{1, 1, 100, 100}), Error);
+  EXPECT_THROW(plan_quant(request(Gran::per_block, 32, false, false), ok), Error);
+  EXPECT_THROW(plan_quant(request(Gran::per_token, 0, false, false, Fmt::int8), ok), Error);
+  EXPECT_THROW(plan_quant(request(Gran::per_token, 0, false, false, Fmt::fp16, 96), ok), Error);
+  EXPECT_THROW(plan_quant(request(Gran::per_warp, 0, false, false), ok), Error);
+  EXPECT_THROW(plan_quant(request(Gran::per_token, 0, false, false), QuantProblem{1, 1, 100, 99}), Error);
+  EXPECT_THROW(plan_quant(request(Gran::per_token, 0, false, false), QuantProblem{1, 1, 0, 0}), Error);
+  try {
+    plan_quant(request(Gran::per_block, 32, false, false), ok);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::bad_input);
+    EXPECT_NE(std::string(e.what()).find("64 or 128"), std::string::npos) << e.what();
+  }
+}
+
+TEST(QuantShape, DenseScaleRefMatchesAbi) {
+  const QuantProblem p{2, 3, 130, 130};
+  const float* base = reinterpret_cast<const float*>(0x1000);
+  const ScaleRef tok = dense_scale_ref(request(Gran::per_token, 0, false, false), p, base);
+  EXPECT_EQ(tok.group, 1);
+  EXPECT_EQ(tok.sh, 130);
+  EXPECT_EQ(tok.sb, 390);
+  const ScaleRef blk = dense_scale_ref(request(Gran::per_block, 128, false, false), p, base);
+  EXPECT_EQ(blk.group, 128);
+  EXPECT_EQ(blk.sh, 2);
+  const ScaleRef chn = dense_scale_ref(request(Gran::per_channel, 0, false, true), p, base);
+  EXPECT_EQ(chn.group, 0);
+  EXPECT_EQ(chn.sh, 128);
+  const ScaleRef ten = dense_scale_ref(request(Gran::per_tensor, 0, false, false), p, base);
+  EXPECT_EQ(ten.sb, 0);
+  EXPECT_EQ(ten.sh, 0);
+  EXPECT_EQ(ten.ptr, base);
+}
+
+TEST(QuantShape, ParamChecksCatchBadStridesAndPointers) {
+  alignas(16) static float buf[64];
+  const QuantRequest v = request(Gran::per_channel, 0, true, true);
+  QuantParams q{};
+  q.x = TensorRef{buf, 128 * 256, 128 * 256, 128, 1};
+  q.y = TensorRef{buf, 128 * 256, 128 * 256, 1, 256};
+  q.scale = ScaleRef{buf, 128, 128, 0, 0};
+  q.mean = buf;
+  q.amax_scratch = buf;
+  q.batch = q.heads = 1;
+  q.seq_len = 200;
+  q.seq_pad = 256;
+  q.d = 128;
+  q.qmax = 127;
+  EXPECT_EQ(quant_params_error(v, q), "");
+  QuantParams bad = q;
+  bad.y.sc = 200;
+  EXPECT_NE(quant_params_error(v, bad), "");
+  bad = q;
+  bad.y.sc = 128;   // shorter than seq_pad
+  EXPECT_NE(quant_params_error(v, bad), "");
+  bad = q;
+  bad.x.ss = 100;   // rows not 16-byte aligned
+  EXPECT_NE(quant_params_error(v, bad), "");
+  bad = q;
+  bad.mean = nullptr;
+  EXPECT_NE(quant_params_error(v, bad), "");
+  bad = q;
+  bad.qmax = 7.5f;
+  EXPECT_NE(quant_params_error(v, bad), "");
+  bad = q;
+  bad.x.ptr = reinterpret_cast<char*>(buf) + 2;
+  EXPECT_NE(quant_params_error(v, bad), "");
+  // Rows: y must keep sc = 1.
+  const QuantRequest k = request(Gran::per_token, 0, false, false);
+  QuantParams rows = q;
+  rows.y = TensorRef{buf, 128 * 256, 128 * 256, 128, 1};
+  EXPECT_EQ(quant_params_error(k, rows), "");
+  rows.y.sc = 2;
+  EXPECT_NE(quant_params_error(k, rows), "");
+}
+
+}  // namespace
+}  // namespace quant
+}  // namespace qattn
