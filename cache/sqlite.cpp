@@ -130,6 +130,22 @@ bool on_network_filesystem(const std::string& path) {
   }
 }
 
+// "file:" URI of a path with immutable=1; characters with a meaning in URIs are percent-encoded.
+std::string immutable_uri(const std::string& path) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string uri = "file:";
+  for (unsigned char c : fs::absolute(path).string()) {
+    if (c == '%' || c == '?' || c == '#' || c < 0x20 || c >= 0x7f) {
+      uri += '%';
+      uri += kHex[c >> 4];
+      uri += kHex[c & 15];
+    } else {
+      uri += static_cast<char>(c);
+    }
+  }
+  return uri + "?immutable=1";
+}
+
 }  // namespace
 
 bool CacheError::is_busy() const {
@@ -145,15 +161,34 @@ Database::Database(const std::string& path, const Options& options) : path_(path
   int flags = options.read_only ? SQLITE_OPEN_READONLY
                                 : (SQLITE_OPEN_READWRITE | (options.create ? SQLITE_OPEN_CREATE : 0));
   flags |= SQLITE_OPEN_NOMUTEX;   // callers serialize access themselves (see the header)
-  int rc = sqlite3_open_v2(path.c_str(), &db_, flags, nullptr);
+  try {
+    open_and_probe(path, flags, options.busy_timeout_ms);
+  } catch (const CacheError& error) {
+    // A reader of a WAL database must be able to create the -shm/-wal files next to it; in a directory
+    // it cannot write (another user's cache, a shipped read-only cache) SQLite refuses with READONLY or
+    // CANTOPEN. With no -wal file present every committed page is in the main file, so it can be read
+    // as an immutable snapshot instead (no locks: a writer appearing later is not seen).
+    const int primary = error.sqlite_code() & 0xff;
+    std::error_code ec;
+    if (!options.read_only || (primary != SQLITE_READONLY && primary != SQLITE_CANTOPEN) ||
+        fs::exists(path + "-wal", ec)) {
+      throw;
+    }
+    open_and_probe(immutable_uri(path), flags | SQLITE_OPEN_URI, options.busy_timeout_ms);
+    immutable_ = true;
+  }
+}
+
+void Database::open_and_probe(const std::string& filename, int flags, int busy_timeout_ms) {
+  int rc = sqlite3_open_v2(filename.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
     std::string detail = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close(db_);
     db_ = nullptr;
-    throw_error(path, "open", detail, rc);
+    throw_error(path_, "open", detail, rc);
   }
   sqlite3_extended_result_codes(db_, 1);
-  sqlite3_busy_timeout(db_, std::max(0, options.busy_timeout_ms));
+  sqlite3_busy_timeout(db_, std::max(0, busy_timeout_ms));
   try {
     // SQLite reads the file lazily; touch the header now so a foreign file fails here, at open,
     // with a clear message rather than at some later query.

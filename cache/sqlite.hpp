@@ -57,6 +57,9 @@ class Database {
   long long changes() const;   // rows changed by the last INSERT/UPDATE/DELETE
   bool in_transaction() const;
   bool read_only() const { return read_only_; }
+  // True when a read-only open fell back to an immutable snapshot (a WAL database in a directory this
+  // user cannot write, see the constructor): reads work, but later writes by others are not seen.
+  bool immutable() const { return immutable_; }
   const std::string& path() const { return path_; }
   sqlite3* handle() const { return db_; }
 
@@ -64,9 +67,12 @@ class Database {
   [[noreturn]] void fail(std::string_view operation, int rc) const;
 
  private:
+  void open_and_probe(const std::string& filename, int flags, int busy_timeout_ms);
+
   sqlite3* db_ = nullptr;
   std::string path_;
   bool read_only_ = false;
+  bool immutable_ = false;
 };
 
 class Statement {

@@ -95,7 +95,7 @@ Store::Store(const std::string& path, Options options) : path_(path), options_(o
     auto db = std::make_unique<Database>(path_, open_options);
     // Refuse a foreign or too-new database before anything (even the journal mode) is written.
     inspect_schema(*db);
-    journal_mode_ = db->enable_wal();
+    journal_mode_ = db->enable_wal() + (db->immutable() ? " (immutable snapshot: directory not writable)" : "");
     schema_ = migrate_to_current(*db);
     db_ = std::move(db);
   });

@@ -52,7 +52,9 @@ class Store {
   struct Stats {
     std::string path;
     int schema_version = 0, compatible_version = 0;
-    std::string journal_mode;   // "wal", or the fallback SQLite chose (e.g. "delete")
+    // "wal", or the fallback SQLite chose (e.g. "delete"); a read-only open of a WAL database in a
+    // directory this user cannot write says "... (immutable snapshot: directory not writable)".
+    std::string journal_mode;
     bool read_only = false;
     long long binary_count = 0, tuned_count = 0;
     long long binary_bytes = 0;   // sum of stored cubin sizes

@@ -69,6 +69,16 @@ Source render_attention(const Spec& spec, const Tiling& tiling) {
   return src;
 }
 
+Source render_helper(const std::string& kernel_name, const std::string& header, const std::string& body,
+                     const std::string& params_type, unsigned block, Arch arch) {
+  Source src;
+  src.kernel_name = kernel_name;
+  src.arch = arch;
+  src.text = "// qattn generated helper kernel\n#include \"" + header + "\"\nextern \"C\" __global__ void __launch_bounds__(" +
+             std::to_string(block) + ") " + kernel_name + "(const " + params_type + " p) {\n  " + body + "::run(p);\n}\n";
+  return src;
+}
+
 LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& p) {
   LaunchShape l;
   l.grid[0] = static_cast<unsigned>((p.q_len + tiling.block_m - 1) / tiling.block_m);

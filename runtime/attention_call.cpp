@@ -1,9 +1,11 @@
 // The high-level call: FP16/BF16 tensors in, quantization (for quantized specs) into a workspace, then
-// the attention kernel. prepare() does the first half, run() the second.
+// the attention kernel. prepare() does the first half, run() the second. With K smoothing, prepare()
+// also computes q·mean_k per row, which run() adds (scaled) to the LSE when one is asked for.
 #include <cmath>
 
 #include "qattn/error.hpp"
-#include "qattn/quant/quant_shape.h"
+#include "runtime/helper_kernels.hpp"
+#include <array>
 #include "runtime/device_buffer.hpp"
 #include "runtime/runtime_impl.hpp"
 
@@ -15,15 +17,6 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 TensorRef ref_of(const TensorView& t) { return TensorRef{t.data, t.sb, t.sh, t.ss, 1}; }
 
-// One quantized operand: the request for the quantizer and where its outputs live in the workspace.
-struct QuantSlot {
-  quant::QuantRequest request;
-  quant::QuantProblem problem;
-  quant::QuantPlan plan;
-  size_t codes = 0, scales = 0, mean = 0;   // byte offsets in the workspace
-  TensorRef y{};
-};
-
 class Prepared final : public PreparedAttention {
  public:
   const Kernel& kernel() const override { return *kernel_; }
@@ -32,24 +25,10 @@ class Prepared final : public PreparedAttention {
   Problem problem_;
   AttentionParams params{};
   rt::DeviceBuffer workspace;
+  // K smoothing shifts the kernel's LSE by softmax_scale * q·mean_k; run() adds it back when asked.
+  LseCorrectionParams lse_fix{};
+  std::shared_ptr<rt::Kernel> lse_add;
 };
-
-std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLaunch& l) {
-  std::string g = r.gran == Gran::per_token ? "tok" : r.gran == Gran::per_block ? "blk" + std::to_string(r.group)
-                : r.gran == Gran::per_tensor ? "ten" : "chn";
-  return std::string("qattn_quant_") + (r.in == Fmt::bf16 ? "bf16" : "f16") + "_i8" + g + (r.smooth ? "_smooth" : "") +
-         (r.transpose ? "_vt" : "") + "_d" + std::to_string(r.d) + "__" + l.tag;
-}
-
-Source quant_source(const quant::QuantRequest& r, const quant::QuantLaunch& l, Arch arch) {
-  Source s;
-  s.kernel_name = quant_kernel_name(r, l);
-  s.arch = arch;
-  s.text = "// qattn generated quantization pass\n#include \"qattn/quant/quant.cuh\"\n"
-           "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(l.block) + ") " + s.kernel_name +
-           "(const qattn::QuantParams p) {\n  " + l.pass + "::run(p);\n}\n";
-  return s;
-}
 
 void validate_call(const AttentionCall& c, const Spec& spec) {
   require(validate(spec, c.problem));
@@ -94,18 +73,9 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& ca
   }
   // Quantized: Q and K as int8 rows [b, h, s, d]; V as int8 V^T per head, padded to kVPadTokens.
   const int d = spec.head_dim;
-  const int group = spec.qk.gran == Gran::per_block ? 64 : 0;
-  const int kv_pad = (p.kv_len + kVPadTokens - 1) / kVPadTokens * kVPadTokens;
-  QuantSlot slots[3];
-  slots[0].request = {spec.out, spec.qk.gran, group, false, false, d};
-  slots[0].problem = {p.batch, p.heads_q, p.q_len, p.q_len};
-  slots[1].request = {spec.out, spec.qk.gran, group, (spec.smooth & kSmoothK) != 0, false, d};
-  slots[1].problem = {p.batch, p.heads_kv, p.kv_len, p.kv_len};
-  slots[2].request = {spec.out, spec.pv.gran, 0, false, true, d};
-  slots[2].problem = {p.batch, p.heads_kv, p.kv_len, kv_pad};
+  std::array<rt::QuantSlot, 3> slots = rt::quant_slots(spec, p);
   size_t bytes = 0, scratch_floats = 0;
-  for (QuantSlot& s : slots) {
-    s.plan = quant::plan_quant(s.request, s.problem);
+  for (rt::QuantSlot& s : slots) {
     const long long rows = static_cast<long long>(s.problem.batch) * s.problem.heads;
     s.codes = bytes;
     bytes = align_up(bytes + static_cast<size_t>(rows) * s.problem.seq_pad * d);
@@ -117,12 +87,15 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& ca
   }
   const size_t scratch = bytes;
   bytes = align_up(bytes + sizeof(float) * scratch_floats);
+  const bool smooth_k = slots[1].request.smooth;
+  const size_t dot = bytes;
+  if (smooth_k) bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(p.batch) * p.heads_q * p.q_len);
   out->workspace = rt::DeviceBuffer(bytes, impl_->options.device);
   char* base = out->workspace.as<char>();
   const TensorView inputs[3] = {call.q, call.k, call.v};
   const CUstream cu_stream = static_cast<CUstream>(stream);
   for (int i = 0; i < 3; ++i) {
-    QuantSlot& s = slots[i];
+    rt::QuantSlot& s = slots[static_cast<size_t>(i)];
     const long long heads = s.problem.heads, seq = s.problem.seq_pad;
     s.y = s.request.transpose ? TensorRef{base + s.codes, heads * d * seq, d * seq, 1, seq}
                               : TensorRef{base + s.codes, heads * seq * d, seq * d, d, 1};
@@ -144,12 +117,27 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& ca
       if (l.zero_scratch_floats > 0)
         rt::fill_bytes_async(reinterpret_cast<CUdeviceptr>(qp.amax_scratch), 0,
                              sizeof(float) * static_cast<size_t>(l.zero_scratch_floats), cu_stream, impl_->options.device);
-      auto fn = impl_->load_source(quant_source(s.request, l, spec.arch));
+      auto fn = impl_->load_source(rt::quant_source(s.request, l, spec.arch));
       fn->launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes, cu_stream, qp);
     }
     if (i == 0) { ap.q = s.y; ap.q_scale = qp.scale; }
     if (i == 1) { ap.k = s.y; ap.k_scale = qp.scale; }
     if (i == 2) { ap.v = s.y; ap.v_scale = qp.scale; }
+  }
+  if (smooth_k) {
+    LseCorrectionParams& fix = out->lse_fix;
+    fix.q = ref_of(call.q);
+    fix.k_mean = reinterpret_cast<const float*>(base + slots[1].mean);
+    fix.dot = reinterpret_cast<float*>(base + dot);
+    fix.batch = p.batch;
+    fix.heads_q = p.heads_q;
+    fix.heads_kv = p.heads_kv;
+    fix.q_len = p.q_len;
+    auto row_dot = impl_->load_source(rt::row_dot_source(spec));
+    row_dot->launch(rt::Dim3{static_cast<unsigned>((p.q_len + 3) / 4), static_cast<unsigned>(p.heads_q),
+                             static_cast<unsigned>(p.batch)},
+                    rt::Dim3{128, 1, 1}, 0, cu_stream, fix);
+    out->lse_add = impl_->load_source(rt::add_scaled_source(spec.arch));
   }
   return out;
 }
@@ -163,6 +151,14 @@ void Runtime::run(const PreparedAttention& prepared_in, TensorView o, float soft
   const int d = prepared.kernel().spec().head_dim;
   p.softmax_scale = softmax_scale > 0 ? softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   prepared.kernel().launch(p, prepared.problem(), stream);
+  if (lse && prepared.lse_add) {
+    LseCorrectionParams fix = prepared.lse_fix;
+    fix.lse = lse;
+    fix.softmax_scale = p.softmax_scale;
+    const long long rows = static_cast<long long>(fix.batch) * fix.heads_q * fix.q_len;
+    prepared.lse_add->launch(rt::Dim3{static_cast<unsigned>((rows + 255) / 256), 1, 1}, rt::Dim3{256, 1, 1}, 0,
+                             static_cast<CUstream>(stream), fix);
+  }
 }
 
 void Runtime::attention(const AttentionCall& call, void* stream) {

@@ -6,6 +6,7 @@
 #include "qattn/search_space.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/gpu_runner.hpp"
+#include "runtime/helper_kernels.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "runtime/toolchain.hpp"
 
@@ -177,6 +178,31 @@ CompiledKernel Runtime::compile(const Spec& spec, const Tiling& tiling, bool wan
   k.compile_ms = bin.compile_ms;
   k.from_cache = bin.from_cache;
   return k;
+}
+
+std::vector<CompiledKernel> Runtime::compile_helpers(const Spec& spec) {
+  require(validate(spec));
+  if (spec.arch == Arch::unset) throw_bad_input("compile needs an arch: set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a>");
+  const std::vector<Source> sources = rt::helper_sources(spec);
+  const std::vector<rt::Binary> bins = impl_->binaries->get(sources);
+  std::vector<CompiledKernel> out;
+  for (size_t i = 0; i < bins.size(); ++i) {
+    if (!bins[i].error.empty()) throw Error(ErrorKind::failure, bins[i].error);
+    CompiledKernel k;
+    k.kernel_name = sources[i].kernel_name;
+    k.spec = spec;
+    k.cubin = bins[i].cubin;
+    k.source = sources[i].text;
+    k.registers = bins[i].registers;
+    k.spill_bytes = bins[i].spill_bytes;
+    k.compile_ms = bins[i].compile_ms;
+    k.from_cache = bins[i].from_cache;
+    out.push_back(std::move(k));
+  }
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  impl_->counters.compiles = impl_->binaries->compiles();
+  impl_->counters.binary_db_hits = impl_->binaries->cache_hits();
+  return out;
 }
 
 const Kernel& Runtime::kernel(const Spec& spec_in, const Problem& problem) {

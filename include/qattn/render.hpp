@@ -28,4 +28,9 @@ struct LaunchShape {
 Source render_attention(const Spec& spec, const Tiling& tiling);
 LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& problem);
 
+// A helper kernel (quantization pass, LSE correction): `body` names a type with
+// `static __device__ void run(const <params_type>&)`, declared in `header`.
+Source render_helper(const std::string& kernel_name, const std::string& header, const std::string& body,
+                     const std::string& params_type, unsigned block, Arch arch);
+
 }  // namespace qattn

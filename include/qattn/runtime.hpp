@@ -97,6 +97,10 @@ class Runtime {
   // Render + compile (or take the cached cubin) for spec.arch; no GPU needed. Stores the binary.
   CompiledKernel compile(const Spec& spec, const Tiling& tiling, bool want_ptx = false);
 
+  // The helper kernels attention() launches around a quantized kernel (quantization passes, LSE
+  // correction), compiled into the cache for spec.arch; none for fp16/bf16 specs. No GPU needed.
+  std::vector<CompiledKernel> compile_helpers(const Spec& spec);
+
   // A launchable kernel for (spec, problem): tuned for the problem's bucket on this device, cached.
   const Kernel& kernel(const Spec& spec, const Problem& problem);
   // Tunes now (ignoring any stored winner), stores and returns the result.

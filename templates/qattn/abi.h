@@ -77,6 +77,20 @@ struct QuantParams {
   float qmax;                            // 127 for int8, 7 for int4
 };
 
+// Parameters of the LSE correction after K smoothing: the attention kernel saw K - mean_k, so its
+// log-sum-exp lacks softmax_scale * q·mean_k per row. RowDot computes dot[b, h, i] = q·mean_k when Q is
+// quantized (prepare); AddScaled adds softmax_scale * dot to lse after the attention kernel (run).
+//  q: the original fp16/bf16 Q [b, h_q, q_len, d] (TensorRef order, sc = 1); k_mean: [b, h_kv, d] and
+//  dot, lse: [b, h_q, q_len], contiguous. Rows at -inf stay there.
+struct LseCorrectionParams {
+  TensorRef q;
+  const float* k_mean;
+  float* dot;
+  float* lse;
+  int batch, heads_q, heads_kv, q_len;
+  float softmax_scale;
+};
+
 // Quantized V is stored transposed with its token axis padded to this multiple (>= every tile's block_n).
 constexpr int kVPadTokens = 128;
 

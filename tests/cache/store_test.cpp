@@ -2,6 +2,7 @@
 // get dropped, the faster tuned result wins, any key mismatch misses, read-only opens refuse writes,
 // and bad paths fail with a clear message without touching the file.
 #include <gtest/gtest.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -316,19 +317,71 @@ TEST(Store, BadPathsFailClearlyAndLeaveFilesAlone) {
   expect_open_error(dir.file("file/cache.db"), "cannot create the cache directory");
 }
 
-TEST(Store, UnreadableFileFailsClearly) {
-  if (::geteuid() == 0) GTEST_SKIP() << "running as root: file permissions do not restrict root";
-  TempDir dir;
-  const std::string path = dir.file("cache.db");
-  { Store store(path); }
-  ASSERT_EQ(::chmod(path.c_str(), 0), 0);
+// Runs `body` as an unprivileged user: directly when not root, otherwise in a child process that drops
+// to nobody (root ignores file permissions). Returns body's failure text, "" on success.
+std::string run_unprivileged(const std::function<std::string()>& body) {
+  if (::geteuid() != 0) return body();
+  int channel[2];
+  if (::pipe(channel) != 0) return "pipe() failed";
+  pid_t child = testing::start_child([&] {
+    ::close(channel[0]);
+    std::string failure;
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) {
+      failure = "could not drop root privileges to nobody";
+    } else {
+      failure = body();
+    }
+    if (!failure.empty() && ::write(channel[1], failure.data(), failure.size()) < 0) return 2;
+    return failure.empty() ? 0 : 1;
+  });
+  ::close(channel[1]);
+  std::string failure;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(channel[0], buffer, sizeof buffer)) > 0;) failure.append(buffer, n);
+  ::close(channel[0]);
+  const int status = testing::wait_child(child);
+  if (status != 0 && failure.empty()) failure = "unprivileged child exited with status " + std::to_string(status);
+  return failure;
+}
+
+std::string expect_open_failure(const std::string& path, Store::Options options, const std::string& fragment) {
   try {
-    Store store(path);
-    ADD_FAILURE() << "opened an unreadable file";
+    Store store(path, options);
+    return "opened " + path + " where it should fail with '" + fragment + "'";
   } catch (const CacheError& error) {
-    EXPECT_NE(std::string(error.what()).find("not readable"), std::string::npos) << error.what();
+    const std::string message = error.what();
+    return message.find(fragment) != std::string::npos ? "" : "unexpected error: " + message;
   }
-  ::chmod(path.c_str(), 0600);
+}
+
+TEST(Store, PermissionProblemsFailClearlyAndReadOnlyStillReads) {
+  TempDir dir;
+  const std::string locked = dir.file("locked.db"), shared = dir.file("shared.db");
+  const BinaryRecord record = sample_binary(13);
+  { Store(locked).put_binary(record); }
+  { Store(shared).put_binary(record); }   // left in WAL mode, with no -wal/-shm files after closing
+  ASSERT_EQ(::chmod(locked.c_str(), 0), 0);
+  ASSERT_EQ(::chmod(shared.c_str(), 0444), 0);
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0555), 0);   // nobody may create -shm/-wal files here
+
+  const std::string failure = run_unprivileged([&]() -> std::string {
+    std::string problem = expect_open_failure(locked, {}, "not readable");
+    if (problem.empty()) problem = expect_open_failure(shared, {}, "not writable");
+    if (!problem.empty()) return problem;
+    try {
+      Store store(shared, Store::Options{true, 1000});
+      std::optional<BinaryRecord> got = store.get_binary(record.key);
+      if (!got || got->image != record.image) return "the read-only store did not return the stored binary";
+      if (store.stats().journal_mode.find("immutable") == std::string::npos) {
+        return "expected an immutable snapshot, journal mode is " + store.stats().journal_mode;
+      }
+    } catch (const std::exception& error) {
+      return std::string("read-only open failed: ") + error.what();
+    }
+    return "";
+  });
+  ::chmod(dir.path().c_str(), 0755);
+  EXPECT_EQ(failure, "");
 }
 
 TEST(BinaryKey, CoversEveryInputUnambiguously) {

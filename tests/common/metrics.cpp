@@ -38,8 +38,12 @@ ErrorMetrics compare(const double* ref, const double* got, long long n) {
     d2 += d * d;
     d1 += std::fabs(d);
     r1 += std::fabs(r);
-    // std::max would drop a NaN difference; keep it visible.
-    if (std::isnan(d) || !(std::fabs(d) <= dmax)) dmax = std::isnan(d) ? d : std::fabs(d);
+    // std::max would drop a NaN difference; once one is seen, the maximum stays NaN.
+    if (std::isnan(d)) {
+      dmax = d;
+    } else if (!std::isnan(dmax)) {
+      dmax = std::max(dmax, std::fabs(d));
+    }
   }
   if (rr == 0.0 && gg == 0.0 && std::isfinite(dot)) {
     m.cosine = 1.0;

@@ -168,7 +168,9 @@ TEST(QuantReference, SmoothingQuantizesTheCenteredTensor) {
     // Smoothing must help a tensor with biased channels: the round trip error drops.
     const ErrorMetrics with = compare(x, smooth.dequantize());
     const ErrorMetrics without = compare(x, quantize_reference(x, QuantConfig{g.gran, g.group, 127, false}).dequantize());
-    if (g.gran != Gran::per_channel) EXPECT_LT(with.rel_l2, without.rel_l2) << g.name;
+    if (g.gran != Gran::per_channel) {
+      EXPECT_LT(with.rel_l2, without.rel_l2) << g.name;
+    }
   }
 }
 

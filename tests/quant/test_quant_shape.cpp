@@ -51,7 +51,7 @@ TEST(QuantShape, SmoothedPerBlockReadsTwice) {
   const QuantProblem p{1, 4, 1500, 1536};
   const QuantPlan plan = plan_quant(request(Gran::per_block, 64, true, false, Fmt::bf16, 64), p);
   ASSERT_EQ(plan.launches.size(), 3u);
-  EXPECT_EQ(plan.launches[0].pass, "qattn::quant::ChannelStats<qattn::Fmt::bf16, 64>");
+  EXPECT_EQ(plan.launches[0].pass, "qattn::quant::ChannelStats<qattn::Fmt::bf16, 64, false>");
   expect_grid(plan.launches[0], 3, 4, 1);
   EXPECT_EQ(plan.launches[1].pass, "qattn::quant::FinalizeStats<64, qattn::Gran::per_block, true>");
   expect_grid(plan.launches[1], 4, 1, 1);
@@ -78,6 +78,7 @@ TEST(QuantShape, PerTensorZeroesTheAmaxFirst) {
 
   const QuantPlan smooth = plan_quant(request(Gran::per_tensor, 0, true, false), p);
   ASSERT_EQ(smooth.launches.size(), 3u);
+  EXPECT_EQ(smooth.launches[0].pass, "qattn::quant::ChannelStats<qattn::Fmt::fp16, 128, true>");
   EXPECT_EQ(smooth.launches[0].zero_scratch_floats, 0);
   EXPECT_EQ(smooth.launches[1].pass, "qattn::quant::FinalizeStats<128, qattn::Gran::per_tensor, true>");
   EXPECT_EQ(smooth.launches[1].zero_scratch_floats, 1);
@@ -87,6 +88,7 @@ TEST(QuantShape, TransposedV) {
   const QuantProblem p{1, 8, 1000, 1024};
   const QuantPlan plan = plan_quant(request(Gran::per_channel, 0, false, true), p);
   ASSERT_EQ(plan.launches.size(), 3u);
+  EXPECT_EQ(plan.launches[0].pass, "qattn::quant::ChannelStats<qattn::Fmt::fp16, 128, true>");
   EXPECT_EQ(plan.launches[1].pass, "qattn::quant::FinalizeStats<128, qattn::Gran::per_channel, false>");
   EXPECT_EQ(plan.launches[2].pass,
             "qattn::quant::QuantizeTransposed<qattn::Fmt::fp16, 128, qattn::Gran::per_channel, false>");

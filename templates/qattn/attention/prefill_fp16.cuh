@@ -50,8 +50,9 @@ struct Kernel {
   };
 
   // Copies `ROWS` rows of D elements starting at global row `row0` into a swizzled smem tile; rows
-  // at or past `row_limit` become zeros. The source pointer advances by one pass of rows at a time
-  // (rather than being recomputed per row) so that ptxas keeps no per-row 64-bit addresses alive.
+  // at or past `row_limit` become zeros. The source pointer advances one pass of rows at a time and
+  // the loop stays rolled: unrolled, ptxas materialises every row's 64-bit address at once, and the
+  // main loop (at the 255-register cap with MT = 2) spills.
   template <int ROWS>
   static __device__ __forceinline__ void load_rows(u32 dst, const u16* base, long long row_stride,
                                                    int row0, int row_limit, int tid) {
@@ -60,7 +61,7 @@ struct Kernel {
     const int r0 = tid / kChunks;
     const u16* src = base + (row0 + r0) * row_stride + chunk * 8;
     const long long pass_stride = kRowsPerPass * row_stride;
-#pragma unroll
+#pragma unroll 1
     for (int i = 0; i < ROWS / kRowsPerPass; ++i) {
       const int row = r0 + i * kRowsPerPass;
       const bool valid = row0 + row < row_limit;
@@ -244,10 +245,13 @@ struct Kernel {
       else issue_k(g / 2);
     }
 
-    // Per-lane ldmatrix addresses. A lane always addresses rows with row % 8 == lane % 8, so its
-    // physical chunk for logical chunk 2j + c0 is (2j + c0) ^ (lane % 8). Written as
-    // lane_addr[j % 4] + 128 * (j / 4), only four addresses per operand stay live (the rest are
-    // immediate offsets) instead of one per k-step.
+    // Per-lane ldmatrix addresses. Lanes 8i..8i+7 address the 8 rows of tile i of an x4 load, so a
+    // lane's rows always have row % 8 == lane % 8 and its physical chunk for logical chunk 2j + c0
+    // is (2j + c0) ^ (lane % 8). Kept as addr[j % 4] + 128 * (j / 4), only four addresses per
+    // operand stay live (the rest are immediate offsets) instead of one per k-step.
+    //   Q (A operand): tiles (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
+    //   K (B, [key][d]): tiles (keys 0-7, k 0-7), (keys 0-7, k 8-15), (keys 8-15, k 0-7), (keys 8-15, k 8-15)
+    //   V (B, .trans of [key][d]): tiles (keys 0-7, d 0-7), (keys 8-15, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 8-15)
     const int row_in_warp = warp * kRowsPerWarp;
     u32 q_lane[4], k_lane[4], v_lane[4];
     {

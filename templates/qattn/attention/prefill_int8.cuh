@@ -2,22 +2,28 @@
 // (mma.sync m16n8k32, int32 accumulate), FlashAttention-2 style: one CTA per (query tile, head, batch),
 // each warp owns 16 or 32 query rows, K / V^T tiles stream through a cp.async ring.
 //
-// Numerics, per KV tile of bn keys and per query row:
-//   u    = (Q̂·K̂^T) · k_scale[key]                      int32 -> fp32 (bias trick, no I2F)
-//   L    = u · q_scale[row] · softmax_scale · log2(e)   logits in base 2
-//   m_t  = max_tile L,  P̂ = round(254.5 · 2^(L - m_t)) ∈ [0, 255]   u8 operand of P·V
-//   O    = O · 2^(m_old - m_new) + 2^(m_t - m_new) · (P̂·V̂)         fp32, int32 per tile
-//   l    = l · 2^(m_old - m_new) + 2^(m_t - m_new) · Σ P̂               (quantized values)
-//   out  = O · v_scale[c] / l (+ v_mean[c])
-// Two choices differ from the paper, both for accuracy at no cost:
-//   * P is quantized against the tile's own max m_t, not the running max, so a tile that lies below
-//     an earlier peak still uses the full 8-bit range; the factor 2^(m_t - m_new) is applied in fp32.
-//   * P is unsigned with 255 levels (mma .u8.s8) instead of 127: half the rounding step.
-//   l sums the same quantized P̂ that multiply V: numerator and denominator share their rounding, so
-//   the weights of each row sum to exactly 1 (the exact sum leaves a bias that grows with flat rows).
+// Numerics, per query row (all logits in base 2):
+//   u     = (Q̂·K̂^T) · k_scale[key]                      int32 -> fp32 (bias trick, no conversion)
+//   L     = u · q_scale[row] · softmax_scale · log2(e)
+//   R     = reference max: raised to (tile max + kHeadroom) only when a tile's max exceeds it
+//   P̂     = round(254.51 · 2^(L - R)) ∈ [0, 255]          u8 operand of the P·V mma
+//   O     += P̂·V̂   in the mma's own int32 accumulators, exact over the whole row
+//   l     += Σ P̂   (dp4a on the packed bytes)
+//   when R rises by Δ:  O, l <- round(O · 2^-Δ), round(l · 2^-Δ)   (rare: the headroom absorbs
+//                       small rises, so most tiles do no per-element floating point work on O)
+//   out   = O · v_scale[c] / l (+ v_mean[c])
+// Compared with the paper (P̂ = round(127 · exp(S - m)) against the running max, P̂·V converted and
+// rescaled into an fp32 O every tile): P is unsigned with 255 levels (mma .u8.s8), O stays int32, and
+// the fp32 work per tile shrinks to the logits and the exponentials, which is where the time goes
+// once the matmuls are int8. l sums the same quantized P̂ that multiply V (see QATTN_INT8_EXACT_L).
+//
+// Overflow: |S| <= d · 128² < 2^22 (bias trick); a thread's share of l is kept <= 2^21 by an extra
+// halving of R, so |O| <= 127 · 4 · (2^21 + 255 · bn / 4) < 2^31.
 //
 // Masking: keys >= kv_len and, when CAUSAL, keys > row + (kv_len - q_len) get P̂ = 0 exactly; rows that
 // see no key write zeros (lse = -inf). Tiles that need no mask take a mask-free path.
+// lse is that of the logits the kernel sees: with K smoothing (K - mean_k) it lacks the per-row
+// constant softmax_scale · q·mean_k, which the caller adds back if it needs the true value.
 //
 // Requirements on the tensors (see abi.h): Q, K, O rows contiguous (sc = 1); V^T rows (sc = row stride)
 // zero-padded to kVPadTokens tokens; every row start 16-byte aligned (int8 tensors) or 4-byte aligned
@@ -29,12 +35,19 @@
 #include "qattn/common/int8_ptx.cuh"
 
 // Development knobs, left at their defaults by the generator: P levels (255: u8, 127: the paper's
-// int8 scheme) and the exact (unquantized) row sum instead of the quantized one.
+// range), the exact (unquantized) row sum instead of the quantized one, and the headroom (log2 units)
+// added to R when it rises.
 #ifndef QATTN_INT8_P_LEVELS
 #define QATTN_INT8_P_LEVELS 255
 #endif
 #ifndef QATTN_INT8_EXACT_L
 #define QATTN_INT8_EXACT_L 0
+#endif
+#ifndef QATTN_INT8_EX2_F16
+#define QATTN_INT8_EX2_F16 0
+#endif
+#ifndef QATTN_INT8_HEADROOM
+#define QATTN_INT8_HEADROOM 1.0f
 #endif
 
 namespace qattn {
@@ -48,6 +61,8 @@ constexpr float kLog2PScale = 7.9915785f;
 constexpr float kPScale = 127.0f;
 constexpr float kLog2PScale = 6.9886847f;
 #endif
+constexpr float kHeadroom = QATTN_INT8_HEADROOM;
+constexpr unsigned kLRescale = 1u << 21;   // a thread's share of l above this halves O and l
 constexpr float kLog2e = 1.4426950409f;
 constexpr float kLn2 = 0.6931471806f;
 
@@ -85,9 +100,12 @@ struct Kernel {
   // Per-warp running state; fully unrolled indexing keeps all of it in registers.
   struct State {
     unsigned qf[kMT][kQKSteps][4];   // Q A-fragments, loaded once
-    float o[kMT][kON][4];            // unnormalized O in units of V codes and P̂
-    float m[kMT][2];                 // running max of the base-2 logits, rows g and g + 8
-    float l[kMT][2];                 // this thread's part of the row sum of P̂
+    int o[kMT][kON][4];              // O in units of P̂ · V codes: the P·V mma accumulators
+    unsigned l[kMT][2];              // this thread's share of Σ P̂, rows g and g + 8
+#if QATTN_INT8_EXACT_L
+    float l_exact[kMT][2];           // the same sum before rounding P̂
+#endif
+    float r[kMT][2];                 // reference max R of the base-2 logits
     float qs[kMT][2];                // q_scale · softmax_scale · log2(e)
   };
 
@@ -104,7 +122,7 @@ struct Kernel {
   struct Loader {
     const signed char* k;   // this thread's first K chunk of tile 0
     const signed char* v;   // this thread's first V^T chunk of tile 0
-    long long k_step;       // K bytes between this thread's consecutive chunks
+    long long k_pass, v_pass;   // bytes between this thread's consecutive K / V^T chunks
     unsigned k_smem, v_smem;
     int k_row;              // tile row of this thread's first K chunk
   };
@@ -117,15 +135,16 @@ struct Kernel {
     const int tid = threadIdx.x;
     Loader ld;
     const int kr = tid / kDChunks, kc = tid % kDChunks;
-    // k_smem_row and the swizzle only look at the low 5 row bits, which the passes never touch
-    // (kKRowStep is 16 or more and kr < kKRowStep): each pass just adds kKRowStep rows.
+    // k_smem_row and the swizzle only permute the low 5 row bits, and kr < kKRowStep with kKRowStep
+    // a multiple of 16: every pass just adds kKRowStep rows to the first one.
     const int ksr = k_smem_row(kr);
     ld.k = cx.k + kr * cx.k_ss + kc * 16;
-    ld.k_step = kKRowStep * cx.k_ss;
+    ld.k_pass = kKRowStep * cx.k_ss;
     ld.k_smem = ksr * D + int8::swizzle<kDChunks>(ksr, kc) * 16;
     ld.k_row = kr;
     const int vr = tid / kNChunks, vc = tid % kNChunks;
     ld.v = cx.v + vr * cx.v_sc + vc * 16;
+    ld.v_pass = kVRowStep * cx.v_sc;
     ld.v_smem = kKTileBytes + vr * BN + int8::swizzle<kNChunks>(vr, vc) * 16;
     return ld;
   }
@@ -136,19 +155,18 @@ struct Kernel {
     for (int it = 0; it < kKPasses; ++it) {
       const int r = ld.k_row + it * kKRowStep;
       if (BN % kKRowStep == 0 || r < BN) {
-        const bool ok = k0 + r < cx.kv_len;
+        const bool ok = k0 + r < cx.kv_len;   // K is not padded: zero-fill past kv_len
         int8::cp_async_16(stage + ld.k_smem + it * kKRowStep * D, ok ? ksrc : cx.k, ok);
       }
-      ksrc += ld.k_step;
+      ksrc += ld.k_pass;
     }
-    const long long v_step = kVRowStep * cx.v_sc;
     const signed char* vsrc = ld.v + k0;
 #pragma unroll
     for (int it = 0; it < kVPasses; ++it) {
       // V^T is zero-padded to kVPadTokens and bn divides it: always in bounds.
       if (D % kVRowStep == 0 || static_cast<int>(threadIdx.x) / kNChunks + it * kVRowStep < D)
         int8::cp_async_16(stage + ld.v_smem + it * kVRowStep * BN, vsrc, true);
-      vsrc += v_step;
+      vsrc += ld.v_pass;
     }
     const int tid = threadIdx.x;
     if (tid < BN) {
@@ -157,6 +175,33 @@ struct Kernel {
       const int idx = cx.k_group == 1 ? key : (cx.k_group > 0 ? key / cx.k_group : 0);
       int8::cp_async_4(stage + 2 * kKTileBytes + 4 * tid, cx.k_scale + (ok ? idx : 0), ok);
     }
+  }
+
+  // Raises R of the rows whose tile max exceeds it (to that max + kHeadroom) or whose l grew too
+  // large, and rescales O and l by 2^(R_old - R_new). Rare, so it may use slow conversions.
+  static __device__ __forceinline__ void raise_reference(State& st, const float (&m_tile)[kMT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        unsigned lq = st.l[mt][hf];
+        lq = max(lq, __shfl_xor_sync(0xffffffffu, lq, 1));
+        lq = max(lq, __shfl_xor_sync(0xffffffffu, lq, 2));
+        const float r_old = st.r[mt][hf];
+        float r_new = m_tile[mt][hf] > r_old ? m_tile[mt][hf] + kHeadroom : r_old;
+        if (lq > kLRescale) r_new += 1.f;
+        const float alpha = r_new == r_old ? 1.f : int8::ex2(r_old - r_new);   // R = -inf: 0
+        st.r[mt][hf] = r_new;
+#pragma unroll
+        for (int n = 0; n < kON; ++n)
+#pragma unroll
+          for (int e = 2 * hf; e < 2 * hf + 2; ++e)
+            st.o[mt][n][e] = int8::f2i_rn(int8::i2f(st.o[mt][n][e]) * alpha);
+        st.l[mt][hf] = static_cast<unsigned>(int8::f2i_rn(int8::i2f(static_cast<int>(st.l[mt][hf])) * alpha));
+#if QATTN_INT8_EXACT_L
+        st.l_exact[mt][hf] *= alpha;
+#endif
+      }
   }
 
   template <bool MASKED>
@@ -215,79 +260,86 @@ struct Kernel {
       }
     }
 
-    // Row statistics; the 4 threads of a quad share each row.
-    float alpha[kMT][2], beta[kMT][2], pbias[kMT][2];
+    // Tile max per row (a tree, then across the quad that shares the row); raise R where needed.
+    float m_tile[kMT][2];
+    bool raise = false;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        float mx = int8::neg_inf();
+        float mx[kSN];
 #pragma unroll
-        for (int j = 0; j < kSN; ++j) mx = fmaxf(mx, fmaxf(u[mt][j][2 * hf], u[mt][j][2 * hf + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_tile = mx * st.qs[mt][hf];   // qs > 0: -inf stays -inf
-        const float m_new = fmaxf(st.m[mt][hf], m_tile);
-        const float m_ref = m_new == int8::neg_inf() ? 0.f : m_new;   // no (-inf) - (-inf)
-        alpha[mt][hf] = int8::ex2(st.m[mt][hf] - m_ref);
-        beta[mt][hf] = int8::ex2(m_tile - m_ref);
-        pbias[mt][hf] = kLog2PScale - (m_tile == int8::neg_inf() ? 0.f : m_tile);
-        st.m[mt][hf] = m_new;
+        for (int j = 0; j < kSN; ++j) mx[j] = fmaxf(u[mt][j][2 * hf], u[mt][j][2 * hf + 1]);
+#pragma unroll
+        for (int w = 1; w < kSN; w *= 2)
+#pragma unroll
+          for (int j = 0; j + w < kSN; j += 2 * w) mx[j] = fmaxf(mx[j], mx[j + w]);
+        float m = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        m_tile[mt][hf] = m * st.qs[mt][hf];   // qs > 0: -inf stays -inf
+        raise |= m_tile[mt][hf] > st.r[mt][hf] || st.l[mt][hf] > kLRescale;
       }
+    if (__any_sync(0xffffffffu, raise)) raise_reference(st, m_tile);
 
-    // P̂ = round(kPScale · 2^(L - m_tile)), packed straight into A fragments of P·V.
+    // P̂ = round(kPScale · 2^(L - R)), packed straight into the A fragments of P·V.
     unsigned pf[kMT][kPVSteps][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
-#if QATTN_INT8_EXACT_L
-      float rsum[2] = {0.f, 0.f};
-#else
-      unsigned rsum[2] = {0u, 0u};
-#endif
+      float pbias[2], rbias[2];
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {   // R = -inf only while every key so far is masked (u = -inf)
+        rbias[hf] = st.r[mt][hf] == int8::neg_inf() ? 0.f : -st.r[mt][hf];
+        pbias[hf] = kLog2PScale + rbias[hf];
+      }
 #pragma unroll
       for (int ps = 0; ps < kPVSteps; ++ps) {
-        unsigned q[4][4];
+#if QATTN_INT8_EX2_F16
+        // Exponent L - R <= 0 in fp32, 2^x and the rounding in fp16 pairs: half the MUFU work.
+        float x[4][4];
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) x[jj][e] = fmaf(u[mt][4 * ps + jj][e], st.qs[mt][e >> 1], rbias[e >> 1]);
+        pf[mt][ps][0] = int8::pack_even_bytes(int8::exp2_to_bytes_f16x2(x[0][0], x[0][1]),
+                                              int8::exp2_to_bytes_f16x2(x[1][0], x[1][1]));
+        pf[mt][ps][1] = int8::pack_even_bytes(int8::exp2_to_bytes_f16x2(x[0][2], x[0][3]),
+                                              int8::exp2_to_bytes_f16x2(x[1][2], x[1][3]));
+        pf[mt][ps][2] = int8::pack_even_bytes(int8::exp2_to_bytes_f16x2(x[2][0], x[2][1]),
+                                              int8::exp2_to_bytes_f16x2(x[3][0], x[3][1]));
+        pf[mt][ps][3] = int8::pack_even_bytes(int8::exp2_to_bytes_f16x2(x[2][2], x[2][3]),
+                                              int8::exp2_to_bytes_f16x2(x[3][2], x[3][3]));
+#else
+        float y[4][4];
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int hf = e >> 1;
-            const float y = int8::ex2(fmaf(u[mt][4 * ps + jj][e], st.qs[mt][hf], pbias[mt][hf]));
-            q[jj][e] = __float_as_uint(y + int8::kMagic);   // round to nearest, integer in byte 0
+            y[jj][e] = int8::ex2(fmaf(u[mt][4 * ps + jj][e], st.qs[mt][hf], pbias[hf]));
 #if QATTN_INT8_EXACT_L
-            rsum[hf] += y;
+            st.l_exact[mt][hf] += y[jj][e];
 #endif
           }
-        pf[mt][ps][0] = int8::pack_low_bytes(q[0][0], q[0][1], q[1][0], q[1][1]);
-        pf[mt][ps][1] = int8::pack_low_bytes(q[0][2], q[0][3], q[1][2], q[1][3]);
-        pf[mt][ps][2] = int8::pack_low_bytes(q[2][0], q[2][1], q[3][0], q[3][1]);
-        pf[mt][ps][3] = int8::pack_low_bytes(q[2][2], q[2][3], q[3][2], q[3][3]);
-#if !QATTN_INT8_EXACT_L
-        rsum[0] = int8::byte_sum(pf[mt][ps][0], int8::byte_sum(pf[mt][ps][2], rsum[0]));
-        rsum[1] = int8::byte_sum(pf[mt][ps][1], int8::byte_sum(pf[mt][ps][3], rsum[1]));
+        // A fragment: reg0 = row g, keys 4t4..+3 = (j0 e0, j0 e1, j1 e0, j1 e1); reg1 = row g + 8;
+        // reg2 / reg3 = the same for blocks j2, j3 (keys 16 + 4t4..+3).
+        pf[mt][ps][0] = int8::pack_even_bytes(int8::round_to_bytes_f16x2(y[0][0], y[0][1]),
+                                              int8::round_to_bytes_f16x2(y[1][0], y[1][1]));
+        pf[mt][ps][1] = int8::pack_even_bytes(int8::round_to_bytes_f16x2(y[0][2], y[0][3]),
+                                              int8::round_to_bytes_f16x2(y[1][2], y[1][3]));
+        pf[mt][ps][2] = int8::pack_even_bytes(int8::round_to_bytes_f16x2(y[2][0], y[2][1]),
+                                              int8::round_to_bytes_f16x2(y[3][0], y[3][1]));
+        pf[mt][ps][3] = int8::pack_even_bytes(int8::round_to_bytes_f16x2(y[2][2], y[2][3]),
+                                              int8::round_to_bytes_f16x2(y[3][2], y[3][3]));
 #endif
+        st.l[mt][0] = int8::byte_sum(pf[mt][ps][0], int8::byte_sum(pf[mt][ps][2], st.l[mt][0]));
+        st.l[mt][1] = int8::byte_sum(pf[mt][ps][1], int8::byte_sum(pf[mt][ps][3], st.l[mt][1]));
       }
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf)
-        st.l[mt][hf] = fmaf(st.l[mt][hf], alpha[mt][hf], beta[mt][hf] * static_cast<float>(rsum[hf]));
     }
 
-    // O = O·alpha + beta·(P̂·V̂), 16 output channels at a time so the int32 accumulators stay few.
-    float obias[kMT][2];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) obias[mt][hf] = -int8::kMagic * beta[mt][hf];
+    // O += P̂·V̂, accumulated by the mma itself.
     const unsigned vtile = stage + kKTileBytes;
 #pragma unroll
     for (int c = 0; c < D / 16; ++c) {
-      int acc[kMT][2][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[mt][n][e] = int8::kMagicBits;
 #pragma unroll
       for (int ps = 0; ps < kPVSteps; ++ps) {
         unsigned vb[4];
@@ -296,20 +348,10 @@ struct Kernel {
         int8::ldmatrix_x4(vb, vtile + row * BN + int8::swizzle<kNChunks>(row, chunk) * 16);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          int8::mma_u8s8(acc[mt][0], pf[mt][ps], vb[0], vb[1]);
-          int8::mma_u8s8(acc[mt][1], pf[mt][ps], vb[2], vb[3]);
+          int8::mma_u8s8(st.o[mt][2 * c], pf[mt][ps], vb[0], vb[1]);
+          int8::mma_u8s8(st.o[mt][2 * c + 1], pf[mt][ps], vb[2], vb[3]);
         }
       }
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int hf = e >> 1;
-            float& o = st.o[mt][2 * c + n][e];
-            o = fmaf(__int_as_float(acc[mt][n][e]), beta[mt][hf], fmaf(o, alpha[mt][hf], obias[mt][hf]));
-          }
     }
   }
 
@@ -325,7 +367,11 @@ struct Kernel {
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        float l = st.l[mt][hf];
+#if QATTN_INT8_EXACT_L
+        float l = st.l_exact[mt][hf];
+#else
+        float l = static_cast<float>(st.l[mt][hf]);
+#endif
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const int row = cx.row0 + 16 * mt + g + 8 * hf;
@@ -336,7 +382,7 @@ struct Kernel {
 #pragma unroll
         for (int n = 0; n < kON; ++n) {
           const int col = 8 * n + 2 * t4;
-          float v0 = st.o[mt][n][2 * hf] * inv, v1 = st.o[mt][n][2 * hf + 1] * inv;
+          float v0 = int8::i2f(st.o[mt][n][2 * hf]) * inv, v1 = int8::i2f(st.o[mt][n][2 * hf + 1]) * inv;
           if (V_GRAN == Gran::per_channel) {
             const float2 sc = *reinterpret_cast<const float2*>(vs + col);
             v0 *= sc.x;
@@ -352,7 +398,7 @@ struct Kernel {
         }
         if (p.lse && t4 == 0) {
           p.lse[(static_cast<long long>(b) * p.heads_q + h) * cx.q_len + row] =
-              seen ? (st.m[mt][hf] + int8::lg2(l / kPScale)) * kLn2 : int8::neg_inf();
+              seen ? (st.r[mt][hf] + int8::lg2(l / kPScale)) * kLn2 : int8::neg_inf();
         }
       }
   }
@@ -403,15 +449,18 @@ struct Kernel {
         if (row < p.q_len) qs = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0] * qmul;
         // A zero row (scale 0) must give a uniform softmax, not 0 · inf = NaN on masked keys.
         st.qs[mt][hf] = fmaxf(qs, 1e-30f);
-        st.m[mt][hf] = int8::neg_inf();
-        st.l[mt][hf] = 0.f;
+        st.r[mt][hf] = int8::neg_inf();
+        st.l[mt][hf] = 0u;
+#if QATTN_INT8_EXACT_L
+        st.l_exact[mt][hf] = 0.f;
+#endif
       }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int n = 0; n < kON; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) st.o[mt][n][e] = 0.f;
+        for (int e = 0; e < 4; ++e) st.o[mt][n][e] = 0;
 
     if (n_tiles > 0) {
       const unsigned sbase = int8::smem_u32(smem);

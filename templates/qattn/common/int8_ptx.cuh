@@ -10,8 +10,7 @@ namespace int8 {
 
 // Float bits of 1.5 * 2^23. Starting an int32 accumulator at these bits and adding |x| < 2^22 to it
 // leaves the float bits of exactly (12582912 + x): the accumulator is read as a float and the bias
-// is folded into the next fma, so no I2F is ever issued. The same constant rounds a float in [0, 255]
-// to the nearest integer, which then sits in the low byte of the bits.
+// is folded into the next fma, so no int-to-float conversion is ever issued.
 constexpr int kMagicBits = 0x4B400000;
 constexpr float kMagic = 12582912.0f;
 
@@ -86,11 +85,38 @@ __device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned sel) {
   return d;
 }
 
-// Packs the low bytes of four words, a in byte 0 .. d in byte 3.
-__device__ __forceinline__ unsigned pack_low_bytes(unsigned a, unsigned b, unsigned c, unsigned d) {
-  const unsigned ab = prmt(a, b, 0x0040u);   // byte0 = a.0, byte1 = b.0
-  const unsigned cd = prmt(c, d, 0x4000u);   // byte2 = c.0, byte3 = d.0
-  return prmt(ab, cd, 0x7610u);
+// round(y) for y in [0, 255], two at a time: fp16 1024 + y has a spacing of exactly 1, so after the
+// add the integer sits in the low byte of each half (bits 0x6400 + round(y)).
+__device__ __forceinline__ unsigned round_to_bytes_f16x2(float lo, float hi) {
+  unsigned h, d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(h) : "f"(hi), "f"(lo));
+  asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(h), "r"(0x64006400u));
+  return d;
+}
+
+// round(254.5 · 2^x) for x <= 0, two at a time, in fp16: 2^x in [0, 1] keeps 11 significant bits,
+// and 1024 + 254.5 · 2^x lands on the integer grid of fp16 as in round_to_bytes_f16x2.
+__device__ __forceinline__ unsigned exp2_to_bytes_f16x2(float lo, float hi) {
+  unsigned h, e, d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(h) : "f"(hi), "f"(lo));
+  asm("ex2.approx.f16x2 %0, %1;\n" : "=r"(e) : "r"(h));
+  asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(e), "r"(0x5BF45BF4u), "r"(0x64006400u));
+  return d;
+}
+
+// Packs byte 0 and byte 2 of two words (two round_to_bytes_f16x2 results) into one word.
+__device__ __forceinline__ unsigned pack_even_bytes(unsigned a, unsigned b) { return prmt(a, b, 0x6420u); }
+
+__device__ __forceinline__ float i2f(int x) {
+  float y;
+  asm("cvt.rn.f32.s32 %0, %1;\n" : "=f"(y) : "r"(x));
+  return y;
+}
+
+__device__ __forceinline__ int f2i_rn(float x) {
+  int y;
+  asm("cvt.rni.s32.f32 %0, %1;\n" : "=r"(y) : "f"(x));
+  return y;
 }
 
 // Sum of the four unsigned bytes of x, added to acc.

@@ -20,6 +20,7 @@ struct FinalizeStats {
   static_assert(Smooth || G == Gran::per_tensor || G == Gran::per_channel,
                 "finalize without smoothing only serves per_tensor or per_channel scales");
   static constexpr int kThreads = D;
+  static constexpr bool kNeedsAmax = G == Gran::per_tensor || G == Gran::per_channel;
 
   static __device__ void run(const QuantParams& p) {
     __shared__ float red[kThreads / 32];
@@ -28,10 +29,13 @@ struct FinalizeStats {
     const float* st = stats_base(p) + stats_index(p, b, h, 0, D);
     const float inf = __int_as_float(0x7f800000);
     float sum = 0.f, hi = -inf, lo = inf;
+    // ChannelStats wrote max and min only when this granularity needs an abs-max (kNeedsAmax).
     for (int i = 0; i < splits; ++i, st += 3 * D) {
       sum += st[c];
-      hi = fmaxf(hi, st[D + c]);
-      lo = fminf(lo, st[2 * D + c]);
+      if (kNeedsAmax) {
+        hi = fmaxf(hi, st[D + c]);
+        lo = fminf(lo, st[2 * D + c]);
+      }
     }
     const float mean = p.seq_len > 0 ? sum / static_cast<float>(p.seq_len) : 0.f;
     if (Smooth) p.mean[(static_cast<long long>(b) * p.heads + h) * D + c] = mean;

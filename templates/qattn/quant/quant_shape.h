@@ -26,7 +26,8 @@
 //       seq_len tokens of (b, h) (for K it cancels in softmax; for V add it back to O).
 //   Scratch (QuantParams::amax_scratch, scratch_floats fp32, never read back by the caller):
 //       [0] per_tensor abs-max (zeroed before the launch whose zero_scratch_floats says so);
-//       [kStatsOffset ...] per-chunk channel sum/max/min [batch][heads][stats_splits(seq_len)][3][d].
+//       [kStatsOffset ...] per-chunk channel sum/max/min [batch][heads][stats_splits(seq_len)][3][d]
+//       (max/min only written when the granularity needs them).
 // Alignment: x.ptr and y.ptr 16-byte aligned, x.sc = 1, x strides multiples of 8; rows: y strides
 // multiples of 8; transposed: y.sb, y.sh, y.sc multiples of 16, y.sc >= seq_pad. mean 16-byte aligned.
 #pragma once
@@ -155,7 +156,9 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
 
   QuantPlan plan;
   if (needs_stats) {
-    plan.launches.push_back({"qattn::quant::ChannelStats<" + in + ", " + d + ">", "channel_stats",
+    const bool min_max = per_tensor || r.gran == Gran::per_channel;   // an abs-max over whole heads
+    plan.launches.push_back({"qattn::quant::ChannelStats<" + in + ", " + d + ", " + (min_max ? "true" : "false") + ">",
+                             "channel_stats",
                              {splits, heads, batch}, static_cast<unsigned>(kThreads), 0, 0});
     plan.launches.push_back({"qattn::quant::FinalizeStats<" + d + ", " + gran_id(r.gran) + ", " + sm + ">",
                              "finalize_stats", {heads, batch, 1}, static_cast<unsigned>(r.d), 0,

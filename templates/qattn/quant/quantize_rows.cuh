@@ -35,7 +35,10 @@ struct QuantizeRows {
 
   static __device__ void run(const QuantParams& p) {
     __shared__ float red[kThreads / 32];
-    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    // Blocks run in reverse: after a statistics pass, its last chunks (the highest heads and tokens)
+    // are still in L2, so the first tiles quantized here read them from there instead of DRAM.
+    const int tile = gridDim.x - 1 - blockIdx.x;
+    const int h = gridDim.y - 1 - blockIdx.y, b = gridDim.z - 1 - blockIdx.z;
     const int vec = threadIdx.x % kVecPerRow, c0 = vec * kVecElems;
     const int s_first = tile * kTileTokens + static_cast<int>(threadIdx.x) / kVecPerRow;
 

@@ -37,7 +37,10 @@ struct QuantizeTransposed {
 
   static __device__ void run(const QuantParams& p) {
     __shared__ uint4 tile_t[D][kChunksPerRow];
-    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    // Blocks run in reverse: after a statistics pass, its last chunks (the highest heads and tokens)
+    // are still in L2, so the first tiles quantized here read them from there instead of DRAM.
+    const int tile = gridDim.x - 1 - blockIdx.x;
+    const int h = gridDim.y - 1 - blockIdx.y, b = gridDim.z - 1 - blockIdx.z;
     const int vec = threadIdx.x % kVecPerRow, c0 = vec * kVecElems;
     const int quad0 = threadIdx.x / kVecPerRow;
     const int s_tile = tile * kTileTokens;

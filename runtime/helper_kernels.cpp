@@ -1,0 +1,66 @@
+#include "runtime/helper_kernels.hpp"
+
+namespace qattn::rt {
+namespace {
+
+const char* kLseHeader = "qattn/attention/lse_correction.cuh";
+
+// qattn_quant_<in>_i8<gran>[_smooth][_vt]_d<d>__<pass>: the quantization family of the name grammar.
+std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLaunch& l) {
+  const std::string g = r.gran == Gran::per_token   ? "tok"
+                        : r.gran == Gran::per_block ? "blk" + std::to_string(r.group)
+                        : r.gran == Gran::per_tensor ? "ten"
+                                                     : "chn";
+  return std::string("qattn_quant_") + (r.in == Fmt::bf16 ? "bf16" : "f16") + "_i8" + g + (r.smooth ? "_smooth" : "") +
+         (r.transpose ? "_vt" : "") + "_d" + std::to_string(r.d) + "__" + l.tag;
+}
+
+}  // namespace
+
+std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p) {
+  const int d = spec.head_dim;
+  const int group = spec.qk.gran == Gran::per_block ? 64 : 0;
+  const int kv_pad = (p.kv_len + kVPadTokens - 1) / kVPadTokens * kVPadTokens;
+  std::array<QuantSlot, 3> slots;
+  slots[0].request = {spec.out, spec.qk.gran, group, false, false, d};
+  slots[0].problem = {p.batch, p.heads_q, p.q_len, p.q_len};
+  slots[1].request = {spec.out, spec.qk.gran, group, (spec.smooth & kSmoothK) != 0, false, d};
+  slots[1].problem = {p.batch, p.heads_kv, p.kv_len, p.kv_len};
+  slots[2].request = {spec.out, spec.pv.gran, 0, false, true, d};
+  slots[2].problem = {p.batch, p.heads_kv, p.kv_len, kv_pad};
+  for (QuantSlot& s : slots) s.plan = quant::plan_quant(s.request, s.problem);
+  return slots;
+}
+
+Source quant_source(const quant::QuantRequest& r, const quant::QuantLaunch& l, Arch arch) {
+  return render_helper(quant_kernel_name(r, l), "qattn/quant/quant.cuh", l.pass, "qattn::QuantParams", l.block, arch);
+}
+
+Source row_dot_source(const Spec& spec) {
+  const bool bf16 = spec.out == Fmt::bf16;
+  const std::string d = std::to_string(spec.head_dim);
+  return render_helper(std::string("qattn_lsefix_") + (bf16 ? "bf16" : "f16") + "_d" + d + "__rowdot", kLseHeader,
+                       std::string("qattn::lse_correction::RowDot<") + (bf16 ? "qattn::Fmt::bf16" : "qattn::Fmt::fp16") +
+                           ", " + d + ">",
+                       "qattn::LseCorrectionParams", 128, spec.arch);
+}
+
+Source add_scaled_source(Arch arch) {
+  return render_helper("qattn_lsefix__addscaled", kLseHeader, "qattn::lse_correction::AddScaled",
+                       "qattn::LseCorrectionParams", 256, arch);
+}
+
+std::vector<Source> helper_sources(const Spec& spec) {
+  std::vector<Source> out;
+  if (!spec.quantized()) return out;
+  const Problem nominal{1, spec.gqa, 1, 128, 128};
+  for (const QuantSlot& s : quant_slots(spec, nominal))
+    for (const quant::QuantLaunch& l : s.plan.launches) out.push_back(quant_source(s.request, l, spec.arch));
+  if (spec.smooth & kSmoothK) {
+    out.push_back(row_dot_source(spec));
+    out.push_back(add_scaled_source(spec.arch));
+  }
+  return out;
+}
+
+}  // namespace qattn::rt

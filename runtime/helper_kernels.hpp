@@ -1,0 +1,35 @@
+// The helper kernels around a quantized attention kernel: the quantization passes of Q, K and V (their
+// plans come from templates/qattn/quant/quant_shape.h) and the LSE correction after K smoothing.
+#pragma once
+#include <array>
+#include <vector>
+
+#include "qattn/problem.hpp"
+#include "qattn/quant/quant_shape.h"
+#include "qattn/render.hpp"
+#include "qattn/spec.hpp"
+
+namespace qattn::rt {
+
+// One quantized operand: the request for the quantizer, its plan, and where its outputs live in the
+// workspace (byte offsets, filled in by the caller).
+struct QuantSlot {
+  quant::QuantRequest request;
+  quant::QuantProblem problem;
+  quant::QuantPlan plan;
+  size_t codes = 0, scales = 0, mean = 0;
+  TensorRef y{};
+};
+
+// Q and K as int8 rows [b, h, s, d] (per_block: groups of 64 tokens; K smoothed when the spec says so);
+// V as int8 V^T per head, padded to kVPadTokens.
+std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem);
+
+Source quant_source(const quant::QuantRequest& request, const quant::QuantLaunch& launch, Arch arch);
+Source row_dot_source(const Spec& spec);   // q · mean_k per row (K smoothing)
+Source add_scaled_source(Arch arch);       // lse += softmax_scale * dot
+
+// Every helper kernel attention() launches for `spec` (arch set): for compile-only cache warm-up and tests.
+std::vector<Source> helper_sources(const Spec& spec);
+
+}  // namespace qattn::rt

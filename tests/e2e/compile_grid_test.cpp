@@ -1,0 +1,85 @@
+// NVRTC compile of every default-grid point (default tiling) for sm_80, sm_89 and sm_90a — no GPU.
+// QATTN_TEST_LEVEL=2 (the full sweep) compiles every candidate tiling of every point instead.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "qattn/kernel_name.hpp"
+#include "qattn/runtime.hpp"
+#include "qattn/search_space.hpp"
+
+namespace qattn {
+namespace {
+
+int test_level() {
+  const char* s = std::getenv("QATTN_TEST_LEVEL");
+  return s ? std::atoi(s) : 1;
+}
+
+class CompileGrid : public ::testing::TestWithParam<Arch> {};
+
+TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
+  RuntimeOptions o;
+  o.use_cache = false;
+  Runtime rt(o);
+  std::vector<std::pair<Spec, Tiling>> points;
+  for (const Spec& s : default_grid(GetParam())) {
+    if (test_level() >= 2)
+      for (const Tiling& t : candidate_tilings(s, default_limits(s.arch))) points.emplace_back(s, t);
+    else
+      points.emplace_back(s, default_tiling(s, default_limits(s.arch)));
+  }
+  // A bounded pool: each NVRTC instance takes a core and a few hundred MB.
+  std::vector<CompiledKernel> done(points.size());
+  std::vector<std::string> errors(points.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned w = 0; w < std::max(1u, std::thread::hardware_concurrency()); ++w)
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < points.size(); i = next++) {
+        try {
+          done[i] = rt.compile(points[i].first, points[i].second);
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      }
+    });
+  for (auto& t : pool) t.join();
+  for (size_t i = 0; i < points.size(); ++i) {
+    const std::string name = kernel_name(points[i].first, points[i].second);
+    {
+      EXPECT_EQ(errors[i], "") << name;
+      const CompiledKernel& k = done[i];
+      EXPECT_FALSE(k.cubin.empty()) << name;
+      EXPECT_GT(k.registers, 0) << name;
+      EXPECT_LE(k.registers, 255) << name;
+      EXPECT_GE(k.spill_bytes, 0) << name;
+      if (k.spill_bytes > 0) std::printf("[ spills  ] %s: %d bytes\n", name.c_str(), k.spill_bytes);
+    }
+  }
+  std::printf("[ compiled ] %zu kernels for %s\n", points.size(), to_string(GetParam()));
+}
+
+TEST_P(CompileGrid, EveryHelperKernelOfTheGridCompiles) {
+  RuntimeOptions o;
+  o.use_cache = false;
+  Runtime rt(o);
+  std::set<std::string> names;
+  for (const Spec& s : default_grid(GetParam()))
+    for (const CompiledKernel& k : rt.compile_helpers(s)) {
+      EXPECT_FALSE(k.cubin.empty()) << k.kernel_name;
+      EXPECT_EQ(k.spill_bytes, 0) << k.kernel_name;
+      names.insert(k.kernel_name);
+    }
+  EXPECT_GE(names.size(), 8u) << "quantization passes for Q/K/V rows, V^T, statistics and the LSE fix";
+  std::printf("[ compiled ] %zu helper kernels for %s\n", names.size(), to_string(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, CompileGrid, ::testing::Values(Arch::sm_80, Arch::sm_89, Arch::sm_90a),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+}  // namespace
+}  // namespace qattn
