@@ -24,7 +24,7 @@ class Prepared final : public PreparedAttention {
   std::shared_ptr<LoadedKernel> kernel_;
   Problem problem_;
   AttentionParams params{};
-  rt::DeviceBuffer workspace;
+  rt::DeviceBuffer workspace;   // owned (prepare()); empty when attention() lends the runtime's own
   // K smoothing shifts the kernel's LSE by softmax_scale * q·mean_k; run() adds it back when asked.
   LseCorrectionParams lse_fix{};
   std::shared_ptr<rt::Kernel> lse_add;
@@ -53,6 +53,13 @@ std::unique_ptr<PreparedAttention> Runtime::prepare(const AttentionCall& call, v
 }
 
 std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& call, const Tiling& tiling, void* stream) {
+  return prepare_in(call, tiling, stream, nullptr);
+}
+
+// `lent`: the runtime's per-stream workspace (attention()), grown as needed; null: the prepared call
+// owns a workspace of its own (prepare()), so that it can outlive later calls on the stream.
+std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call, const Tiling& tiling, void* stream,
+                                                       rt::DeviceBuffer* lent) {
   const Spec spec = resolve(call.spec);
   validate_call(call, spec);
   const Problem& p = call.problem;
@@ -90,8 +97,14 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& ca
   const bool smooth_k = slots[1].request.smooth;
   const size_t dot = bytes;
   if (smooth_k) bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(p.batch) * p.heads_q * p.q_len);
-  out->workspace = rt::DeviceBuffer(bytes, impl_->options.device);
-  char* base = out->workspace.as<char>();
+  char* base = nullptr;
+  if (lent) {
+    if (lent->size() < bytes) *lent = rt::DeviceBuffer(bytes, impl_->options.device);
+    base = lent->as<char>();
+  } else {
+    out->workspace = rt::DeviceBuffer(bytes, impl_->options.device);
+    base = out->workspace.as<char>();
+  }
   const TensorView inputs[3] = {call.q, call.k, call.v};
   const CUstream cu_stream = static_cast<CUstream>(stream);
   for (int i = 0; i < 3; ++i) {
@@ -162,9 +175,15 @@ void Runtime::run(const PreparedAttention& prepared_in, TensorView o, float soft
 }
 
 void Runtime::attention(const AttentionCall& call, void* stream) {
-  const auto prepared = prepare(call, stream);
+  const Spec spec = resolve(call.spec);
+  validate_call(call, spec);
+  const Tiling tiling = kernel(spec, call.problem).tiling();
+  // Work on one stream is ordered, so one workspace per stream serves every call on it without a sync;
+  // a stream gets a new (larger) one only when a call needs more.
+  std::lock_guard<std::mutex> lock(impl_->workspace_mutex);
+  rt::DeviceBuffer& ws = impl_->workspaces[stream];
+  const auto prepared = prepare_in(call, tiling, stream, &ws);
   run(*prepared, call.o, call.softmax_scale, call.lse, stream);
-  // The workspace is freed with `prepared`: cuMemFree synchronizes, so the kernels above have finished.
 }
 
 }  // namespace qattn

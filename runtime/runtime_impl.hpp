@@ -11,6 +11,7 @@
 #include "qattn/validate.hpp"
 #include "runtime/binary_provider.hpp"
 #include "runtime/device.hpp"
+#include "runtime/device_buffer.hpp"
 #include "runtime/module.hpp"
 
 namespace qattn {
@@ -61,6 +62,8 @@ struct Runtime::Impl {
   std::map<std::string, std::shared_ptr<LoadedKernel>> by_name;
   std::map<std::string, std::pair<rt::Module, std::shared_ptr<rt::Kernel>>> sources;   // quant passes
   RuntimeCounters counters;
+  std::mutex workspace_mutex;
+  std::map<void*, rt::DeviceBuffer> workspaces;   // attention()'s workspace per stream
   std::optional<rt::DeviceInfo> device_info;
 };
 

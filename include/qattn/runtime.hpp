@@ -16,6 +16,9 @@
 #include "qattn/tuner.hpp"
 
 namespace qattn {
+namespace rt {
+class DeviceBuffer;
+}
 
 struct RuntimeOptions {
   std::string cache_path;    // SQLite file; empty: $QATTN_CACHE_DIR/qattn.db or ~/.cache/qattn/qattn.db
@@ -136,6 +139,8 @@ class Runtime {
   struct Impl;
 
  private:
+  std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Tiling& tiling, void* stream,
+                                                rt::DeviceBuffer* lent);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -14,8 +14,10 @@ size_t head_index(const Shape& sh, int b, int h) { return static_cast<size_t>(b)
 void check_config(const QuantConfig& c) {
   if (c.gran != Gran::per_tensor && c.gran != Gran::per_block && c.gran != Gran::per_token &&
       c.gran != Gran::per_channel)
-    throw std::invalid_argument("quantize_reference: granularity must be per_tensor, per_block, per_token or per_channel");
-  if (c.gran == Gran::per_block && c.group < 1) throw std::invalid_argument("quantize_reference: per_block needs group >= 1");
+    throw std::invalid_argument(
+        "quantize_reference: granularity must be per_tensor, per_block, per_token or per_channel");
+  if (c.gran == Gran::per_block && c.group < 1)
+    throw std::invalid_argument("quantize_reference: per_block needs group >= 1");
   if (!(c.qmax >= 1)) throw std::invalid_argument("quantize_reference: qmax must be >= 1");
 }
 

@@ -39,7 +39,8 @@ TEST(Metrics, OppositeAndIdenticalVectors) {
 
 TEST(Metrics, NonFiniteResultsAreCountedAndPoisonTheMetrics) {
   const std::vector<double> ref = {1, 2, 3};
-  const std::vector<double> got = {1, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()};
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> got = {1, nan, inf};
   const ErrorMetrics m = compare(ref, got);
   EXPECT_EQ(m.nonfinite, 2);
   EXPECT_TRUE(std::isnan(m.cosine));

@@ -56,7 +56,8 @@ TEST(QuantShape, SmoothedPerBlockReadsTwice) {
   EXPECT_EQ(plan.launches[1].pass, "qattn::quant::FinalizeStats<64, qattn::Gran::per_block, true>");
   expect_grid(plan.launches[1], 4, 1, 1);
   EXPECT_EQ(plan.launches[1].block, 64u);
-  EXPECT_EQ(plan.launches[2].pass, "qattn::quant::QuantizeRows<qattn::Fmt::bf16, 64, qattn::Gran::per_block, 64, true>");
+  EXPECT_EQ(plan.launches[2].pass,
+            "qattn::quant::QuantizeRows<qattn::Fmt::bf16, 64, qattn::Gran::per_block, 64, true>");
   expect_grid(plan.launches[2], 1536 / 64, 4, 1);   // the padded rows get their zero codes too
   for (const QuantLaunch& l : plan.launches) EXPECT_EQ(l.zero_scratch_floats, 0) << l.pass;
   EXPECT_EQ(plan.scratch_floats, kStatsOffset + 3LL * 64 * 3 * 4);

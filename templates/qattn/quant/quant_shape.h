@@ -3,7 +3,17 @@
 // plan_quant(request, problem) lists the kernels to launch, in order. Each is rendered as
 //   extern "C" __global__ void __launch_bounds__(block) NAME(const qattn::QuantParams p) { PASS::run(p); }
 // with PASS = QuantLaunch::pass, in a TU that does #include "qattn/quant/quant.cuh". All of them take
-// the same QuantParams. No pass uses dynamic shared memory.
+// the same QuantParams. No pass uses dynamic shared memory. Launch them in order on one stream.
+//
+// Pass lists (x is read once by single-pass plans, twice otherwise):
+//   per_token | per_block              QuantizeRows
+//   per_token | per_block, smooth      ChannelStats<in, d, false>, FinalizeStats, QuantizeRows
+//   per_tensor                         TensorAmax (zero amax_scratch[0] first), Quantize{Rows|Transposed}
+//   per_tensor, smooth                 ChannelStats<in, d, true>, FinalizeStats (zero [0] first), Quantize*
+//   per_channel (rows or V^T)          ChannelStats<in, d, true>, FinalizeStats, Quantize{Rows|Transposed}
+// Grids x blocks: ChannelStats, TensorAmax (stats_splits(seq_len), heads, batch) x 256;
+//   FinalizeStats (heads, batch, 1) x d; QuantizeRows (ceil(seq_pad / tile), heads, batch) x 256 with
+//   tile = G for per_block, else kRowTileTokens; QuantizeTransposed (seq_pad / 128, heads, batch) x 256.
 //
 // Semantics: symmetric, scale = amax / qmax (fp32), code = clamp(round_half_even(x' / scale), -qmax, qmax)
 // with x' = x - mean_c when smoothing, else x; amax = max |x'| over the scale group. An all-zero group

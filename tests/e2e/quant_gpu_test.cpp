@@ -1,0 +1,126 @@
+// The quantization kernels on the GPU against the float64 quantizer, code for code: every granularity,
+// smoothing on and off, Q/K rows and transposed V, fp16 and bf16, both input layouts, odd lengths.
+// Outputs are poisoned first (-128 codes, NaN scales), so anything unwritten fails.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "qattn/quant/quant_shape.h"
+#include "runtime/device.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/helper_kernels.hpp"
+#include "runtime/module.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+#include "tests/common/gpu_test.hpp"
+#include "tests/common/quant_reference.hpp"
+#include "tests/common/random_data.hpp"
+
+namespace qattn {
+namespace {
+
+using test::HostTensor;
+using test::Layout;
+
+struct Request {
+  Gran gran;
+  int group;
+  bool smooth, transpose;
+};
+
+const Request kRequests[] = {
+    {Gran::per_token, 0, false, false}, {Gran::per_token, 0, true, false},   {Gran::per_block, 64, true, false},
+    {Gran::per_block, 128, false, false}, {Gran::per_tensor, 0, false, false}, {Gran::per_tensor, 0, true, false},
+    {Gran::per_channel, 0, false, true},  {Gran::per_tensor, 0, false, true},
+};
+
+class QuantVsReference : public test::GpuTest {
+ protected:
+  // Compiles (once per kernel name) and loads a pass for the device under test.
+  const rt::Kernel& pass(const Source& src) {
+    auto it = kernels_.find(src.kernel_name);
+    if (it != kernels_.end()) return it->second.second;
+    rt::CompileRequest req;
+    req.source = src.text;
+    req.program_name = src.kernel_name + ".cu";
+    req.arch = rt::arch_for(rt::query_device(kDevice));
+    const rt::CompileResult r = rt::compile(req);
+    EXPECT_TRUE(r.ok) << r.log;
+    rt::Module m = rt::Module::load(r.cubin, kDevice);
+    rt::Kernel k = m.kernel(src.kernel_name);
+    return kernels_.emplace(src.kernel_name, std::make_pair(std::move(m), std::move(k))).first->second.second;
+  }
+  std::map<std::string, std::pair<rt::Module, rt::Kernel>> kernels_;
+};
+
+TEST_F(QuantVsReference, EveryGranularitySmoothingAndLayout) {
+  const Arch arch = parse_arch(rt::arch_for(rt::query_device(kDevice)));
+  int cases = 0;
+  for (Fmt fmt : {Fmt::fp16, Fmt::bf16})
+    for (const Request& rq : kRequests)
+      for (int seq : {1, 17, 63, 65, 1000, 4097})
+        for (Layout layout : {Layout::bshd, Layout::bhsd}) {
+          const int batch = 2, heads = 3, d = seq == 4097 ? 64 : 128;
+          const std::uint64_t seed = test::fresh_seed();
+          SCOPED_TRACE(std::string(to_string(fmt)) + " " + to_string(rq.gran) + " group=" + std::to_string(rq.group) +
+                       (rq.smooth ? " smooth" : "") + (rq.transpose ? " V^T" : "") + " seq=" + std::to_string(seq) +
+                       " " + test::to_string(layout) + " " + test::seed_note(seed));
+          HostTensor x = test::random_tensor({batch, heads, seq, d}, layout, test::k_like(), seed);
+          test::round_to(x, fmt);
+          const quant::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
+          const int pad = rq.transpose ? (seq + kVPadTokens - 1) / kVPadTokens * kVPadTokens : seq;
+          const quant::QuantProblem prob{batch, heads, seq, pad};
+          const quant::QuantPlan plan = quant::plan_quant(req, prob);
+
+          rt::DeviceBuffer dx = rt::DeviceBuffer::from(test::encode(x, fmt));
+          const long long rows = static_cast<long long>(batch) * heads;
+          std::vector<std::int8_t> poison(static_cast<size_t>(rows * pad * d));
+          test::fill_poison(poison);
+          rt::DeviceBuffer dy = rt::DeviceBuffer::from(poison);
+          std::vector<float> nan_scales(static_cast<size_t>(plan.scale_floats));
+          test::fill_nan(nan_scales);
+          rt::DeviceBuffer ds = rt::DeviceBuffer::from(nan_scales);
+          rt::DeviceBuffer dmean(sizeof(float) * std::max<long long>(1, plan.mean_floats));
+          rt::DeviceBuffer dscratch(sizeof(float) * std::max<long long>(1, plan.scratch_floats));
+
+          QuantParams qp{};
+          qp.x = TensorRef{dx.as<void>(), x.strides.sb, x.strides.sh, x.strides.ss, 1};
+          qp.y = rq.transpose ? TensorRef{dy.as<void>(), heads * d * pad, d * pad, 1, pad}
+                              : TensorRef{dy.as<void>(), heads * pad * d, pad * d, d, 1};
+          qp.scale = quant::dense_scale_ref(req, prob, ds.as<float>());
+          qp.mean = plan.mean_floats ? dmean.as<float>() : nullptr;
+          qp.amax_scratch = plan.scratch_floats ? dscratch.as<float>() : nullptr;
+          qp.batch = batch;
+          qp.heads = heads;
+          qp.seq_len = seq;
+          qp.seq_pad = pad;
+          qp.d = d;
+          qp.qmax = 127.f;
+          ASSERT_EQ(quant::quant_params_error(req, qp), "");
+          for (const quant::QuantLaunch& l : plan.launches) {
+            if (l.zero_scratch_floats) rt::fill_bytes(dscratch.ptr(), 0, sizeof(float) * l.zero_scratch_floats);
+            pass(rt::quant_source(req, l, arch)).launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1},
+                                                        l.smem_bytes, nullptr, qp);
+          }
+          rt::synchronize_device(kDevice);
+          const std::vector<std::int8_t> codes = dy.to_vector<std::int8_t>();
+          const std::vector<float> scales = ds.to_vector<float>();
+          const std::vector<float> mean = dmean.to_vector<float>();
+          test::QuantizedView view;
+          view.codes = codes.data();
+          view.strides = test::Strides{qp.y.sb, qp.y.sh, qp.y.ss, qp.y.sc};
+          view.seq_pad = pad;
+          view.scales = scales.data();
+          view.scale_sb = qp.scale.sb;
+          view.scale_sh = qp.scale.sh;
+          view.mean = rq.smooth ? mean.data() : nullptr;
+          const test::QuantRef ref = test::quantize_reference(x, {rq.gran, rq.group, 127, rq.smooth});
+          const test::QuantCheck check = test::check_quantized(x, ref, view);
+          EXPECT_TRUE(check.ok()) << check.report();
+          ++cases;
+        }
+  std::printf("[ quant   ] %d cases checked code for code\n", cases);
+}
+
+}  // namespace
+}  // namespace qattn
