@@ -51,6 +51,15 @@ int Args::get_int(const std::string& key, int fallback, int lo, int hi) const {
   return static_cast<int>(v);
 }
 
+RuntimeOptions runtime_options(const Args& args) {
+  RuntimeOptions o;
+  o.cache_path = args.get("db");
+  o.use_cache = !args.has("no-cache");
+  o.tune = !args.has("no-tune");
+  o.device = args.get_int("device", 0, 0, 64);
+  return o;
+}
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
   {

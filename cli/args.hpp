@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "qattn/runtime.hpp"
+
 namespace qattn::cli {
 
 class Args {
@@ -22,6 +24,9 @@ class Args {
   std::set<std::string> flags_;
   std::vector<std::string> positional_;
 };
+
+// Runtime options from the common flags: --db F, --no-cache, --no-tune, --device N.
+RuntimeOptions runtime_options(const Args& args);
 
 // Writes `bytes` to `path` through a temporary file and a rename: a failure never leaves half a file.
 void write_file_atomically(const std::string& path, const std::string& bytes);

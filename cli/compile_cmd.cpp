@@ -17,13 +17,6 @@
 namespace qattn::cli {
 namespace {
 
-RuntimeOptions runtime_options(const Args& args) {
-  RuntimeOptions o;
-  o.cache_path = args.get("db");
-  o.use_cache = !args.has("no-cache");
-  return o;
-}
-
 std::vector<Arch> parse_archs(const std::string& list) {
   std::vector<Arch> archs;
   for (const std::string& a : text::split(list, ",")) archs.push_back(parse_arch(a));

@@ -11,15 +11,6 @@
 namespace qattn::cli {
 namespace {
 
-RuntimeOptions options_of(const Args& args) {
-  RuntimeOptions o;
-  o.cache_path = args.get("db");
-  o.use_cache = !args.has("no-cache");
-  o.tune = !args.has("no-tune");
-  o.device = args.get_int("device", 0, 0, 64);
-  return o;
-}
-
 const char* kShapeHelp = "<shape>, e.g. --shape b=1,hq=32,hkv=8,q=4096,kv=4096";
 
 }  // namespace
@@ -32,7 +23,7 @@ int run(int argc, char** argv) {
   require(validate(spec, problem));
   const std::string layout = args.get("layout", "bshd");
   if (layout != "bshd" && layout != "bhsd") throw_bad_input("--layout " + layout + " is unknown; accepted: bshd, bhsd");
-  Runtime runtime(options_of(args));
+  Runtime runtime(runtime_options(args));
   const Spec resolved = runtime.resolve(spec);
   const Kernel& k = runtime.kernel(resolved, problem);
   std::random_device rd;
@@ -54,7 +45,7 @@ int tune(int argc, char** argv) {
   const Problem problem = parse_problem(args.require("shape", kShapeHelp));
   require(validate(spec));
   require(validate(spec, problem));
-  Runtime runtime(options_of(args));
+  Runtime runtime(runtime_options(args));
   const TuningResult r = runtime.tune(spec, problem);
   const double flops = attention_flops(problem, spec.head_dim, spec.causal);
   std::printf("%-16s %-15s %10s %8s  %s\n", "tiling", "status", "us", "TOPS", "detail");

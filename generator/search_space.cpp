@@ -41,39 +41,24 @@ Tiling default_tiling(const Spec& spec, const DeviceLimits& limits) {
 
 std::vector<Spec> default_grid(Arch arch) {
   std::vector<Spec> grid;
+  auto add = [&](Operand qk, Operand pv, Fmt out, int d, bool causal, int smooth) {
+    Spec s;
+    s.qk = qk;
+    s.pv = pv;
+    s.out = out;
+    s.head_dim = d;
+    s.causal = causal;
+    s.smooth = smooth;
+    s.arch = arch;
+    grid.push_back(s);
+  };
   for (int d : {64, 128})
     for (bool causal : {false, true}) {
-      for (Fmt f : {Fmt::fp16, Fmt::bf16}) {
-        Spec s;
-        s.qk = {f, Gran::none};
-        s.pv = {f, Gran::none};
-        s.out = f;
-        s.head_dim = d;
-        s.causal = causal;
-        s.arch = arch;
-        grid.push_back(s);
-      }
+      for (Fmt f : {Fmt::fp16, Fmt::bf16}) add({f, Gran::none}, {f, Gran::none}, f, d, causal, kSmoothNone);
       for (Gran qg : {Gran::per_token, Gran::per_block, Gran::per_tensor})
-        for (Gran vg : {Gran::per_channel, Gran::per_tensor}) {
-          Spec s;
-          s.qk = {Fmt::int8, qg};
-          s.pv = {Fmt::int8, vg};
-          s.out = Fmt::fp16;
-          s.head_dim = d;
-          s.causal = causal;
-          s.smooth = kSmoothK;
-          s.arch = arch;
-          grid.push_back(s);
-        }
-      Spec bf;
-      bf.qk = {Fmt::int8, Gran::per_token};
-      bf.pv = {Fmt::int8, Gran::per_channel};
-      bf.out = Fmt::bf16;
-      bf.head_dim = d;
-      bf.causal = causal;
-      bf.smooth = kSmoothK;
-      bf.arch = arch;
-      grid.push_back(bf);
+        for (Gran vg : {Gran::per_channel, Gran::per_tensor})
+          add({Fmt::int8, qg}, {Fmt::int8, vg}, Fmt::fp16, d, causal, kSmoothK);
+      add({Fmt::int8, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, d, causal, kSmoothK);
     }
   return grid;
 }

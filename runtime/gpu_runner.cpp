@@ -16,6 +16,16 @@ struct DeviceInputs {
   std::vector<float> q, k, v;   // host values as rounded to the element type, [b, h, s, d]
   DeviceBuffer dq, dk, dv, dout;
   TensorView tq, tk, tv, to;
+  AttentionCall call(const Spec& spec, const Problem& p) const {
+    AttentionCall c;
+    c.spec = spec;
+    c.problem = p;
+    c.q = tq;
+    c.k = tk;
+    c.v = tv;
+    c.o = to;
+    return c;
+  }
 };
 
 namespace {
@@ -85,13 +95,7 @@ CheckResult check_against_reference(Runtime& runtime, const Spec& spec_in, const
   const Spec spec = runtime.resolve(spec_in);
   const int ordinal = runtime.options().device;
   DeviceInputs in = make_inputs(spec, p, seed, bhsd_layout, ordinal);
-  AttentionCall call;
-  call.spec = spec;
-  call.problem = p;
-  call.q = in.tq;
-  call.k = in.tk;
-  call.v = in.tv;
-  call.o = in.to;
+  const AttentionCall call = in.call(spec, p);
   Stream stream(ordinal);
   auto prepared = tiling ? runtime.prepare_with(call, *tiling, stream.get()) : runtime.prepare(call, stream.get());
   runtime.run(*prepared, call.o, 0.f, nullptr, stream.get());
@@ -157,16 +161,7 @@ std::vector<double> GpuCandidateRunner::time(const Spec& spec, const Tiling& til
   }
   Stream stream(ordinal);
   std::vector<std::unique_ptr<PreparedAttention>> prepared;
-  for (DeviceInputs& in : sets) {
-    AttentionCall call;
-    call.spec = spec;
-    call.problem = problem;
-    call.q = in.tq;
-    call.k = in.tk;
-    call.v = in.tv;
-    call.o = in.to;
-    prepared.push_back(rt_.self->prepare_with(call, tiling, stream.get()));
-  }
+  for (DeviceInputs& in : sets) prepared.push_back(rt_.self->prepare_with(in.call(spec, problem), tiling, stream.get()));
   const size_t n = sets.size();
   for (int i = 0; i < options.warmup; ++i)
     rt_.self->run(*prepared[i % n], sets[i % n].to, 0.f, nullptr, stream.get());
