@@ -42,20 +42,6 @@ QATTN_HOST_DEVICE constexpr int smem_bytes(int d, int bm, int bn, int stages, in
   return (bm * d + 2 * stages * bn * d) * elem_bytes;
 }
 
-// A tiling of the kernel (template arguments other than IO, D and CAUSAL).
-struct Tiling {
-  int bm, bn, warps, stages;
-};
-
-// Tuning candidates per head dim, fastest first on H100 SXM (fp16, B*N = 16k tokens, hidden 2048,
-// N = 1k..16k, causal and not; see the table in the report of dev/a1). All fit the 99 KiB of
-// sm_86 / sm_89 except where noted. Host-only: NVRTC never needs these lists.
-#if !defined(__CUDACC_RTC__)
-inline constexpr Tiling kTilingsD64[] = {{128, 128, 4, 1}, {128, 128, 4, 2}, {128, 64, 4, 1}, {64, 128, 4, 2}, {64, 64, 4, 2}};
-inline constexpr Tiling kTilingsD128[] = {{128, 64, 4, 1}, {128, 64, 4, 2}, {256, 64, 8, 2} /* 128 KiB */, {128, 32, 4, 2}, {64, 64, 4, 2}};
-inline constexpr Tiling kTilingsD256[] = {{64, 64, 4, 1}, {64, 32, 4, 2}};   // correct, not tuned
-#endif
-
 QATTN_HOST_DEVICE constexpr bool tiling_ok(int d, int bm, int bn, int warps, int stages) {
   if (d != 64 && d != 128 && d != 256) return false;
   if (warps != 1 && warps != 2 && warps != 4 && warps != 8) return false;
@@ -71,5 +57,19 @@ QATTN_HOST_DEVICE constexpr bool tiling_ok(int d, int bm, int bn, int warps, int
   if (bn % rows_per_pass != 0 || bm % rows_per_pass != 0) return false;
   return smem_bytes(d, bm, bn, stages, 2) <= kMaxSmemBytes;
 }
+
+// A tiling of the kernel (the template arguments other than IO, D and CAUSAL).
+struct Tiling {
+  int bm, bn, warps, stages;
+};
+
+// Tuning candidates per head dim, fastest first on H100 SXM (fp16, B*N = 16k tokens, hidden 2048,
+// N = 1k..16k, causal and not; numbers in dev/a1/README.md). All but the 8-warp one fit the 99 KiB
+// of sm_86 / sm_89. Host-only: NVRTC never needs these lists.
+#if !defined(__CUDACC_RTC__)
+inline constexpr Tiling kTilingsD64[] = {{128, 128, 4, 1}, {128, 128, 4, 2}, {128, 64, 4, 1}, {64, 64, 4, 2}, {64, 128, 4, 2}};
+inline constexpr Tiling kTilingsD128[] = {{128, 64, 4, 1}, {128, 64, 4, 2}, {256, 64, 8, 2} /* 128 KiB */, {128, 32, 4, 2}, {64, 64, 4, 2}};
+inline constexpr Tiling kTilingsD256[] = {{64, 64, 4, 1}, {64, 32, 4, 2}};   // correct, not tuned
+#endif
 
 }  // namespace qattn::prefill_fp16

@@ -21,9 +21,9 @@
 // (right when V is centred, which V smoothing guarantees). The kernel takes the exact sum when
 // p.v_mean is set and Σ P̂ otherwise; on outlier-heavy data this halves the error with smoothing.
 //
-// Schedule: the Q·K^T mma of tile t+1 is issued in the same basic block as the exponentials and the
-// P·V mma of tile t, so one warp keeps the tensor pipe and the FP/MUFU pipes busy at once
-// (needs 3+ stages: K of t+1 and V of t are resident together).
+// Schedule per tile: wait for the tile, one barrier, issue the load of tile t + STAGES - 1, then
+// Q·K^T, logits, softmax and P·V. (Issuing the Q·K^T of tile t+1 before the softmax of tile t was
+// measured: no faster on H100, and its second S tile costs the registers of a second row tile.)
 //
 // Overflow: |S| <= d · 128² < 2^22 (the bias trick); a thread's share of Σ P̂ is kept <= 2^21 by an
 // extra halving, so |O| <= 127 · 4 · (2^21 + 255 · bn / 4) < 2^31.
@@ -247,8 +247,10 @@ struct Kernel {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         u32 lq = st.l_q[mt][hf];
-        lq = max(lq, dev::shfl_xor(lq, 1));
-        lq = max(lq, dev::shfl_xor(lq, 2));
+        u32 other = dev::shfl_xor(lq, 1);
+        lq = lq > other ? lq : other;
+        other = dev::shfl_xor(lq, 2);
+        lq = lq > other ? lq : other;
         const float r_old = st.r[mt][hf], m = m_tile[mt][hf];
         int k = 0;
         float r_new = r_old;
@@ -287,31 +289,40 @@ struct Kernel {
       for (int hf = 0; hf < 2; ++hf)   // R = -inf only while every key so far is masked (u = -inf)
         pbias[hf] = st.r[mt][hf] == dev::neg_inf() ? 0.f : kLog2PScale - st.r[mt][hf];
 #pragma unroll
+      // The exact sums add the fp16 copies of y that the rounding makes anyway: one HADD2 per two
+      // probabilities (each fp16 lane sums bn / 8 values below 255: relative error <= ~1e-3).
+      u32 hsum[2] = {0u, 0u};
+#pragma unroll
       for (int ps = 0; ps < kPVSteps; ++ps) {
         float y[4][4];
-        float sum[2] = {0.f, 0.f};
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int hf = e >> 1;
-            y[jj][e] = dev::exp2_approx(fmaf(u[mt][4 * ps + jj][e], st.qs[mt][hf], pbias[hf]));
-            sum[hf] += y[jj][e];
-          }
-        st.l_x[mt][0] += sum[0];
-        st.l_x[mt][1] += sum[1];
-        // A fragment: reg0 = row g, keys 4t4..+3 = (j0 e0, j0 e1, j1 e0, j1 e1); reg1 = row g + 8;
+          for (int e = 0; e < 4; ++e)
+            y[jj][e] = dev::exp2_approx(fmaf(u[mt][4 * ps + jj][e], st.qs[mt][e >> 1], pbias[e >> 1]));
+        // h[jj][hf]: (y of row g + 8hf, key pair of block jj) in fp16; the A fragment wants
+        // reg0 = row g, keys 4t4..+3 = (j0 e0, j0 e1, j1 e0, j1 e1); reg1 = row g + 8;
         // reg2 / reg3 = the same for blocks j2, j3 (keys 16 + 4t4..+3).
-        pf[mt][ps][0] = int8::pack_even_bytes(int8::round_to_bytes_f16x2(y[0][0], y[0][1]),
-                                              int8::round_to_bytes_f16x2(y[1][0], y[1][1]));
-        pf[mt][ps][1] = int8::pack_even_bytes(int8::round_to_bytes_f16x2(y[0][2], y[0][3]),
-                                              int8::round_to_bytes_f16x2(y[1][2], y[1][3]));
-        pf[mt][ps][2] = int8::pack_even_bytes(int8::round_to_bytes_f16x2(y[2][0], y[2][1]),
-                                              int8::round_to_bytes_f16x2(y[3][0], y[3][1]));
-        pf[mt][ps][3] = int8::pack_even_bytes(int8::round_to_bytes_f16x2(y[2][2], y[2][3]),
-                                              int8::round_to_bytes_f16x2(y[3][2], y[3][3]));
+        u32 h[4][2];
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            h[jj][hf] = dev::pack_half2(y[jj][2 * hf], y[jj][2 * hf + 1]);
+            hsum[hf] = int8::hadd2(hsum[hf], h[jj][hf]);
+          }
+        pf[mt][ps][0] = int8::pack_even_bytes(int8::round_f16x2(h[0][0]), int8::round_f16x2(h[1][0]));
+        pf[mt][ps][1] = int8::pack_even_bytes(int8::round_f16x2(h[0][1]), int8::round_f16x2(h[1][1]));
+        pf[mt][ps][2] = int8::pack_even_bytes(int8::round_f16x2(h[2][0]), int8::round_f16x2(h[3][0]));
+        pf[mt][ps][3] = int8::pack_even_bytes(int8::round_f16x2(h[2][1]), int8::round_f16x2(h[3][1]));
         st.l_q[mt][0] = int8::byte_sum(pf[mt][ps][0], int8::byte_sum(pf[mt][ps][2], st.l_q[mt][0]));
         st.l_q[mt][1] = int8::byte_sum(pf[mt][ps][1], int8::byte_sum(pf[mt][ps][3], st.l_q[mt][1]));
+      }
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float lo, hi;
+        dev::unpack_half2(hsum[hf], lo, hi);
+        st.l_x[mt][hf] += lo + hi;
       }
     }
 #pragma unroll
@@ -332,20 +343,17 @@ struct Kernel {
     }
   }
 
-  // One KV tile: logits and R of tile t (S in s_cur), then, in one basic block, Q·K^T of tile t+1 into
-  // s_next and the softmax and P·V of tile t. On the last tile the Q·K^T reads a stale buffer and its
-  // result is dropped: cheaper than a branch that would split the block.
+  // One KV tile, resident in stage buffer t % STAGES.
   template <bool MASKED>
-  static __device__ __forceinline__ void step(State& st, const Ctx& cx, const char* smem, u32 sbase, int t,
-                                              const Scores& s_cur, Scores& s_next) {
+  static __device__ __forceinline__ void step(State& st, const Ctx& cx, const char* smem, u32 sbase, int t) {
     const int off = BM * D + (t % STAGES) * kStageBytes;
-    const int off_next = BM * D + ((t + 1) % STAGES) * kStageBytes;
+    Scores s;
+    qk(s, st, sbase + off);
     Logits u;
     RowVals m_tile;
-    const bool raise = logits<MASKED>(u, m_tile, s_cur, st, cx,
+    const bool raise = logits<MASKED>(u, m_tile, s, st, cx,
                                       reinterpret_cast<const float*>(smem + off + 2 * kKTileBytes), t * BN);
     if (__any_sync(0xffffffffu, raise)) raise_reference(st, m_tile);
-    qk(s_next, st, sbase + off_next);
     softmax_pv(st, u, sbase + off + kKTileBytes);
   }
 
@@ -418,9 +426,10 @@ struct Kernel {
     int n_full = p.kv_len / BN;
     if (CAUSAL) {
       const int last_row = (q0 + BM < p.q_len ? q0 + BM : p.q_len) - 1;
-      kv_end = min(kv_end, last_row + cx.causal_offset + 1);
+      kv_end = kv_end < last_row + cx.causal_offset + 1 ? kv_end : last_row + cx.causal_offset + 1;
       const int first_row_end = q0 + cx.causal_offset + 1;
-      n_full = min(n_full, first_row_end > 0 ? first_row_end / BN : 0);
+      const int full_by_row = first_row_end > 0 ? first_row_end / BN : 0;
+      n_full = n_full < full_by_row ? n_full : full_by_row;
     }
     const int n_tiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
 
@@ -479,26 +488,14 @@ struct Kernel {
           dev::ldmatrix_x4(st.qf[mt][ks], sbase + row * D + int8::swizzle<kDChunks>(row, chunk) * 16);
         }
 
-      // Before step t: tile t + 1 has landed (its K feeds step t's Q·K^T) and every warp is done with
-      // step t - 1, whose buffer then takes tile t + STAGES - 1.
-      auto advance = [&](int t) {
-        dev::cp_async_wait<STAGES - 3>();
-        __syncthreads();
+      for (int t = 0; t < n_tiles; ++t) {
+        dev::cp_async_wait<STAGES - 2>();
+        __syncthreads();   // tile t landed for all threads; tile t - 1's buffer is free
         const int t_load = t + STAGES - 1;
         if (t_load < n_tiles) load_kv_tile(cx, ld, sbase + BM * D + (t_load % STAGES) * kStageBytes, t_load * BN);
         dev::cp_async_commit();
-      };
-      // Two S register sets swap roles every tile: the loop body holds two steps so that no copy is needed.
-      Scores s_a, s_b;
-      qk(s_a, st, sbase + BM * D);
-      for (int t = 0; t < n_tiles; t += 2) {
-        advance(t);
-        if (t < n_full) step<false>(st, cx, smem, sbase, t, s_a, s_b);
-        else step<true>(st, cx, smem, sbase, t, s_a, s_b);
-        if (t + 1 >= n_tiles) break;
-        advance(t + 1);
-        if (t + 1 < n_full) step<false>(st, cx, smem, sbase, t + 1, s_b, s_a);
-        else step<true>(st, cx, smem, sbase, t + 1, s_b, s_a);
+        if (t < n_full) step<false>(st, cx, smem, sbase, t);
+        else step<true>(st, cx, smem, sbase, t);
       }
       dev::cp_async_wait<0>();
     }

@@ -8,9 +8,9 @@
 //   bn     32, 64 or 128             the P·V k-loop runs in 32-key steps; bn divides kVPadTokens (128)
 //                                    so a K/V tile never reads past the zero padding of V^T.
 //   stages 2 .. 4                    cp.async ring of K, V^T and K-scale tiles.
-//   registers                        the per-thread arrays (fp32 O, S, Q fragments) stay <= 192
-//                                    registers, which keeps ptxas from spilling (checked for every
-//                                    valid tiling on sm_80 .. sm_90a).
+//   registers                        the per-thread arrays (int32 O, the S tile, Q fragments) stay
+//                                    <= kMaxArrayRegisters, which keeps ptxas from spilling (checked
+//                                    for every valid tiling on sm_80 .. sm_90a).
 //   smem_bytes <= 227 KiB            the sm_90 per-block opt-in limit. Smaller GPUs allow less
 //                                    (sm_80: 163 KiB, sm_86 / sm_89: 99 KiB): the host must also
 //                                    compare smem_bytes with the device's opt-in limit.
@@ -30,7 +30,7 @@ namespace qattn {
 namespace prefill_int8 {
 
 constexpr int kMaxSmemBytes = 227 * 1024;
-constexpr int kMaxArrayRegisters = 192;
+constexpr int kMaxArrayRegisters = 176;
 
 QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages) {
   return bm * d + stages * (2 * bn * d + 4 * bn);

@@ -24,17 +24,22 @@ __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
   return d;
 }
 
-// round(y) for y in [0, 255], two at a time: fp16 1024 + y has a spacing of exactly 1, so after the
-// add the integer sits in the low byte of each half (bits 0x6400 + round(y)). The fp32 -> fp16 step
-// rounds y to 1/8 at worst first, which moves the final integer by at most 1/16 of a step.
-__device__ __forceinline__ u32 round_to_bytes_f16x2(float lo, float hi) {
-  u32 h, d;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(hi), "f"(lo));
+// round(y) for a pair of fp16 y in [0, 255]: 1024 + y has a spacing of exactly 1 in fp16, so after
+// the add the integer sits in the low byte of each half (bits 0x6400 + round(y)). (y reaches fp16
+// through cvt.rn first: rounded to 1/8 at worst, which moves the final integer by at most 1/16.)
+__device__ __forceinline__ u32 round_f16x2(u32 h) {
+  u32 d;
   asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(h), "r"(0x64006400u));
   return d;
 }
 
-// Byte 0 and byte 2 of two round_to_bytes_f16x2 results, as one word of four bytes (a's first).
+__device__ __forceinline__ u32 hadd2(u32 a, u32 b) {
+  u32 d;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Byte 0 and byte 2 of two round_f16x2 results, as one word of four bytes (a's first).
 __device__ __forceinline__ u32 pack_even_bytes(u32 a, u32 b) { return prmt(a, b, 0x6420u); }
 
 // Sum of the four unsigned bytes of x, added to acc.
