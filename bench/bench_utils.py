@@ -49,9 +49,9 @@ def shape_grid(quick=False, head_dims=None, seq_lens=None, causal=None):
 SDPA_VARIANTS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION"}
 QATTN_VARIANTS = {
     "qattn_fp16": "prefill qk=fp16 pv=fp16 out=fp16 d={d}{causal}",
-    "qattn_int8_per_token": "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d={d}{causal} smooth=k",
-    "qattn_int8_per_block": "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d={d}{causal} smooth=k",
-    "qattn_int8_per_tensor": "prefill qk=int8:per_tensor pv=int8:per_channel out=fp16 d={d}{causal} smooth=k",
+    "qattn_int8_per_token": "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d={d}{causal} smooth=kv",
+    "qattn_int8_per_block": "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d={d}{causal} smooth=kv",
+    "qattn_int8_per_tensor": "prefill qk=int8:per_tensor pv=int8:per_channel out=fp16 d={d}{causal} smooth=kv",
 }
 ALL_VARIANTS = list(SDPA_VARIANTS) + list(QATTN_VARIANTS)
 BASELINE_OF_RATIO = {"ratio_flash": "sdpa_flash", "ratio_cudnn": "sdpa_cudnn"}

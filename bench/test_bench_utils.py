@@ -60,9 +60,9 @@ class ShapesAndSpecs(unittest.TestCase):
         plain = bu.make_shape(64, 1024, False)
         self.assertEqual(bu.qattn_spec("qattn_fp16", causal), "prefill qk=fp16 pv=fp16 out=fp16 d=128 causal")
         self.assertEqual(bu.qattn_spec("qattn_int8_per_token", plain),
-                         "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=k")
+                         "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv")
         self.assertEqual(bu.qattn_spec("qattn_int8_per_block", causal),
-                         "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d=128 causal smooth=k")
+                         "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d=128 causal smooth=kv")
         self.assertIn("qk=int8:per_tensor", bu.qattn_spec("qattn_int8_per_tensor", plain))
 
     def test_parse_list(self):

@@ -17,8 +17,9 @@ namespace {
 const char* kSpecs[] = {
     "prefill qk=fp16 pv=fp16 out=fp16 d=128 causal gqa=4",
     "prefill qk=bf16 pv=bf16 out=bf16 d=128 causal gqa=4",
+    "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=kv",
     "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k",
-    "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k",
+    "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=kv",
     "prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=128 causal gqa=4 smooth=k",
 };
 

@@ -19,8 +19,8 @@ std::vector<Tiling> preferred(const Spec& s) {
     else take(prefill_fp16::kTilingsD256);
     return out;
   }
-  if (s.head_dim <= 64) return {{128, 128, 4, 2}, {128, 64, 4, 2}, {64, 64, 4, 2}};
-  return {{128, 64, 4, 2}, {128, 32, 4, 2}, {64, 64, 4, 2}};
+  if (s.head_dim <= 64) return {{64, 64, 4, 3}, {64, 128, 4, 3}, {64, 64, 4, 2}, {128, 64, 4, 2}};
+  return {{64, 128, 4, 2}, {64, 128, 4, 3}, {64, 64, 4, 2}, {128, 128, 8, 3}};
 }
 
 void add_unique(std::vector<Tiling>& out, const Tiling& t) {
@@ -38,7 +38,7 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
     for (int bm : {64, 128})
       for (int bn : {32, 64, 128})
         for (int w : {4, 8})
-          for (int st : {1, 2, 3}) add_unique(all, Tiling{bm, bn, w, st});
+          for (int st : {2, 3}) add_unique(all, Tiling{bm, bn, w, st});
   std::vector<Tiling> valid;
   for (const Tiling& t : all)
     if (validate(spec, t, limits)) valid.push_back(t);
@@ -70,8 +70,9 @@ std::vector<Spec> default_grid(Arch arch) {
       for (Fmt f : {Fmt::fp16, Fmt::bf16}) add({f, Gran::none}, {f, Gran::none}, f, d, causal, kSmoothNone);
       for (Gran qg : {Gran::per_token, Gran::per_block, Gran::per_tensor})
         for (Gran vg : {Gran::per_channel, Gran::per_tensor})
-          add({Fmt::int8, qg}, {Fmt::int8, vg}, Fmt::fp16, d, causal, kSmoothK);
-      add({Fmt::int8, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, d, causal, kSmoothK);
+          add({Fmt::int8, qg}, {Fmt::int8, vg}, Fmt::fp16, d, causal,
+              vg == Gran::per_channel ? kSmoothK | kSmoothV : kSmoothK);
+      add({Fmt::int8, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, d, causal, kSmoothK | kSmoothV);
     }
   return grid;
 }

@@ -31,9 +31,12 @@ Verdict validate_int8(const Spec& s) {
   if (s.pv.gran != Gran::per_tensor && s.pv.gran != Gran::per_channel)
     return Verdict::no(std::string("pv=int8:") + to_string(s.pv.gran) + " is not supported; accepted: per_tensor, per_channel");
   if (!is_float(s.out)) return Verdict::no(std::string("out=") + to_string(s.out) + " is not supported; accepted: fp16, bf16");
-  if (s.smooth & (kSmoothQ | kSmoothV))
+  if (s.smooth & kSmoothQ)
     return Verdict::no("smooth=" + smooth_to_string(s.smooth) +
-                       ": Q and V smoothing are not implemented yet (issue #3); accepted: none, k");
+                       ": Q smoothing is not implemented yet (issue #3); accepted: none, k, v, kv");
+  if ((s.smooth & kSmoothV) && s.pv.gran != Gran::per_channel)
+    return Verdict::no("smooth=" + smooth_to_string(s.smooth) + " with pv=int8:" + to_string(s.pv.gran) +
+                       ": V smoothing needs per-channel V scales; accepted: pv=int8:per_channel");
   return Verdict::yes();
 }
 

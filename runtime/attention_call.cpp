@@ -135,7 +135,7 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
     }
     if (i == 0) { ap.q = s.y; ap.q_scale = qp.scale; }
     if (i == 1) { ap.k = s.y; ap.k_scale = qp.scale; }
-    if (i == 2) { ap.v = s.y; ap.v_scale = qp.scale; }
+    if (i == 2) { ap.v = s.y; ap.v_scale = qp.scale; ap.v_mean = qp.mean; }   // mean: V smoothing, added back to O
   }
   if (smooth_k) {
     LseCorrectionParams& fix = out->lse_fix;

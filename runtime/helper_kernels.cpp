@@ -26,7 +26,7 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p) {
   slots[0].problem = {p.batch, p.heads_q, p.q_len, p.q_len};
   slots[1].request = {spec.out, spec.qk.gran, group, (spec.smooth & kSmoothK) != 0, false, d};
   slots[1].problem = {p.batch, p.heads_kv, p.kv_len, p.kv_len};
-  slots[2].request = {spec.out, spec.pv.gran, 0, false, true, d};
+  slots[2].request = {spec.out, spec.pv.gran, 0, (spec.smooth & kSmoothV) != 0, true, d};
   slots[2].problem = {p.batch, p.heads_kv, p.kv_len, kv_pad};
   for (QuantSlot& s : slots) s.plan = quant::plan_quant(s.request, s.problem);
   return slots;

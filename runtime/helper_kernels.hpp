@@ -22,7 +22,8 @@ struct QuantSlot {
 };
 
 // Q and K as int8 rows [b, h, s, d] (per_block: groups of 64 tokens; K smoothed when the spec says so);
-// V as int8 V^T per head, padded to kVPadTokens.
+// V as int8 V^T per head, padded to kVPadTokens (mean subtracted when the spec smooths V; the kernel
+// adds it back to O).
 std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem);
 
 Source quant_source(const quant::QuantRequest& request, const quant::QuantLaunch& launch, Arch arch);

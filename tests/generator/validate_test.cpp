@@ -31,7 +31,9 @@ const Row kTable[] = {
     {"prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=128", false, "pv=int8:per_tensor|per_channel"},
     {"prefill qk=int8:per_token pv=int8:per_token out=fp16 d=128", false, "accepted: per_tensor, per_channel"},
     {"prefill qk=int8:per_token pv=int8:per_tensor out=int8 d=128", false, "accepted: fp16, bf16"},
-    {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=qk", false, "accepted: none, k"},
+    {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=qk", false, "accepted: none, k, v, kv"},
+    {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=kv", false, "needs per-channel V scales"},
+    {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=kv", true, ""},
     {"prefill qk=int4:per_thread pv=int8:per_tensor out=fp16 d=128", false, "accepted: fp16, bf16, int8"},
 };
 

@@ -11,6 +11,8 @@
 //   registers                        the per-thread arrays (int32 O, the S tile, Q fragments) stay
 //                                    <= kMaxArrayRegisters, which keeps ptxas from spilling (checked
 //                                    for every valid tiling on sm_80 .. sm_90a).
+//   not (d 128, bn 128, 8 warps)     ptxas spills 8 bytes for its causal form on sm_80 .. sm_89, and
+//                                    it is slower than bm 64 / 4 warps on H100 anyway.
 //   smem_bytes <= 227 KiB            the sm_90 per-block opt-in limit. Smaller GPUs allow less
 //                                    (sm_80: 163 KiB, sm_86 / sm_89: 99 KiB): the host must also
 //                                    compare smem_bytes with the device's opt-in limit.
@@ -41,7 +43,7 @@ QATTN_INT8_SHAPE_FN int row_tiles_per_warp(int bm, int warps) {
   return (warps > 0 && bm % (16 * warps) == 0) ? bm / (16 * warps) : 0;
 }
 
-// Registers per thread of the fp32 O accumulator, the S/P tile and the Q fragments.
+// Registers per thread of the int32 O accumulator, the S tile and the Q fragments.
 QATTN_INT8_SHAPE_FN int array_registers(int d, int bm, int bn, int warps) {
   return row_tiles_per_warp(bm, warps) * (d / 2 + bn / 2 + d / 8);
 }
@@ -50,9 +52,12 @@ QATTN_INT8_SHAPE_FN bool tiling_ok(int d, int bm, int bn, int warps, int stages)
   return (d == 64 || d == 128) && (warps == 4 || warps == 8) &&
          (row_tiles_per_warp(bm, warps) == 1 || row_tiles_per_warp(bm, warps) == 2) &&
          (bn == 32 || bn == 64 || bn == 128) && stages >= 2 && stages <= 4 &&
+         !(d == 128 && bn == 128 && warps == 8) &&
          array_registers(d, bm, bn, warps) <= kMaxArrayRegisters &&
          smem_bytes(d, bm, bn, stages) <= kMaxSmemBytes;
 }
 
 }  // namespace prefill_int8
 }  // namespace qattn
+
+#undef QATTN_INT8_SHAPE_FN
