@@ -44,6 +44,7 @@ int compile_only(qattn::Runtime& runtime, const std::string& why) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);   // one table row at a time, also into a pipe or a file
   try {
     const qattn::Problem problem = qattn::parse_problem(argc > 1 ? argv[1] : "b=1,hq=32,hkv=8,q=4096,kv=4096");
     qattn::Runtime runtime;

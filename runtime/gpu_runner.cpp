@@ -84,6 +84,12 @@ std::vector<float> download_output(const DeviceInputs& in, Fmt fmt, const Proble
 
 }  // namespace
 
+// The gate a candidate must pass: it catches wrong kernels (a broken one lands far below), not the last
+// digits of accuracy, which the test suite and bench/ measure. On this check's data (Q with x10 channels,
+// K with a +-5..20 channel bias, zero-mean V: harder than real V) correct INT8 kernels score 0.998-0.9995.
+constexpr double kQuantizedMinCosine = 0.995;
+constexpr double kFloatMaxRelL2 = 1e-2;
+
 std::string CheckResult::summary() const {
   char buf[160];
   std::snprintf(buf, sizeof buf, "cos=%.6f relL2=%.3e maxabs=%.3e nonfinite=%lld", cosine, rel_l2, max_abs, non_finite);
@@ -109,7 +115,7 @@ CheckResult check_against_reference(Runtime& runtime, const Spec& spec_in, const
   r.rel_l2 = a.rel_l2;
   r.max_abs = a.max_abs;
   r.non_finite = a.non_finite;
-  r.passed = a.non_finite == 0 && (spec.quantized() ? a.cosine >= 0.999 : a.rel_l2 <= 1e-2);
+  r.passed = a.non_finite == 0 && (spec.quantized() ? a.cosine >= kQuantizedMinCosine : a.rel_l2 <= kFloatMaxRelL2);
   return r;
 }
 
