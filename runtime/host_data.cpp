@@ -67,33 +67,48 @@ std::vector<float> random_activations(std::mt19937_64& rng, long long rows, int 
   return x;
 }
 
+std::vector<RowId> sample_rows(const Problem& p, int max_heads, int max_rows) {
+  // The first and last (batch, head) and evenly spread ones between; rows spread over q_len, always
+  // including the first and the last (the causal edge cases).
+  const long long heads = static_cast<long long>(p.batch) * p.heads_q;
+  const int nh = static_cast<int>(std::min<long long>(heads, max_heads));
+  const int nr = std::min(p.q_len, max_rows);
+  std::vector<RowId> rows;
+  for (int a = 0; a < nh; ++a) {
+    const long long bh = nh == 1 ? 0 : a * (heads - 1) / (nh - 1);
+    for (int r = 0; r < nr; ++r) {
+      const int i = nr == 1 ? 0 : static_cast<int>(static_cast<long long>(r) * (p.q_len - 1) / (nr - 1));
+      rows.push_back({static_cast<int>(bh / p.heads_q), static_cast<int>(bh % p.heads_q), i});
+    }
+  }
+  return rows;
+}
+
 std::vector<double> reference_attention(const std::vector<float>& q, const std::vector<float>& k,
                                         const std::vector<float>& v, const Problem& p, int d, bool causal,
-                                        double scale) {
-  std::vector<double> out(static_cast<size_t>(p.batch) * p.heads_q * p.q_len * d, 0.0);
+                                        double scale, const std::vector<RowId>& rows) {
+  std::vector<double> out(rows.size() * static_cast<size_t>(d), 0.0);
   std::vector<double> s(static_cast<size_t>(p.kv_len));
   const int group = p.heads_q / p.heads_kv;
-  for (int b = 0; b < p.batch; ++b)
-    for (int h = 0; h < p.heads_q; ++h) {
-      const size_t qbase = (static_cast<size_t>(b) * p.heads_q + h) * p.q_len * d;
-      const size_t kbase = (static_cast<size_t>(b) * p.heads_kv + h / group) * p.kv_len * d;
-      for (int i = 0; i < p.q_len; ++i) {
-        const long long last = causal ? static_cast<long long>(i) + p.kv_len - p.q_len : p.kv_len - 1;
-        if (last < 0) continue;
-        double m = -INFINITY;
-        for (long long j = 0; j <= last && j < p.kv_len; ++j) {
-          double acc = 0;
-          for (int c = 0; c < d; ++c) acc += static_cast<double>(q[qbase + i * d + c]) * k[kbase + j * d + c];
-          s[j] = acc * scale;
-          m = std::max(m, s[j]);
-        }
-        double l = 0;
-        for (long long j = 0; j <= last && j < p.kv_len; ++j) l += (s[j] = std::exp(s[j] - m));
-        double* o = &out[qbase + static_cast<size_t>(i) * d];
-        for (long long j = 0; j <= last && j < p.kv_len; ++j)
-          for (int c = 0; c < d; ++c) o[c] += s[j] / l * v[kbase + j * d + c];
-      }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const RowId& row = rows[r];
+    const size_t qrow = ((static_cast<size_t>(row.b) * p.heads_q + row.h) * p.q_len + row.i) * d;
+    const size_t kbase = (static_cast<size_t>(row.b) * p.heads_kv + row.h / group) * p.kv_len * d;
+    const long long last = causal ? static_cast<long long>(row.i) + p.kv_len - p.q_len : p.kv_len - 1;
+    if (last < 0) continue;   // no visible key: the output row is zero
+    double m = -INFINITY;
+    for (long long j = 0; j <= last && j < p.kv_len; ++j) {
+      double acc = 0;
+      for (int c = 0; c < d; ++c) acc += static_cast<double>(q[qrow + c]) * k[kbase + j * d + c];
+      s[j] = acc * scale;
+      m = std::max(m, s[j]);
     }
+    double l = 0;
+    for (long long j = 0; j <= last && j < p.kv_len; ++j) l += (s[j] = std::exp(s[j] - m));
+    double* o = &out[r * d];
+    for (long long j = 0; j <= last && j < p.kv_len; ++j)
+      for (int c = 0; c < d; ++c) o[c] += s[j] / l * v[kbase + j * d + c];
+  }
   return out;
 }
 

@@ -22,11 +22,19 @@ float from_bits(Fmt fmt, uint16_t h);
 std::vector<float> random_activations(std::mt19937_64& rng, long long rows, int d, int biased_channels,
                                       int scaled_channels);
 
-// Float64 attention over contiguous [b, h, s, d] inputs; causal aligned bottom-right; GQA by h / (hq/hkv).
-// Rows that see no key produce zeros.
+// A query row of a problem: batch, query head, position.
+struct RowId {
+  int b, h, i;
+};
+// Up to max_heads (batch, head) pairs times up to max_rows rows, spread evenly (first and last included):
+// a float64 check of a large problem in a second instead of minutes.
+std::vector<RowId> sample_rows(const Problem& p, int max_heads, int max_rows);
+
+// Float64 attention of the listed rows over contiguous [b, h, s, d] inputs; causal aligned bottom-right;
+// GQA by h / (hq/hkv). Rows that see no key produce zeros. Output: rows.size() x d.
 std::vector<double> reference_attention(const std::vector<float>& q, const std::vector<float>& k,
                                         const std::vector<float>& v, const Problem& p, int d, bool causal,
-                                        double softmax_scale);
+                                        double softmax_scale, const std::vector<RowId>& rows);
 
 struct Agreement {
   double cosine = 0, rel_l2 = 0, max_abs = 0;

@@ -122,7 +122,8 @@ class Runtime {
   // launch, one sample per timed launch (warm-up excluded).
   std::vector<double> benchmark(const Spec& spec, const Problem& problem, const TimingOptions& timing = {});
   // Runs kernel(spec, problem) on fresh random data with outliers (seeded by `seed`), poisoned output,
-  // in [b, s, h, d] (or [b, h, s, d]) layout, and compares it with a float64 host reference.
+  // in [b, s, h, d] (or [b, h, s, d]) layout, and compares it with a float64 host reference on up to
+  // 4 heads x 256 rows spread over the problem (every output element must be finite).
   struct Accuracy {
     bool passed = false;   // cosine >= 0.995 (quantized) or relative L2 <= 1e-2 (fp16/bf16), all finite
     double cosine = 0, rel_l2 = 0, max_abs = 0;
