@@ -37,7 +37,8 @@ int compile_only(qattn::Runtime& runtime, const std::string& why) {
                   k.from_cache ? " (cached)" : "");
       n += 1 + static_cast<int>(runtime.compile_helpers(spec).size());   // quantization passes and LSE fix
     }
-  std::printf("\n%d kernels (attention + helpers) compiled into the cache; run this again on a GPU to tune and time them\n", n);
+  std::printf("\n%d kernel binaries (attention kernels and their quantization/LSE helpers) are in the cache;\n"
+              "run this again on a GPU to tune and time them\n", n);
   return 0;
 }
 
