@@ -3,9 +3,7 @@
 // q_len != kv_len, GQA, both layouts. Thresholds: fp16/bf16 relative L2 <= 5e-3; int8 cosine >= 0.999.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
-#include <thread>
 #include <cstdio>
 #include <limits>
 
@@ -16,6 +14,7 @@
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/metrics.hpp"
 #include "tests/common/quant_reference.hpp"
+#include "tests/common/score_error.hpp"
 #include "tests/common/random_data.hpp"
 #include "tests/common/reference_attention.hpp"
 
@@ -54,62 +53,6 @@ const char* kSpecs[] = {
     "prefill qk=int8:per_tensor pv=int8:per_channel out=fp16 d=64 smooth=k",
     "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal",
 };
-
-// Per query row, the largest error the Q/K quantization puts into a visible score (softmax_scale
-// included): max_j |q̂·(k̂ - mean) - q·(k - mean)|, Q and K quantized as the runtime does (per_block: 64
-// tokens; K smoothed when the spec says so, whose mean the LSE correction adds back with the exact q).
-// LSE is 1-Lipschitz in the largest score change, so |LSE_kernel - LSE_true| <= this + the kernel's
-// own error.
-std::vector<double> score_error_bound(const Spec& spec, const HostTensor& q, const HostTensor& k) {
-  const int group = spec.qk.gran == Gran::per_block ? 64 : 0;
-  const bool smooth = (spec.smooth & kSmoothK) != 0;
-  const test::QuantRef qr = test::quantize_reference(q, {spec.qk.gran, group, 127, false});
-  const test::QuantRef kr = test::quantize_reference(k, {spec.qk.gran, group, 127, smooth});
-  const int B = q.shape.batch, HQ = q.shape.heads, HK = k.shape.heads, QL = q.shape.seq, KL = k.shape.seq;
-  const int D = q.shape.dim, G = HQ / HK;
-  // Dense [b][h][s][c] copies: exact q, dequantized q̂, smoothed exact k - mean, dequantized k̂ (no mean).
-  std::vector<double> qx(static_cast<size_t>(B) * HQ * QL * D), qh(qx.size());
-  std::vector<double> kx(static_cast<size_t>(B) * HK * KL * D), kh(kx.size());
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < HQ; ++h)
-      for (int i = 0; i < QL; ++i)
-        for (int c = 0; c < D; ++c) {
-          const size_t at = ((static_cast<size_t>(b) * HQ + h) * QL + i) * D + c;
-          qx[at] = q.at(b, h, i, c);
-          qh[at] = qr.code(b, h, i, c) * qr.scale(b, h, i, c);
-        }
-    for (int h = 0; h < HK; ++h)
-      for (int j = 0; j < KL; ++j)
-        for (int c = 0; c < D; ++c) {
-          const size_t at = ((static_cast<size_t>(b) * HK + h) * KL + j) * D + c;
-          kx[at] = k.at(b, h, j, c) - kr.mean_at(b, h, c);
-          kh[at] = kr.code(b, h, j, c) * kr.scale(b, h, j, c);
-        }
-  }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  std::vector<double> bound(static_cast<size_t>(B) * HQ * QL, 0.0);
-  std::atomic<long long> next{0};
-  auto work = [&] {
-    for (long long row = next++; row < static_cast<long long>(bound.size()); row = next++) {
-      const int i = static_cast<int>(row % QL), h = static_cast<int>(row / QL % HQ), b = static_cast<int>(row / QL / HQ);
-      const double* qa = &qx[static_cast<size_t>(row) * D];
-      const double* qb = &qh[static_cast<size_t>(row) * D];
-      const long long visible = std::min<long long>(test::visible_keys(i, QL, KL, spec.causal), KL);
-      double worst = 0;
-      for (long long j = 0; j < visible; ++j) {
-        const size_t kat = ((static_cast<size_t>(b) * HK + h / G) * KL + j) * D;
-        double err = 0;
-        for (int c = 0; c < D; ++c) err += qb[c] * kh[kat + c] - qa[c] * kx[kat + c];
-        worst = std::max(worst, std::fabs(err) * scale);
-      }
-      bound[static_cast<size_t>(row)] = worst;
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t) pool.emplace_back(work);
-  for (auto& t : pool) t.join();
-  return bound;
-}
 
 class AttentionVsReference : public test::GpuTest, public ::testing::WithParamInterface<const char*> {};
 
@@ -172,7 +115,8 @@ TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
     // 8-bit P in the row sum.
     std::vector<double> slack(lse_ref.size(), 0.0);
     if (spec.quantized()) {
-      slack = score_error_bound(spec, q, k);
+      slack = test::score_error_bound(q, k, spec.qk.gran, spec.qk.gran == Gran::per_block ? 64 : 0,
+                                      (spec.smooth & kSmoothK) != 0, spec.causal);
       for (double& x : slack) x += 2e-2;
     }
     const std::vector<float> lse = dlse.to_vector<float>();

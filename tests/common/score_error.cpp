@@ -1,0 +1,65 @@
+#include "tests/common/score_error.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <thread>
+
+#include "tests/common/quant_reference.hpp"
+#include "tests/common/reference_attention.hpp"
+
+namespace qattn {
+namespace test {
+
+std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, Gran gran, int group, bool smooth_k,
+                                      bool causal) {
+  const QuantRef qr = quantize_reference(q, {gran, group, 127, false});
+  const QuantRef kr = quantize_reference(k, {gran, group, 127, smooth_k});
+  const int B = q.shape.batch, HQ = q.shape.heads, HK = k.shape.heads, QL = q.shape.seq, KL = k.shape.seq;
+  const int D = q.shape.dim, G = HQ / HK;
+  // Dense [b][h][s][c] copies: exact q, dequantized q̂, exact k - mean, dequantized k̂ without the mean.
+  std::vector<double> qx(static_cast<size_t>(B) * HQ * QL * D), qh(qx.size());
+  std::vector<double> kx(static_cast<size_t>(B) * HK * KL * D), kh(kx.size());
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < HQ; ++h)
+      for (int i = 0; i < QL; ++i)
+        for (int c = 0; c < D; ++c) {
+          const size_t at = ((static_cast<size_t>(b) * HQ + h) * QL + i) * D + c;
+          qx[at] = q.at(b, h, i, c);
+          qh[at] = qr.code(b, h, i, c) * qr.scale(b, h, i, c);
+        }
+    for (int h = 0; h < HK; ++h)
+      for (int j = 0; j < KL; ++j)
+        for (int c = 0; c < D; ++c) {
+          const size_t at = ((static_cast<size_t>(b) * HK + h) * KL + j) * D + c;
+          kx[at] = k.at(b, h, j, c) - kr.mean_at(b, h, c);
+          kh[at] = kr.code(b, h, j, c) * kr.scale(b, h, j, c);
+        }
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<double> bound(static_cast<size_t>(B) * HQ * QL, 0.0);
+  std::atomic<long long> next{0};
+  auto work = [&] {
+    for (long long row = next++; row < static_cast<long long>(bound.size()); row = next++) {
+      const int i = static_cast<int>(row % QL), h = static_cast<int>(row / QL % HQ), b = static_cast<int>(row / QL / HQ);
+      const double* qa = &qx[static_cast<size_t>(row) * D];
+      const double* qb = &qh[static_cast<size_t>(row) * D];
+      const long long visible = std::min<long long>(visible_keys(i, QL, KL, causal), KL);
+      double worst = 0;
+      for (long long j = 0; j < visible; ++j) {
+        const size_t kat = ((static_cast<size_t>(b) * HK + h / G) * KL + j) * D;
+        double err = 0;
+        for (int c = 0; c < D; ++c) err += qb[c] * kh[kat + c] - qa[c] * kx[kat + c];
+        worst = std::max(worst, std::fabs(err) * scale);
+      }
+      bound[static_cast<size_t>(row)] = worst;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t) pool.emplace_back(work);
+  for (auto& t : pool) t.join();
+  return bound;
+}
+
+}  // namespace test
+}  // namespace qattn

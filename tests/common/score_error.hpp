@@ -1,0 +1,19 @@
+// The share of an attention score's error that Q/K quantization alone puts there, per query row:
+//   bound[b][h][i] = softmax_scale * max_j |q̂_i·(k̂_j - mean) - q_i·(k_j - mean)|   over visible keys j,
+// with Q and K quantized by the float64 quantizer (K smoothed when `smooth_k`: its mean is added back
+// with the exact q, as the runtime's LSE correction does). LSE is 1-Lipschitz in the largest score
+// change, so no kernel given these quantized inputs can be asked to get its LSE closer than this.
+#pragma once
+#include <vector>
+
+#include "qattn/abi.h"
+#include "tests/common/host_tensor.hpp"
+
+namespace qattn {
+namespace test {
+
+std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, Gran gran, int group, bool smooth_k,
+                                      bool causal);
+
+}  // namespace test
+}  // namespace qattn
