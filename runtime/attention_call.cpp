@@ -58,6 +58,8 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& ca
 
 // `lent`: the runtime's per-stream workspace (attention()), grown as needed; null: the prepared call
 // owns a workspace of its own (prepare()), so that it can outlive later calls on the stream.
+// A lent workspace means a one-shot call: the LSE correction is prepared only when call.lse asks for it
+// (prepare() cannot know whether a later run() will, so it always prepares it).
 std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call, const Tiling& tiling, void* stream,
                                                        rt::DeviceBuffer* lent) {
   const Spec spec = resolve(call.spec);
@@ -94,9 +96,9 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   }
   const size_t scratch = bytes;
   bytes = align_up(bytes + sizeof(float) * scratch_floats);
-  const bool smooth_k = slots[1].request.smooth;
+  const bool lse_fix = slots[1].request.smooth && (!lent || call.lse != nullptr);
   const size_t dot = bytes;
-  if (smooth_k) bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(p.batch) * p.heads_q * p.q_len);
+  if (lse_fix) bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(p.batch) * p.heads_q * p.q_len);
   char* base = nullptr;
   if (lent) {
     if (lent->size() < bytes) *lent = rt::DeviceBuffer(bytes, impl_->options.device);
@@ -137,7 +139,7 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
     if (i == 1) { ap.k = s.y; ap.k_scale = qp.scale; }
     if (i == 2) { ap.v = s.y; ap.v_scale = qp.scale; ap.v_mean = qp.mean; }   // mean: V smoothing, added back to O
   }
-  if (smooth_k) {
+  if (lse_fix) {
     LseCorrectionParams& fix = out->lse_fix;
     fix.q = ref_of(call.q);
     fix.k_mean = reinterpret_cast<const float*>(base + slots[1].mean);
