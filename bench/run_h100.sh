@@ -3,7 +3,7 @@
 #
 #   bash bench/run_h100.sh [BUILD_DIR] [bench_prefill.py flags...]
 #
-# BUILD_DIR (default: build) holds runtime/libqattn.so, built on the development machine and carried
+# BUILD_DIR (default: build) holds lib/libqattn.so, built on the development machine and carried
 # over. Results go to $OUT when set (the device machine's return folder), else bench/results/; the
 # log goes next to them. The commit is taken from git, else from $QATTN_GIT_COMMIT.
 set -euo pipefail
@@ -16,12 +16,12 @@ if [[ $# -gt 0 && $1 != -* ]]; then
 fi
 [[ $build = /* ]] || build=$repo/$build
 
-export QATTN_LIBRARY=${QATTN_LIBRARY:-$build/runtime/libqattn.so}
+export QATTN_LIBRARY=${QATTN_LIBRARY:-$build/lib/libqattn.so}
 if [[ ! -f $QATTN_LIBRARY ]]; then
   echo "run_h100.sh: $QATTN_LIBRARY not found; build the library and carry the build folder" >&2
   exit 2
 fi
-export LD_LIBRARY_PATH=$build/runtime:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$build/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONPATH=$repo/python:$repo/bench${PYTHONPATH:+:$PYTHONPATH}
 if [[ -z ${QATTN_GIT_COMMIT:-} ]]; then
   QATTN_GIT_COMMIT=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)

@@ -41,7 +41,9 @@ struct Body {
 Body attention_body(const Spec& s, const Tiling& t) {
   std::ostringstream tail;
   tail << s.head_dim << ", " << (s.causal ? "true" : "false") << ", " << t.block_m << ", " << t.block_n << ", "
-       << t.warps << ", " << t.stages << ">";
+       << t.warps << ", " << t.stages;
+  if (s.qk.fmt == Fmt::int8) tail << ", " << (t.wgmma ? "true" : "false");
+  tail << ">";
   if (s.qk.fmt == Fmt::int8)
     return {"qattn/attention/prefill_int8.cuh",
             std::string("qattn::prefill_int8::Kernel<") + gran_enum(s.pv.gran) + ", " + fmt_enum(s.out) + ", " + tail.str()};

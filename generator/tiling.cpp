@@ -7,11 +7,13 @@ namespace qattn {
 
 std::string to_string(const Tiling& t) {
   return "bm" + std::to_string(t.block_m) + "_bn" + std::to_string(t.block_n) + "_w" + std::to_string(t.warps) +
-         "_s" + std::to_string(t.stages);
+         "_s" + std::to_string(t.stages) + (t.wgmma ? "_wg" : "");
 }
 
 Tiling parse_tiling(std::string_view input) {
-  const auto parts = text::split(input, "_");
+  auto parts = text::split(input, "_");
+  const bool wgmma = parts.size() == 5 && parts[4] == "wg";
+  if (wgmma) parts.pop_back();
   const char* prefixes[] = {"bm", "bn", "w", "s"};
   long long values[4] = {0, 0, 0, 0};
   bool ok = parts.size() == 4;
@@ -20,9 +22,10 @@ Tiling parse_tiling(std::string_view input) {
          text::parse_int(std::string_view(parts[i]).substr(std::string_view(prefixes[i]).size()), values[i]) &&
          values[i] > 0 && values[i] <= 1024;
   if (!ok)
-    throw_bad_input("bad tiling '" + std::string(input) + "'; expected bm<rows>_bn<rows>_w<warps>_s<stages>, e.g. bm128_bn64_w4_s2");
+    throw_bad_input("bad tiling '" + std::string(input) +
+                    "'; expected bm<rows>_bn<rows>_w<warps>_s<stages>[_wg], e.g. bm128_bn64_w4_s2 or bm64_bn128_w4_s2_wg");
   return Tiling{static_cast<int>(values[0]), static_cast<int>(values[1]), static_cast<int>(values[2]),
-                static_cast<int>(values[3])};
+                static_cast<int>(values[3]), wgmma};
 }
 
 }  // namespace qattn

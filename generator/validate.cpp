@@ -78,13 +78,17 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
     if (!prefill_fp16::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages)) return 0;
     return prefill_fp16::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, 2);
   }
-  if (!prefill_int8::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages)) return 0;
-  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages);
+  if (!prefill_int8::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages, t.wgmma)) return 0;
+  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma);
 }
 
 Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (Verdict v = validate(s); !v) return v;
   if (s.arch == Arch::unset) return Verdict::no("no arch: set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a> or run on a GPU");
+  if (t.wgmma && s.qk.fmt != Fmt::int8)
+    return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) exists for the int8 kernel only; drop _wg");
+  if (t.wgmma && s.arch != Arch::sm_90a)
+    return Verdict::no("tiling " + to_string(t) + ": wgmma needs arch=sm_90a (got " + to_string(s.arch) + "); drop _wg");
   const int smem = kernel_smem_bytes(s, t);
   if (smem == 0)
     return Verdict::no("tiling " + to_string(t) + " is not supported by the " +

@@ -1,14 +1,18 @@
 // Every shipped attention kernel against the float64 reference, on fresh random data with channel
 // outliers, outputs (and LSE) poisoned before each run: lengths 1, 17, 63, 65, 1000, 4097, causal with
 // q_len != kv_len, GQA, both layouts. Thresholds: fp16/bf16 relative L2 <= 5e-3; int8 cosine >= 0.999.
+// Each spec runs through attention() with its default tiling; where that is the wgmma form (int8 on
+// sm_90a), the mma.sync form (what every other arch runs) is checked too, through prepare_with().
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
+#include "qattn/search_space.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_buffer.hpp"
 #include "tests/common/gpu_test.hpp"
@@ -71,65 +75,82 @@ TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
   const Fmt io = spec.out;
   const int d = spec.head_dim;
   rt::Stream stream;
-  for (const Case& c : kCases) {
-    const std::uint64_t seed = test::fresh_seed();
-    const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
-    SCOPED_TRACE(to_string(p) + " " + test::to_string(c.layout) + " " + test::seed_note(seed));
-    HostTensor q = test::random_tensor({p.batch, p.heads_q, p.q_len, d}, c.layout, test::q_like(), seed);
-    HostTensor k = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::k_like(), seed + 1);
-    HostTensor v = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::v_like(), seed + 2);
-    for (HostTensor* t : {&q, &k, &v}) test::round_to(*t, io);
-    std::vector<double> lse_ref;
-    const HostTensor ref = test::reference_attention(q, k, v, {spec.causal, 0.0}, &lse_ref, c.layout);
+  const std::vector<Tiling> candidates = candidate_tilings(spec, default_limits(spec.arch));
+  std::vector<std::optional<Tiling>> forms = {std::nullopt};   // nullopt: attention() and its default
+  if (default_tiling(spec, default_limits(spec.arch)).wgmma)
+    for (const Tiling& t : candidates)
+      if (!t.wgmma) {
+        forms.push_back(t);
+        break;
+      }
+  for (const std::optional<Tiling>& form : forms) {
+    for (const Case& c : kCases) {
+      const std::uint64_t seed = test::fresh_seed();
+      const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
+      const std::string form_name = form ? to_string(*form) : "default";
+      SCOPED_TRACE(to_string(p) + " " + test::to_string(c.layout) + " " + form_name + " " + test::seed_note(seed));
+      HostTensor q = test::random_tensor({p.batch, p.heads_q, p.q_len, d}, c.layout, test::q_like(), seed);
+      HostTensor k = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::k_like(), seed + 1);
+      HostTensor v = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::v_like(), seed + 2);
+      for (HostTensor* t : {&q, &k, &v}) test::round_to(*t, io);
+      std::vector<double> lse_ref;
+      const HostTensor ref = test::reference_attention(q, k, v, {spec.causal, 0.0}, &lse_ref, c.layout);
 
-    rt::DeviceBuffer dq = upload(q, io), dk = upload(k, io), dv = upload(v, io);
-    std::vector<std::uint16_t> poison(static_cast<size_t>(test::storage_size(ref.shape, ref.strides)));
-    test::fill_nan(poison, io);
-    rt::DeviceBuffer dout = rt::DeviceBuffer::from(poison);
-    std::vector<float> lse_poison(lse_ref.size());
-    test::fill_nan(lse_poison);
-    rt::DeviceBuffer dlse = rt::DeviceBuffer::from(lse_poison);
+      rt::DeviceBuffer dq = upload(q, io), dk = upload(k, io), dv = upload(v, io);
+      std::vector<std::uint16_t> poison(static_cast<size_t>(test::storage_size(ref.shape, ref.strides)));
+      test::fill_nan(poison, io);
+      rt::DeviceBuffer dout = rt::DeviceBuffer::from(poison);
+      std::vector<float> lse_poison(lse_ref.size());
+      test::fill_nan(lse_poison);
+      rt::DeviceBuffer dlse = rt::DeviceBuffer::from(lse_poison);
 
-    AttentionCall call;
-    call.spec = spec;
-    call.problem = p;
-    call.q = view_of(dq, q);
-    call.k = view_of(dk, k);
-    call.v = view_of(dv, v);
-    call.o = view_of(dout, ref);
-    call.lse = dlse.as<float>();
-    runtime.attention(call, stream.get());
-    stream.synchronize();
+      AttentionCall call;
+      call.spec = spec;
+      call.problem = p;
+      call.q = view_of(dq, q);
+      call.k = view_of(dk, k);
+      call.v = view_of(dv, v);
+      call.o = view_of(dout, ref);
+      call.lse = dlse.as<float>();
+      if (form) {
+        const auto prepared = runtime.prepare_with(call, *form, stream.get());
+        runtime.run(*prepared, call.o, 0.f, call.lse, stream.get());
+      } else {
+        runtime.attention(call, stream.get());
+      }
+      stream.synchronize();
 
-    const HostTensor got = test::decode(dout.to_vector<std::uint16_t>().data(), ref.shape, ref.strides, io);
-    const test::ErrorMetrics m = test::compare(ref, got);
-    std::printf("[ metrics ] %-80s %-32s %s\n", GetParam(), (to_string(p) + " " + test::to_string(c.layout)).c_str(),
-                m.report().c_str());
-    EXPECT_EQ(m.nonfinite, 0);
-    if (spec.quantized()) EXPECT_GE(m.cosine, 0.999) << m.report();
-    else EXPECT_LE(m.rel_l2, 5e-3) << m.report();
+      const HostTensor got = test::decode(dout.to_vector<std::uint16_t>().data(), ref.shape, ref.strides, io);
+      const test::ErrorMetrics m = test::compare(ref, got);
+      std::printf("[ metrics ] %-80s %-20s %-32s %s\n", GetParam(), form_name.c_str(),
+                  (to_string(p) + " " + test::to_string(c.layout)).c_str(), m.report().c_str());
+      EXPECT_EQ(m.nonfinite, 0);
+      if (spec.quantized()) EXPECT_GE(m.cosine, 0.999) << m.report();
+      else EXPECT_LE(m.rel_l2, 5e-3) << m.report();
 
-    // LSE (natural log; with K smoothing the runtime adds softmax_scale * q·mean_k back): rows without
-    // keys -inf, the others within 1e-2 + 1e-3·|lse| of the float64 reference, plus for int8 the row's
-    // score_error_bound (the input quantization's share, which no kernel can remove) and 2e-2 for the
-    // 8-bit P in the row sum.
-    std::vector<double> slack(lse_ref.size(), 0.0);
-    if (spec.quantized()) {
-      slack = test::score_error_bound(q, k, spec.qk.gran, spec.qk.gran == Gran::per_block ? 64 : 0,
-                                      (spec.smooth & kSmoothK) != 0, spec.causal);
-      for (double& x : slack) x += 2e-2;
+      // LSE (natural log; with K smoothing the runtime adds softmax_scale * q·mean_k back): rows without
+      // keys -inf, the others within 1e-2 + 1e-3·|lse| of the float64 reference, plus for int8 the row's
+      // score_error_bound (the input quantization's share, which no kernel can remove) and 2e-2 for the
+      // 8-bit P in the row sum.
+      std::vector<double> slack(lse_ref.size(), 0.0);
+      if (spec.quantized()) {
+        slack = test::score_error_bound(q, k, spec.qk.gran, spec.qk.gran == Gran::per_block ? 64 : 0,
+                                        (spec.smooth & kSmoothK) != 0, spec.causal);
+        for (double& x : slack) x += 2e-2;
+      }
+      const std::vector<float> lse = dlse.to_vector<float>();
+      double lse_err = 0;
+      long long lse_bad = 0;
+      for (size_t i = 0; i < lse.size(); ++i) {
+        if (std::isinf(lse_ref[i])) lse_bad += !(std::isinf(lse[i]) && lse[i] < 0);
+        else if (!std::isfinite(lse[i])) ++lse_bad;
+        else lse_err = std::max(lse_err, std::fabs(lse[i] - lse_ref[i]) - 1e-3 * std::fabs(lse_ref[i]) - slack[i]);
+      }
+      std::printf("[ lse     ] %s %s %s: max error beyond the allowance: %.3e\n", GetParam(), form_name.c_str(),
+                  to_string(p).c_str(), lse_err);
+      EXPECT_EQ(lse_bad, 0);
+      EXPECT_LE(lse_err, 1e-2);
     }
-    const std::vector<float> lse = dlse.to_vector<float>();
-    double lse_err = 0;
-    long long lse_bad = 0;
-    for (size_t i = 0; i < lse.size(); ++i) {
-      if (std::isinf(lse_ref[i])) lse_bad += !(std::isinf(lse[i]) && lse[i] < 0);
-      else if (!std::isfinite(lse[i])) ++lse_bad;
-      else lse_err = std::max(lse_err, std::fabs(lse[i] - lse_ref[i]) - 1e-3 * std::fabs(lse_ref[i]) - slack[i]);
-    }
-    std::printf("[ lse     ] %s %s: max error beyond the allowance: %.3e\n", GetParam(), to_string(p).c_str(), lse_err);
-    EXPECT_EQ(lse_bad, 0);
-    EXPECT_LE(lse_err, 1e-2);
   }
 }
 

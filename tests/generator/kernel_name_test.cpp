@@ -26,7 +26,7 @@ TEST(KernelName, BijectiveOverTheGridAndUnusualSpecs) {
   std::set<std::string> names;
   const std::regex safe("[A-Za-z0-9_]+");
   for (const Spec& s : specs)
-    for (const Tiling& t : {Tiling{128, 64, 4, 2}, Tiling{64, 32, 8, 3}}) {
+    for (const Tiling& t : {Tiling{128, 64, 4, 2}, Tiling{64, 32, 8, 3}, Tiling{64, 128, 4, 2, true}}) {
       const std::string n = kernel_name(s, t);
       EXPECT_TRUE(std::regex_match(n, safe)) << n;
       EXPECT_TRUE(names.insert(n).second) << "duplicate name " << n;
@@ -56,6 +56,12 @@ TEST(Tiling, TextRoundTrip) {
   EXPECT_EQ(parse_tiling("bm64_bn128_w8_s3"), t);
   EXPECT_THROW(parse_tiling("bm64_bn128_w8"), Error);
   EXPECT_THROW(parse_tiling("bm0_bn128_w8_s3"), Error);
+  const Tiling wg{64, 128, 4, 2, true};
+  EXPECT_EQ(to_string(wg), "bm64_bn128_w4_s2_wg");
+  EXPECT_EQ(parse_tiling("bm64_bn128_w4_s2_wg"), wg);
+  EXPECT_NE(parse_tiling("bm64_bn128_w4_s2"), wg);
+  for (const char* bad : {"bm64_bn128_w4_s2_xx", "bm64_bn128_w4_s2_wg_wg", "wg_bm64_bn128_w4_s2"})
+    EXPECT_THROW(parse_tiling(bad), Error) << bad;
 }
 
 }  // namespace

@@ -29,6 +29,17 @@ TEST(Render, TranslationUnitNamesTheKernelAndIncludesOnlyEmbeddedHeaders) {
   }
 }
 
+// The int8 kernel's last template argument selects mma.sync or wgmma; the tiling says which.
+TEST(Render, Int8FormFollowsTheTiling) {
+  const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a");
+  const Source wg = render_attention(s, Tiling{64, 128, 4, 2, true});
+  const Source sync = render_attention(s, Tiling{64, 128, 4, 2});
+  EXPECT_NE(wg.text.find("64, 128, 4, 2, true>"), std::string::npos) << wg.text;
+  EXPECT_NE(sync.text.find("64, 128, 4, 2, false>"), std::string::npos) << sync.text;
+  EXPECT_NE(wg.kernel_name, sync.kernel_name);
+  EXPECT_GT(kernel_smem_bytes(s, Tiling{64, 128, 4, 2, true}), kernel_smem_bytes(s, Tiling{64, 128, 4, 2}));
+}
+
 TEST(Render, InvalidPointsAreRefusedWithTheReason) {
   Spec s = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=96 arch=sm_90a");
   try {

@@ -62,6 +62,29 @@ TEST(Validate, TilingNeedsArchAndFitsSharedMemory) {
   EXPECT_FALSE(validate(s, Tiling{7, 64, 4, 2}, default_limits(s.arch)).ok);
 }
 
+// The wgmma form: int8 on sm_90a only, one warpgroup per 64 rows, bn 64 or 128; preferred there.
+TEST(Validate, WgmmaTilingsOnlyForInt8OnSm90a) {
+  Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal smooth=kv arch=sm_90a");
+  const DeviceLimits lim = default_limits(Arch::sm_90a);
+  EXPECT_TRUE(validate(s, Tiling{64, 128, 4, 2, true}, lim).ok);
+  EXPECT_TRUE(validate(s, Tiling{128, 64, 8, 2, true}, lim).ok);
+  EXPECT_FALSE(validate(s, Tiling{128, 128, 4, 2, true}, lim).ok);   // two m16 tiles per warp
+  EXPECT_FALSE(validate(s, Tiling{64, 32, 4, 2, true}, lim).ok);     // no m64n32 product in use
+  EXPECT_TRUE(default_tiling(s, lim).wgmma);
+  for (Arch a : {Arch::sm_80, Arch::sm_89, Arch::sm_90}) {
+    s.arch = a;
+    const Verdict v = validate(s, Tiling{64, 128, 4, 2, true}, default_limits(a));
+    EXPECT_FALSE(v.ok);
+    EXPECT_NE(v.reason.find("needs arch=sm_90a"), std::string::npos) << v.reason;
+    for (const Tiling& t : candidate_tilings(s, default_limits(a))) EXPECT_FALSE(t.wgmma) << to_string(t);
+  }
+  Spec f = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=128 arch=sm_90a");
+  const Verdict v = validate(f, Tiling{64, 128, 4, 2, true}, lim);
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("int8 kernel only"), std::string::npos) << v.reason;
+  EXPECT_FALSE(default_tiling(f, lim).wgmma);
+}
+
 TEST(Validate, EveryGridPointHasCandidatesOnEveryArch) {
   for (Arch a : {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90, Arch::sm_90a})
     for (const Spec& s : default_grid(a)) {

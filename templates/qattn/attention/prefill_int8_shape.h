@@ -11,14 +11,18 @@
 //   registers                        the per-thread arrays (int32 O, the S tile, Q fragments) stay
 //                                    <= kMaxArrayRegisters, which keeps ptxas from spilling (checked
 //                                    for every valid tiling on sm_80 .. sm_90a).
-//   not (d 128, bn 128, 8 warps)     ptxas spills 8 bytes for its causal form on sm_80 .. sm_89, and
+//   not (d 128, bn 128, 8 warps)     (mma.sync form) ptxas spills 8 bytes for its causal form on sm_80 .. sm_89, and
 //                                    it is slower than bm 64 / 4 warps on H100 anyway.
 //   smem_bytes <= 227 KiB            the sm_90 per-block opt-in limit. Smaller GPUs allow less
 //                                    (sm_80: 163 KiB, sm_86 / sm_89: 99 KiB): the host must also
 //                                    compare smem_bytes with the device's opt-in limit.
+// The warpgroup (wgmma, sm_90a) form adds:
+//   bm     16 * warps                 one warpgroup per 64 query rows (warps 4 or 8).
+//   bn     64 or 128                  the wgmma shapes m64n64 / m64n128 of Q·K^T.
 //
 // Shared memory: the int8 Q tile (bm x d), then per stage a K tile (bn x d), a V^T tile (d x bn) and
-// the bn K scales (fp32).
+// the bn K scales (fp32). The warpgroup form keeps every tile on a 1024-byte boundary (its swizzle
+// atom): the scales of all stages follow the last V^T tile, and 1 KiB of slack aligns the base.
 #pragma once
 
 // NVRTC only compiles functions marked for the device; the host compiler knows no such marks.
@@ -34,8 +38,8 @@ namespace prefill_int8 {
 constexpr int kMaxSmemBytes = 227 * 1024;
 constexpr int kMaxArrayRegisters = 176;
 
-QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages) {
-  return bm * d + stages * (2 * bn * d + 4 * bn);
+QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = false) {
+  return bm * d + stages * (2 * bn * d + 4 * bn) + (wg ? 1024 : 0);
 }
 
 // m16 row tiles per warp (0 when bm does not split into whole m16 tiles per warp).
@@ -44,17 +48,18 @@ QATTN_INT8_SHAPE_FN int row_tiles_per_warp(int bm, int warps) {
 }
 
 // Registers per thread of the int32 O accumulator, the S tile and the Q fragments.
-QATTN_INT8_SHAPE_FN int array_registers(int d, int bm, int bn, int warps) {
-  return row_tiles_per_warp(bm, warps) * (d / 2 + bn / 2 + d / 8);
+QATTN_INT8_SHAPE_FN int array_registers(int d, int bm, int bn, int warps, bool wg = false) {
+  return row_tiles_per_warp(bm, warps) * (d / 2 + bn / 2 + (wg ? 0 : d / 8));   // wgmma reads Q from smem
 }
 
-QATTN_INT8_SHAPE_FN bool tiling_ok(int d, int bm, int bn, int warps, int stages) {
+QATTN_INT8_SHAPE_FN bool tiling_ok(int d, int bm, int bn, int warps, int stages, bool wg = false) {
+  if (wg && (row_tiles_per_warp(bm, warps) != 1 || bn == 32)) return false;
   return (d == 64 || d == 128) && (warps == 4 || warps == 8) &&
          (row_tiles_per_warp(bm, warps) == 1 || row_tiles_per_warp(bm, warps) == 2) &&
          (bn == 32 || bn == 64 || bn == 128) && stages >= 2 && stages <= 4 &&
-         !(d == 128 && bn == 128 && warps == 8) &&
-         array_registers(d, bm, bn, warps) <= kMaxArrayRegisters &&
-         smem_bytes(d, bm, bn, stages) <= kMaxSmemBytes;
+         !(d == 128 && bn == 128 && warps == 8 && !wg) &&
+         array_registers(d, bm, bn, warps, wg) <= kMaxArrayRegisters &&
+         smem_bytes(d, bm, bn, stages, wg) <= kMaxSmemBytes;
 }
 
 }  // namespace prefill_int8
