@@ -40,7 +40,11 @@
 //                      operands in shared memory, P·V with P straight from registers. The smem tiles
 //                      are already in the hardware's swizzled K-major layout (wgmma.cuh), and the
 //                      accumulator / A-operand fragments equal the mma.sync ones, so the softmax code
-//                      is shared. On H100 the int8 wgmma rate is ~2x what mma.sync reaches.
+//                      is shared. Measured on H100 (dev harness, bench/results/dev_int8_*): 1.3-1.4x the
+//                      mma.sync form at d = 128, 1.1-1.2x at d = 64.
+// Tried on the wgmma form and measured slower on H100 (so not here): issuing the Q·K^T of tile t + 1
+// before the softmax of tile t (two S tiles: 237+ registers, 2 CTAs per SM; 15-30% slower), and the
+// exponentials as ex2.approx.f16x2 pairs (1-3% slower: the exponentials are not the limit).
 //
 // Requirements on the tensors (see abi.h): Q, K, O rows contiguous (sc = 1); V^T rows (sc = row stride)
 // zero-padded to kVPadTokens tokens; every row start 16-byte aligned (int8 tensors) or 4-byte aligned
@@ -206,23 +210,21 @@ struct Kernel {
       dev::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kQKSteps; ++ks) dev::wgmma_s8s8_ss<BN>(s[0], qd + 2 * ks, kd + 2 * ks);   // +32 bytes
-      dev::wgmma_commit();
-      dev::wgmma_wait<0>();
-      dev::fence_operands(s[0]);
-      return;
-    }
+      dev::wgmma_commit();   // the caller waits
+    } else {
 #pragma unroll
-    for (int j = 0; j < kSN; ++j) {
+      for (int j = 0; j < kSN; ++j) {
 #pragma unroll
-      for (int h = 0; h < D / 64; ++h) {
-        u32 kb[4];
-        const int row = 8 * j + (lane & 7), chunk = 4 * h + (lane >> 3);
-        dev::ldmatrix_x4(kb, ktile + row * D + int8::swizzle<kDChunks>(row, chunk) * 16);
-        const u32 b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+        for (int h = 0; h < D / 64; ++h) {
+          u32 kb[4];
+          const int row = 8 * j + (lane & 7), chunk = 4 * h + (lane >> 3);
+          dev::ldmatrix_x4(kb, ktile + row * D + int8::swizzle<kDChunks>(row, chunk) * 16);
+          const u32 b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          dev::mma_m16n8k32_s8_s32(s[mt][j], st.qf[mt][2 * h], b0);
-          dev::mma_m16n8k32_s8_s32(s[mt][j], st.qf[mt][2 * h + 1], b1);
+          for (int mt = 0; mt < kMT; ++mt) {
+            dev::mma_m16n8k32_s8_s32(s[mt][j], st.qf[mt][2 * h], b0);
+            dev::mma_m16n8k32_s8_s32(s[mt][j], st.qf[mt][2 * h + 1], b1);
+          }
         }
       }
     }
@@ -332,7 +334,6 @@ struct Kernel {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf)   // R = -inf only while every key so far is masked (u = -inf)
         pbias[hf] = st.r[mt][hf] == dev::neg_inf() ? 0.f : kLog2PScale - st.r[mt][hf];
-#pragma unroll
       // The exact sums add the fp16 copies of y that the rounding makes anyway: one HADD2 per two
       // probabilities (each fp16 lane sums bn / 8 values below 255: relative error <= ~1e-3).
       u32 hsum[2] = {0u, 0u};
@@ -375,24 +376,22 @@ struct Kernel {
       dev::wgmma_fence();
 #pragma unroll
       for (int ps = 0; ps < kPVSteps; ++ps) dev::wgmma_u8s8_rs<D>(st.o[0], pf[0][ps], vd + 2 * ps);
-      dev::wgmma_commit();
-      dev::wgmma_wait<0>();
-      dev::fence_operands(st.o[0]);
-      return;
-    }
+      dev::wgmma_commit();   // the caller waits
+    } else {
 #pragma unroll
-    for (int c = 0; c < D / 16; ++c) {
+      for (int c = 0; c < D / 16; ++c) {
 #pragma unroll
-      for (int ps = 0; ps < kPVSteps; ++ps) {
-        u32 vb[4];
-        const int row = 16 * c + (lane & 7) + ((lane >> 4) << 3);
-        const int chunk = 2 * ps + ((lane >> 3) & 1);
-        dev::ldmatrix_x4(vb, vtile + row * BN + int8::swizzle<kNChunks>(row, chunk) * 16);
-        const u32 b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+        for (int ps = 0; ps < kPVSteps; ++ps) {
+          u32 vb[4];
+          const int row = 16 * c + (lane & 7) + ((lane >> 4) << 3);
+          const int chunk = 2 * ps + ((lane >> 3) & 1);
+          dev::ldmatrix_x4(vb, vtile + row * BN + int8::swizzle<kNChunks>(row, chunk) * 16);
+          const u32 b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          dev::mma_m16n8k32_u8s8_s32(st.o[mt][2 * c], pf[mt][ps], b0);
-          dev::mma_m16n8k32_u8s8_s32(st.o[mt][2 * c + 1], pf[mt][ps], b1);
+          for (int mt = 0; mt < kMT; ++mt) {
+            dev::mma_m16n8k32_u8s8_s32(st.o[mt][2 * c], pf[mt][ps], b0);
+            dev::mma_m16n8k32_u8s8_s32(st.o[mt][2 * c + 1], pf[mt][ps], b1);
+          }
         }
       }
     }
@@ -403,14 +402,24 @@ struct Kernel {
   static __device__ __forceinline__ void step(State& st, const Ctx& cx, const char* smem, u32 sbase, int t) {
     const int slot = t % STAGES;
     Scores s;
-    qk(s, st, sbase + k_off(slot), sbase + (threadIdx.x / 128) * 64 * D);
+    qk(s, st, sbase + k_off(slot), q_tile_addr(sbase));
+    if constexpr (WG) {
+      dev::wgmma_wait<0>();
+      dev::fence_operands(s[0]);
+    }
     Logits u;
     RowVals m_tile;
     const bool raise = logits<MASKED>(u, m_tile, s, st, cx,
                                       reinterpret_cast<const float*>(smem + scale_off(slot)), t * BN);
     if (__any_sync(0xffffffffu, raise)) raise_reference(st, m_tile);
     softmax_pv(st, u, sbase + v_off(slot));
+    if constexpr (WG) {
+      dev::wgmma_wait<0>();
+      dev::fence_operands(st.o[0]);
+    }
   }
+
+  static __device__ __forceinline__ u32 q_tile_addr(u32 sbase) { return sbase + (threadIdx.x / 128) * 64 * D; }
 
   static __device__ __forceinline__ void store_output(const AttentionParams& p, const State& st,
                                                       const Ctx& cx, int b, int h, int h_kv) {
