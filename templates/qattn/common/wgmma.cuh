@@ -48,8 +48,8 @@ __device__ __forceinline__ void fence_operands(int (&d)[ROWS][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(d[j][e])::"memory");
 }
 
-// d (+)= A (smem, desc a) * B (smem, desc b)^T, m64n64k32, s8 x s8 -> s32.
-__device__ __forceinline__ void wgmma_m64n64k32_s8s8_ss(int (&d)[8][4], u64 a, u64 b) {
+// d = A (smem, desc a) * B (smem, desc b)^T + (scale_d ? d : 0), m64n64k32, s8 x s8 -> s32.
+__device__ __forceinline__ void wgmma_m64n64k32_s8s8_ss(int (&d)[8][4], u64 a, u64 b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
@@ -60,7 +60,7 @@ __device__ __forceinline__ void wgmma_m64n64k32_s8s8_ss(int (&d)[8][4], u64 a, u
         "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]), "+r"(d[3][2]), "+r"(d[3][3]),
         "+r"(d[4][0]), "+r"(d[4][1]), "+r"(d[4][2]), "+r"(d[4][3]), "+r"(d[5][0]), "+r"(d[5][1]), "+r"(d[5][2]), "+r"(d[5][3]),
         "+r"(d[6][0]), "+r"(d[6][1]), "+r"(d[6][2]), "+r"(d[6][3]), "+r"(d[7][0]), "+r"(d[7][1]), "+r"(d[7][2]), "+r"(d[7][3])
-      : "l"(a), "l"(b), "n"(1));
+      : "l"(a), "l"(b), "r"(scale_d));
 }
 
 // d (+)= A (registers: the mma.m16n8k32 A fragment of this warp's 16 rows) * B (smem, desc b)^T,
@@ -79,8 +79,8 @@ __device__ __forceinline__ void wgmma_m64n64k32_u8s8_rs(int (&d)[8][4], const u3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
 }
 
-// d (+)= A (smem, desc a) * B (smem, desc b)^T, m64n128k32, s8 x s8 -> s32.
-__device__ __forceinline__ void wgmma_m64n128k32_s8s8_ss(int (&d)[16][4], u64 a, u64 b) {
+// d = A (smem, desc a) * B (smem, desc b)^T + (scale_d ? d : 0), m64n128k32, s8 x s8 -> s32.
+__device__ __forceinline__ void wgmma_m64n128k32_s8s8_ss(int (&d)[16][4], u64 a, u64 b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
@@ -95,7 +95,7 @@ __device__ __forceinline__ void wgmma_m64n128k32_s8s8_ss(int (&d)[16][4], u64 a,
         "+r"(d[10][0]), "+r"(d[10][1]), "+r"(d[10][2]), "+r"(d[10][3]), "+r"(d[11][0]), "+r"(d[11][1]), "+r"(d[11][2]), "+r"(d[11][3]),
         "+r"(d[12][0]), "+r"(d[12][1]), "+r"(d[12][2]), "+r"(d[12][3]), "+r"(d[13][0]), "+r"(d[13][1]), "+r"(d[13][2]), "+r"(d[13][3]),
         "+r"(d[14][0]), "+r"(d[14][1]), "+r"(d[14][2]), "+r"(d[14][3]), "+r"(d[15][0]), "+r"(d[15][1]), "+r"(d[15][2]), "+r"(d[15][3])
-      : "l"(a), "l"(b), "n"(1));
+      : "l"(a), "l"(b), "r"(scale_d));
 }
 
 // d (+)= A (registers: the mma.m16n8k32 A fragment of this warp's 16 rows) * B (smem, desc b)^T,
@@ -119,11 +119,12 @@ __device__ __forceinline__ void wgmma_m64n128k32_u8s8_rs(int (&d)[16][4], const 
 }
 
 // The shapes by N (the kernel's bn for Q·K^T, its d for P·V).
+// scale_d = 0: d = A·B (the accumulators' old values are ignored).
 template <int N>
-__device__ __forceinline__ void wgmma_s8s8_ss(int (&d)[N / 8][4], u64 a, u64 b) {
+__device__ __forceinline__ void wgmma_s8s8_ss(int (&d)[N / 8][4], u64 a, u64 b, int scale_d = 1) {
   static_assert(N == 64 || N == 128, "wgmma_s8s8_ss: N must be 64 or 128");
-  if constexpr (N == 64) wgmma_m64n64k32_s8s8_ss(d, a, b);
-  else wgmma_m64n128k32_s8s8_ss(d, a, b);
+  if constexpr (N == 64) wgmma_m64n64k32_s8s8_ss(d, a, b, scale_d);
+  else wgmma_m64n128k32_s8s8_ss(d, a, b, scale_d);
 }
 template <int N>
 __device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[N / 8][4], const u32 (&a)[4], u64 b) {
