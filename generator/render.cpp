@@ -62,9 +62,11 @@ Source render_attention(const Spec& spec, const Tiling& tiling) {
   std::ostringstream os;
   os << "// qattn generated: " << to_string(spec) << " | " << to_string(tiling) << "\n"
      << "#include \"" << body.header << "\"\n"
-     // Threads only: a minimum-blocks hint of 1 lets ptxas spend registers for one block per SM (measured
-     // on H100: the int8 wgmma kernel went from 168 to 190 registers, 3 to 2 blocks per SM, 20% slower).
-     << "extern \"C\" __global__ void __launch_bounds__(" << tiling.warps * 32 << ")\n"
+     // Minimum blocks only when the tiling asks (_mb<k>): a hint of 1 lets ptxas spend registers for one
+     // block per SM (measured on H100: the int8 wgmma kernel went from 168 to 190 registers, 3 to 2
+     // blocks per SM, 20% slower).
+     << "extern \"C\" __global__ void __launch_bounds__(" << tiling.warps * 32
+     << (tiling.min_blocks > 0 ? ", " + std::to_string(tiling.min_blocks) : std::string()) << ")\n"
      << src.kernel_name << "(const qattn::AttentionParams p) {\n"
      << "  extern __shared__ __align__(128) char qattn_smem[];\n"
      << "  " << body.type << "::run(p, qattn_smem);\n"

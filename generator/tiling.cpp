@@ -7,25 +7,34 @@ namespace qattn {
 
 std::string to_string(const Tiling& t) {
   return "bm" + std::to_string(t.block_m) + "_bn" + std::to_string(t.block_n) + "_w" + std::to_string(t.warps) +
-         "_s" + std::to_string(t.stages) + (t.wgmma ? "_wg" : "");
+         "_s" + std::to_string(t.stages) + (t.wgmma ? "_wg" : "") +
+         (t.min_blocks > 0 ? "_mb" + std::to_string(t.min_blocks) : "");
 }
 
 Tiling parse_tiling(std::string_view input) {
   auto parts = text::split(input, "_");
+  // The optional tokens, from the back: _mb<k>, then _wg.
+  long long min_blocks = 0;
+  bool ok = true;
+  if (parts.size() > 4 && text::starts_with(parts.back(), "mb")) {
+    ok = text::parse_int(std::string_view(parts.back()).substr(2), min_blocks) && min_blocks > 0 && min_blocks <= 32;
+    parts.pop_back();
+  }
   const bool wgmma = parts.size() == 5 && parts[4] == "wg";
   if (wgmma) parts.pop_back();
   const char* prefixes[] = {"bm", "bn", "w", "s"};
   long long values[4] = {0, 0, 0, 0};
-  bool ok = parts.size() == 4;
+  ok = ok && parts.size() == 4;
   for (size_t i = 0; ok && i < 4; ++i)
     ok = text::starts_with(parts[i], prefixes[i]) &&
          text::parse_int(std::string_view(parts[i]).substr(std::string_view(prefixes[i]).size()), values[i]) &&
          values[i] > 0 && values[i] <= 1024;
   if (!ok)
     throw_bad_input("bad tiling '" + std::string(input) +
-                    "'; expected bm<rows>_bn<rows>_w<warps>_s<stages>[_wg], e.g. bm128_bn64_w4_s2 or bm64_bn128_w4_s2_wg");
+                    "'; expected bm<rows>_bn<rows>_w<warps>_s<stages>[_wg][_mb<blocks>], e.g. bm128_bn64_w4_s2 or "
+                    "bm64_bn128_w4_s3_wg_mb4");
   return Tiling{static_cast<int>(values[0]), static_cast<int>(values[1]), static_cast<int>(values[2]),
-                static_cast<int>(values[3]), wgmma};
+                static_cast<int>(values[3]), wgmma, static_cast<int>(min_blocks)};
 }
 
 }  // namespace qattn

@@ -45,12 +45,12 @@ Verdict validate_int8(const Spec& s) {
 DeviceLimits default_limits(Arch arch) {
   DeviceLimits l;
   switch (arch) {
-    case Arch::sm_80: l.max_smem_per_block = 163 * 1024; break;
+    case Arch::sm_80: l.max_smem_per_block = 163 * 1024; l.smem_per_sm = 164 * 1024; break;
     case Arch::sm_86:
-    case Arch::sm_89: l.max_smem_per_block = 99 * 1024; break;
+    case Arch::sm_89: l.max_smem_per_block = 99 * 1024; l.smem_per_sm = 100 * 1024; l.max_threads_per_sm = 1536; break;
     case Arch::sm_90:
-    case Arch::sm_90a: l.max_smem_per_block = 227 * 1024; break;
-    case Arch::unset: l.max_smem_per_block = 48 * 1024; break;
+    case Arch::sm_90a: l.max_smem_per_block = 227 * 1024; l.smem_per_sm = 228 * 1024; break;
+    case Arch::unset: l.max_smem_per_block = 48 * 1024; l.smem_per_sm = 48 * 1024; break;
   }
   return l;
 }
@@ -99,6 +99,15 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
                        to_string(s.arch) + " allows " + std::to_string(limits.max_smem_per_block));
   if (t.warps * 32 > limits.max_threads_per_block)
     return Verdict::no("tiling " + to_string(t) + " has too many threads per block");
+  if (t.min_blocks > 0) {
+    const int by_smem = limits.smem_per_sm / (smem + limits.smem_reserved_per_block);
+    const int by_threads = limits.max_threads_per_sm / (t.warps * 32);
+    if (t.min_blocks > by_smem || t.min_blocks > by_threads)
+      return Verdict::no("tiling " + to_string(t) + " asks for " + std::to_string(t.min_blocks) +
+                         " blocks per SM; " + to_string(s.arch) + " holds at most " +
+                         std::to_string(by_smem < by_threads ? by_smem : by_threads) + " of them (shared memory " +
+                         std::to_string(smem) + " bytes, " + std::to_string(t.warps * 32) + " threads each)");
+  }
   return Verdict::yes();
 }
 

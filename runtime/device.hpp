@@ -22,6 +22,8 @@ struct DeviceInfo {
   int max_smem_per_block = 0;         // without opt-in (48 KB)
   int max_smem_per_block_optin = 0;   // the most a kernel can ask for with cuFuncSetAttribute
   int smem_per_sm = 0;
+  int smem_reserved_per_block = 0;   // taken from smem_per_sm for each resident block
+  int max_threads_per_sm = 0;
   int regs_per_block = 0, regs_per_sm = 0;
   int l2_bytes = 0;
   int clock_khz = 0;

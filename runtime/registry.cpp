@@ -69,6 +69,9 @@ cache::DeviceKey Runtime::Impl::device_key() {
 DeviceLimits Runtime::Impl::limits() {
   DeviceLimits l;
   l.max_smem_per_block = device().max_smem_per_block_optin;
+  l.smem_per_sm = device().smem_per_sm;
+  l.smem_reserved_per_block = device().smem_reserved_per_block;
+  l.max_threads_per_sm = device().max_threads_per_sm;
   l.max_threads_per_block = device().max_threads_per_block;
   return l;
 }

@@ -1,6 +1,8 @@
 // qattn::Tiling — the compile-time tunables of a kernel (what the tuner chooses among).
 // Text form: "bm128_bn64_w4_s2" (block of query rows, block of KV rows, warps, pipeline stages), with
-// "_wg" appended when the products run on warpgroup tensor cores (wgmma, sm_90a) instead of mma.sync.
+// "_wg" appended when the products run on warpgroup tensor cores (wgmma, sm_90a) instead of mma.sync,
+// then "_mb<k>" when the kernel asks ptxas for k resident blocks per SM (__launch_bounds__(threads, k):
+// registers capped at 64K / (k * threads)), e.g. "bm64_bn128_w4_s3_wg_mb4".
 #pragma once
 #include <string>
 #include <string_view>
@@ -13,9 +15,10 @@ struct Tiling {
   int warps = 4;
   int stages = 2;
   bool wgmma = false;
+  int min_blocks = 0;   // 0: no hint
   bool operator==(const Tiling& o) const {
     return block_m == o.block_m && block_n == o.block_n && warps == o.warps && stages == o.stages &&
-           wgmma == o.wgmma;
+           wgmma == o.wgmma && min_blocks == o.min_blocks;
   }
   bool operator!=(const Tiling& o) const { return !(*this == o); }
 };

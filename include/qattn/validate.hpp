@@ -20,6 +20,9 @@ struct Verdict {
 struct DeviceLimits {
   int max_smem_per_block = 0;   // opt-in maximum dynamic shared memory per block, bytes
   int max_threads_per_block = 1024;
+  int smem_per_sm = 0;                  // shared memory of one SM, bytes
+  int smem_reserved_per_block = 1024;   // what the system takes from it for each resident block
+  int max_threads_per_sm = 2048;
 };
 DeviceLimits default_limits(Arch arch);
 

@@ -26,7 +26,8 @@ TEST(KernelName, BijectiveOverTheGridAndUnusualSpecs) {
   std::set<std::string> names;
   const std::regex safe("[A-Za-z0-9_]+");
   for (const Spec& s : specs)
-    for (const Tiling& t : {Tiling{128, 64, 4, 2}, Tiling{64, 32, 8, 3}, Tiling{64, 128, 4, 2, true}}) {
+    for (const Tiling& t : {Tiling{128, 64, 4, 2}, Tiling{64, 32, 8, 3}, Tiling{64, 128, 4, 2, true},
+                            Tiling{64, 128, 4, 3, true, 4}, Tiling{128, 64, 4, 2, false, 2}}) {
       const std::string n = kernel_name(s, t);
       EXPECT_TRUE(std::regex_match(n, safe)) << n;
       EXPECT_TRUE(names.insert(n).second) << "duplicate name " << n;
@@ -60,7 +61,12 @@ TEST(Tiling, TextRoundTrip) {
   EXPECT_EQ(to_string(wg), "bm64_bn128_w4_s2_wg");
   EXPECT_EQ(parse_tiling("bm64_bn128_w4_s2_wg"), wg);
   EXPECT_NE(parse_tiling("bm64_bn128_w4_s2"), wg);
-  for (const char* bad : {"bm64_bn128_w4_s2_xx", "bm64_bn128_w4_s2_wg_wg", "wg_bm64_bn128_w4_s2"})
+  const Tiling mb{64, 128, 4, 3, true, 4};
+  EXPECT_EQ(to_string(mb), "bm64_bn128_w4_s3_wg_mb4");
+  EXPECT_EQ(parse_tiling("bm64_bn128_w4_s3_wg_mb4"), mb);
+  EXPECT_EQ(parse_tiling("bm64_bn128_w4_s3_mb2"), (Tiling{64, 128, 4, 3, false, 2}));
+  for (const char* bad : {"bm64_bn128_w4_s2_xx", "bm64_bn128_w4_s2_wg_wg", "wg_bm64_bn128_w4_s2",
+                          "bm64_bn128_w4_s2_mb4_wg", "bm64_bn128_w4_s2_mb0", "bm64_bn128_w4_s2_mbx", "bm64_bn128_w4_s2_mb"})
     EXPECT_THROW(parse_tiling(bad), Error) << bad;
 }
 

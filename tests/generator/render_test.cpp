@@ -38,6 +38,10 @@ TEST(Render, Int8FormFollowsTheTiling) {
   EXPECT_NE(sync.text.find("64, 128, 4, 2, false>"), std::string::npos) << sync.text;
   EXPECT_NE(wg.kernel_name, sync.kernel_name);
   EXPECT_GT(kernel_smem_bytes(s, Tiling{64, 128, 4, 2, true}), kernel_smem_bytes(s, Tiling{64, 128, 4, 2}));
+  // The launch bounds carry the minimum blocks only when the tiling asks for them.
+  EXPECT_NE(wg.text.find("__launch_bounds__(128)"), std::string::npos) << wg.text;
+  const Source mb = render_attention(s, Tiling{64, 128, 4, 3, true, 4});
+  EXPECT_NE(mb.text.find("__launch_bounds__(128, 4)"), std::string::npos) << mb.text;
 }
 
 TEST(Render, InvalidPointsAreRefusedWithTheReason) {

@@ -85,6 +85,19 @@ TEST(Validate, WgmmaTilingsOnlyForInt8OnSm90a) {
   EXPECT_FALSE(default_tiling(f, lim).wgmma);
 }
 
+// _mb<k> asks for k resident blocks; refused when k blocks cannot share the SM.
+TEST(Validate, MinBlocksMustFitTheSm) {
+  const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a");
+  const DeviceLimits lim = default_limits(Arch::sm_90a);
+  EXPECT_TRUE(validate(s, Tiling{64, 128, 4, 3, true, 4}, lim).ok);   // 4 x (54784 + 1024) bytes <= 228 KB
+  const Verdict v = validate(s, Tiling{64, 128, 4, 3, true, 5}, lim);
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("holds at most 4"), std::string::npos) << v.reason;
+  EXPECT_FALSE(validate(s, Tiling{128, 128, 8, 2, true, 9}, lim).ok);   // 9 x 256 threads > 2048
+  const Tiling d = default_tiling(s, lim);
+  EXPECT_EQ(d, (Tiling{64, 128, 4, 3, true, 4})) << to_string(d);
+}
+
 TEST(Validate, EveryGridPointHasCandidatesOnEveryArch) {
   for (Arch a : {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90, Arch::sm_90a})
     for (const Spec& s : default_grid(a)) {
