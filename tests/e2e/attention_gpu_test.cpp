@@ -154,6 +154,58 @@ TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
   }
 }
 
+// Past 32768 keys a row's 8-bit probabilities can sum past what the int32 accumulators hold, and the
+// int8 kernel then halves O and the row sum (kLRescale in prefill_int8.cuh). Query row 0 of every head
+// is zero, so its softmax is uniform over all 40000 keys: every P̂ is 255 and the halving must happen;
+// the other rows are random. Both forms of the kernel where the device has both.
+class AttentionLongKeys : public test::GpuTest {};
+
+TEST_F(AttentionLongKeys, UniformRowsPastTheRowSumLimit) {
+  RuntimeOptions options;
+  options.use_cache = false;
+  options.tune = false;
+  Runtime runtime(options);
+  const Spec spec = runtime.resolve(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=kv"));
+  const Problem p{1, 2, 2, 8, 40000};
+  const std::uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  HostTensor q = test::random_tensor({1, 2, p.q_len, 128}, Layout::bhsd, test::q_like(), seed);
+  HostTensor k = test::random_tensor({1, 2, p.kv_len, 128}, Layout::bhsd, test::k_like(), seed + 1);
+  HostTensor v = test::random_tensor({1, 2, p.kv_len, 128}, Layout::bhsd, test::v_like(), seed + 2);
+  for (int h = 0; h < 2; ++h)
+    for (int c = 0; c < 128; ++c) q.at(0, h, 0, c) = 0.0;
+  for (HostTensor* t : {&q, &k, &v}) test::round_to(*t, Fmt::fp16);
+  const HostTensor ref = test::reference_attention(q, k, v, {false, 0.0}, nullptr, Layout::bhsd);
+  rt::DeviceBuffer dq = upload(q, Fmt::fp16), dk = upload(k, Fmt::fp16), dv = upload(v, Fmt::fp16);
+  std::vector<Tiling> forms = {default_tiling(spec, default_limits(spec.arch))};
+  for (const Tiling& t : candidate_tilings(spec, default_limits(spec.arch)))
+    if (t.wgmma != forms[0].wgmma) {
+      forms.push_back(t);
+      break;
+    }
+  rt::Stream stream;
+  for (const Tiling& form : forms) {
+    std::vector<std::uint16_t> poison(static_cast<size_t>(test::storage_size(ref.shape, ref.strides)));
+    test::fill_nan(poison, Fmt::fp16);
+    rt::DeviceBuffer dout = rt::DeviceBuffer::from(poison);
+    AttentionCall call;
+    call.spec = spec;
+    call.problem = p;
+    call.q = view_of(dq, q);
+    call.k = view_of(dk, k);
+    call.v = view_of(dv, v);
+    call.o = view_of(dout, ref);
+    const auto prepared = runtime.prepare_with(call, form, stream.get());
+    runtime.run(*prepared, call.o, 0.f, nullptr, stream.get());
+    stream.synchronize();
+    const HostTensor got = test::decode(dout.to_vector<std::uint16_t>().data(), ref.shape, ref.strides, Fmt::fp16);
+    const test::ErrorMetrics m = test::compare(ref, got);
+    std::printf("[ metrics ] long keys %-24s %s\n", to_string(form).c_str(), m.report().c_str());
+    EXPECT_EQ(m.nonfinite, 0) << to_string(form);
+    EXPECT_GE(m.cosine, 0.999) << to_string(form) << " " << m.report();
+  }
+}
+
 std::string param_name(const ::testing::TestParamInfo<const char*>& info) {
   Spec s = parse_spec(info.param);
   s.arch = Arch::sm_90a;

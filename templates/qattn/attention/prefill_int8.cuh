@@ -117,6 +117,7 @@ struct Kernel {
     const float* k_scale;   // K scales of (b, h_kv)
     long long k_ss, v_sc;
     int k_group, kv_len, q_len, causal_offset;
+    bool check_lq;          // a thread's share of Σ P̂ can pass kLRescale (more than 32768 keys)
     int row0;               // first query row of this warp
   };
 
@@ -289,23 +290,28 @@ struct Kernel {
 #pragma unroll
           for (int j = 0; j + w < kSN; j += 2 * w) mx[j] = fmaxf(mx[j], mx[j + w]);
         m_tile[mt][hf] = dev::quad_max(mx[0]) * st.qs[mt][hf];   // qs > 0: -inf stays -inf
-        raise |= m_tile[mt][hf] > st.r[mt][hf] || st.l_q[mt][hf] > kLRescale;
+        raise |= m_tile[mt][hf] > st.r[mt][hf] || (cx.check_lq && st.l_q[mt][hf] > kLRescale);
       }
     return raise;
   }
 
   // Raises R of the rows whose tile max exceeds it, or whose Σ P̂ grew large, by whole steps k and
   // divides O and l by 2^k. The first keys of a row set R to their max (+ kHeadroom).
-  static __device__ __forceinline__ void raise_reference(State& st, const RowVals& m_tile) {
+  // The work is per warp (any of its rows); within it, each half of the rows (hf) skips the O shifts
+  // when none of its 8 rows rises, and the Σ P̂ check (two shuffles) runs only where a row's sum can
+  // reach kLRescale at all (cx.check_lq).
+  static __device__ __forceinline__ void raise_reference(State& st, const RowVals& m_tile, const Ctx& cx) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         u32 lq = st.l_q[mt][hf];
-        u32 other = dev::shfl_xor(lq, 1);
-        lq = lq > other ? lq : other;
-        other = dev::shfl_xor(lq, 2);
-        lq = lq > other ? lq : other;
+        if (cx.check_lq) {
+          u32 other = dev::shfl_xor(lq, 1);
+          lq = lq > other ? lq : other;
+          other = dev::shfl_xor(lq, 2);
+          lq = lq > other ? lq : other;
+        }
         const float r_old = st.r[mt][hf], m = m_tile[mt][hf];
         int k = 0;
         float r_new = r_old;
@@ -318,11 +324,12 @@ struct Kernel {
             r_new = r_old + steps;
           }
         }
-        if (lq > kLRescale) {
+        if (cx.check_lq && lq > kLRescale) {
           k += 1;
           r_new += 1.f;
         }
         st.r[mt][hf] = r_new;
+        if (!__any_sync(0xffffffffu, k != 0)) continue;
 #pragma unroll
         for (int n = 0; n < kON; ++n)
 #pragma unroll
@@ -420,7 +427,7 @@ struct Kernel {
     RowVals m_tile;
     const bool raise = logits<MASKED>(u, m_tile, s, st, cx,
                                       reinterpret_cast<const float*>(smem + scale_off(slot)), t * BN);
-    if (__any_sync(0xffffffffu, raise)) raise_reference(st, m_tile);
+    if (__any_sync(0xffffffffu, raise)) raise_reference(st, m_tile, cx);
     softmax_pv(st, u, sbase + v_off(slot));
     if constexpr (WG) {
       dev::wgmma_wait<0>();
@@ -505,6 +512,8 @@ struct Kernel {
       n_full = n_full < full_by_row ? n_full : full_by_row;
     }
     const int n_tiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+    // Each thread holds bn / 4 keys of a row per tile, each P̂ <= 255: 255 · 32768 / 4 < kLRescale.
+    cx.check_lq = n_tiles * BN > 32768;
 
     State st;
     const signed char* qg = static_cast<const signed char*>(p.q.ptr) + b * p.q.sb + h * p.q.sh;
