@@ -66,6 +66,55 @@ TensorView view_of(const rt::DeviceBuffer& b, const HostTensor& t) {
   return TensorView{b.as<void>(), t.strides.sb, t.strides.sh, t.strides.ss};
 }
 
+// Host tensors and their device copies (in the call's element type), as one call's inputs.
+struct Uploaded {
+  rt::DeviceBuffer q, k, v;
+  AttentionCall call;
+};
+Uploaded upload_call(const Spec& spec, const Problem& p, const HostTensor& q, const HostTensor& k, const HostTensor& v) {
+  Uploaded u{upload(q, spec.out), upload(k, spec.out), upload(v, spec.out), AttentionCall{}};
+  u.call.spec = spec;
+  u.call.problem = p;
+  u.call.q = view_of(u.q, q);
+  u.call.k = view_of(u.k, k);
+  u.call.v = view_of(u.v, v);
+  return u;
+}
+
+// The forms a spec is checked in: nullopt = attention() with the default tiling; where that is the
+// wgmma form, also the first mma.sync candidate (what every other arch runs).
+std::vector<std::optional<Tiling>> forms_to_check(const Spec& spec) {
+  std::vector<std::optional<Tiling>> forms = {std::nullopt};
+  if (default_tiling(spec, default_limits(spec.arch)).wgmma)
+    for (const Tiling& t : candidate_tilings(spec, default_limits(spec.arch)))
+      if (!t.wgmma) {
+        forms.push_back(t);
+        break;
+      }
+  return forms;
+}
+
+std::string form_name(const std::optional<Tiling>& form) { return form ? to_string(*form) : "default"; }
+
+// One call on uploaded q, k, v into a NaN-poisoned output shaped like ref (lse: also poisoned by the
+// caller, or null); returns the decoded output.
+HostTensor run_poisoned(Runtime& runtime, AttentionCall call, const HostTensor& ref, const std::optional<Tiling>& form,
+                        rt::Stream& stream) {
+  const Fmt io = call.spec.out;
+  std::vector<std::uint16_t> poison(static_cast<size_t>(test::storage_size(ref.shape, ref.strides)));
+  test::fill_nan(poison, io);
+  rt::DeviceBuffer dout = rt::DeviceBuffer::from(poison);
+  call.o = view_of(dout, ref);
+  if (form) {
+    const auto prepared = runtime.prepare_with(call, *form, stream.get());
+    runtime.run(*prepared, call.o, 0.f, call.lse, stream.get());
+  } else {
+    runtime.attention(call, stream.get());
+  }
+  stream.synchronize();
+  return test::decode(dout.to_vector<std::uint16_t>().data(), ref.shape, ref.strides, io);
+}
+
 TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
   RuntimeOptions options;
   options.use_cache = false;
@@ -75,20 +124,11 @@ TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
   const Fmt io = spec.out;
   const int d = spec.head_dim;
   rt::Stream stream;
-  const std::vector<Tiling> candidates = candidate_tilings(spec, default_limits(spec.arch));
-  std::vector<std::optional<Tiling>> forms = {std::nullopt};   // nullopt: attention() and its default
-  if (default_tiling(spec, default_limits(spec.arch)).wgmma)
-    for (const Tiling& t : candidates)
-      if (!t.wgmma) {
-        forms.push_back(t);
-        break;
-      }
-  for (const std::optional<Tiling>& form : forms) {
+  for (const std::optional<Tiling>& form : forms_to_check(spec)) {
     for (const Case& c : kCases) {
       const std::uint64_t seed = test::fresh_seed();
       const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
-      const std::string form_name = form ? to_string(*form) : "default";
-      SCOPED_TRACE(to_string(p) + " " + test::to_string(c.layout) + " " + form_name + " " + test::seed_note(seed));
+      SCOPED_TRACE(to_string(p) + " " + test::to_string(c.layout) + " " + form_name(form) + " " + test::seed_note(seed));
       HostTensor q = test::random_tensor({p.batch, p.heads_q, p.q_len, d}, c.layout, test::q_like(), seed);
       HostTensor k = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::k_like(), seed + 1);
       HostTensor v = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::v_like(), seed + 2);
@@ -96,33 +136,14 @@ TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
       std::vector<double> lse_ref;
       const HostTensor ref = test::reference_attention(q, k, v, {spec.causal, 0.0}, &lse_ref, c.layout);
 
-      rt::DeviceBuffer dq = upload(q, io), dk = upload(k, io), dv = upload(v, io);
-      std::vector<std::uint16_t> poison(static_cast<size_t>(test::storage_size(ref.shape, ref.strides)));
-      test::fill_nan(poison, io);
-      rt::DeviceBuffer dout = rt::DeviceBuffer::from(poison);
+      Uploaded in = upload_call(spec, p, q, k, v);
       std::vector<float> lse_poison(lse_ref.size());
       test::fill_nan(lse_poison);
       rt::DeviceBuffer dlse = rt::DeviceBuffer::from(lse_poison);
-
-      AttentionCall call;
-      call.spec = spec;
-      call.problem = p;
-      call.q = view_of(dq, q);
-      call.k = view_of(dk, k);
-      call.v = view_of(dv, v);
-      call.o = view_of(dout, ref);
-      call.lse = dlse.as<float>();
-      if (form) {
-        const auto prepared = runtime.prepare_with(call, *form, stream.get());
-        runtime.run(*prepared, call.o, 0.f, call.lse, stream.get());
-      } else {
-        runtime.attention(call, stream.get());
-      }
-      stream.synchronize();
-
-      const HostTensor got = test::decode(dout.to_vector<std::uint16_t>().data(), ref.shape, ref.strides, io);
+      in.call.lse = dlse.as<float>();
+      const HostTensor got = run_poisoned(runtime, in.call, ref, form, stream);
       const test::ErrorMetrics m = test::compare(ref, got);
-      std::printf("[ metrics ] %-80s %-20s %-32s %s\n", GetParam(), form_name.c_str(),
+      std::printf("[ metrics ] %-80s %-20s %-32s %s\n", GetParam(), form_name(form).c_str(),
                   (to_string(p) + " " + test::to_string(c.layout)).c_str(), m.report().c_str());
       EXPECT_EQ(m.nonfinite, 0);
       if (spec.quantized()) EXPECT_GE(m.cosine, 0.999) << m.report();
@@ -146,7 +167,7 @@ TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
         else if (!std::isfinite(lse[i])) ++lse_bad;
         else lse_err = std::max(lse_err, std::fabs(lse[i] - lse_ref[i]) - 1e-3 * std::fabs(lse_ref[i]) - slack[i]);
       }
-      std::printf("[ lse     ] %s %s %s: max error beyond the allowance: %.3e\n", GetParam(), form_name.c_str(),
+      std::printf("[ lse     ] %s %s %s: max error beyond the allowance: %.3e\n", GetParam(), form_name(form).c_str(),
                   to_string(p).c_str(), lse_err);
       EXPECT_EQ(lse_bad, 0);
       EXPECT_LE(lse_err, 1e-2);
@@ -176,33 +197,14 @@ TEST_F(AttentionLongKeys, UniformRowsPastTheRowSumLimit) {
     for (int c = 0; c < 128; ++c) q.at(0, h, 0, c) = 0.0;
   for (HostTensor* t : {&q, &k, &v}) test::round_to(*t, Fmt::fp16);
   const HostTensor ref = test::reference_attention(q, k, v, {false, 0.0}, nullptr, Layout::bhsd);
-  rt::DeviceBuffer dq = upload(q, Fmt::fp16), dk = upload(k, Fmt::fp16), dv = upload(v, Fmt::fp16);
-  std::vector<Tiling> forms = {default_tiling(spec, default_limits(spec.arch))};
-  for (const Tiling& t : candidate_tilings(spec, default_limits(spec.arch)))
-    if (t.wgmma != forms[0].wgmma) {
-      forms.push_back(t);
-      break;
-    }
+  const Uploaded in = upload_call(spec, p, q, k, v);
   rt::Stream stream;
-  for (const Tiling& form : forms) {
-    std::vector<std::uint16_t> poison(static_cast<size_t>(test::storage_size(ref.shape, ref.strides)));
-    test::fill_nan(poison, Fmt::fp16);
-    rt::DeviceBuffer dout = rt::DeviceBuffer::from(poison);
-    AttentionCall call;
-    call.spec = spec;
-    call.problem = p;
-    call.q = view_of(dq, q);
-    call.k = view_of(dk, k);
-    call.v = view_of(dv, v);
-    call.o = view_of(dout, ref);
-    const auto prepared = runtime.prepare_with(call, form, stream.get());
-    runtime.run(*prepared, call.o, 0.f, nullptr, stream.get());
-    stream.synchronize();
-    const HostTensor got = test::decode(dout.to_vector<std::uint16_t>().data(), ref.shape, ref.strides, Fmt::fp16);
+  for (const std::optional<Tiling>& form : forms_to_check(spec)) {
+    const HostTensor got = run_poisoned(runtime, in.call, ref, form, stream);
     const test::ErrorMetrics m = test::compare(ref, got);
-    std::printf("[ metrics ] long keys %-24s %s\n", to_string(form).c_str(), m.report().c_str());
-    EXPECT_EQ(m.nonfinite, 0) << to_string(form);
-    EXPECT_GE(m.cosine, 0.999) << to_string(form) << " " << m.report();
+    std::printf("[ metrics ] long keys %-24s %s\n", form_name(form).c_str(), m.report().c_str());
+    EXPECT_EQ(m.nonfinite, 0) << form_name(form);
+    EXPECT_GE(m.cosine, 0.999) << form_name(form) << " " << m.report();
   }
 }
 
