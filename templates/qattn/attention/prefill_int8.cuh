@@ -40,8 +40,8 @@
 //                      operands in shared memory, P·V with P straight from registers. The smem tiles
 //                      are already in the hardware's swizzled K-major layout (wgmma.cuh), and the
 //                      accumulator / A-operand fragments equal the mma.sync ones, so the softmax code
-//                      is shared. Measured on H100 (dev harness, bench/results/dev_int8_*): 1.3-1.4x the
-//                      mma.sync form at d = 128, 1.1-1.2x at d = 64.
+//                      is shared. Measured on H100 (bench/results/): 1.68-2.03x the flash backend at
+//                      d = 128, where the mma.sync form reached 1.19-1.42x.
 // Tried on the wgmma form and measured slower on H100 (so not here): issuing the Q·K^T of tile t + 1
 // before the softmax of tile t (two S tiles: 237+ registers, 2 CTAs per SM; 15-30% slower), and the
 // exponentials as ex2.approx.f16x2 pairs (1-3% slower: the exponentials are not the limit).
