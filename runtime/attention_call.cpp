@@ -49,21 +49,22 @@ std::unique_ptr<PreparedAttention> Runtime::prepare(const AttentionCall& call, v
   const Spec spec = resolve(call.spec);
   validate_call(call, spec);
   const Kernel& k = kernel(spec, call.problem);
-  return prepare_with(call, k.tiling(), stream);
+  return prepare_in(call, spec, k.tiling(), stream, nullptr);
 }
 
 std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& call, const Tiling& tiling, void* stream) {
-  return prepare_in(call, tiling, stream, nullptr);
+  const Spec spec = resolve(call.spec);
+  validate_call(call, spec);
+  return prepare_in(call, spec, tiling, stream, nullptr);
 }
 
 // `lent`: the runtime's per-stream workspace (attention()), grown as needed; null: the prepared call
 // owns a workspace of its own (prepare()), so that it can outlive later calls on the stream.
 // A lent workspace means a one-shot call: the LSE correction is prepared only when call.lse asks for it
 // (prepare() cannot know whether a later run() will, so it always prepares it).
-std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call, const Tiling& tiling, void* stream,
-                                                       rt::DeviceBuffer* lent) {
-  const Spec spec = resolve(call.spec);
-  validate_call(call, spec);
+// `spec`: call.spec as resolve() returned it, with the call already validated by the caller.
+std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
+                                                       void* stream, rt::DeviceBuffer* lent) {
   const Problem& p = call.problem;
   auto out = std::make_unique<Prepared>();
   out->problem_ = p;
@@ -184,7 +185,7 @@ void Runtime::attention(const AttentionCall& call, void* stream) {
   // a stream gets a new (larger) one only when a call needs more.
   std::lock_guard<std::mutex> lock(impl_->workspace_mutex);
   rt::DeviceBuffer& ws = impl_->workspaces[stream];
-  const auto prepared = prepare_in(call, tiling, stream, &ws);
+  const auto prepared = prepare_in(call, spec, tiling, stream, &ws);
   run(*prepared, call.o, call.softmax_scale, call.lse, stream);
 }
 

@@ -140,8 +140,8 @@ class Runtime {
   struct Impl;
 
  private:
-  std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Tiling& tiling, void* stream,
-                                                rt::DeviceBuffer* lent);
+  std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
+                                                void* stream, rt::DeviceBuffer* lent);
   std::unique_ptr<Impl> impl_;
 };
 
