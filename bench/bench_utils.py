@@ -125,10 +125,10 @@ def device_slug(name):
     return slug or "unknown-device"
 
 
-def result_paths(out_dir, slug, date):
-    """(json, md) paths prefill_<slug>_<date>[_k] that do not exist yet: a second run the same day
+def result_paths(out_dir, slug, date, prefix="prefill"):
+    """(json, md) paths <prefix>_<slug>_<date>[_k] that do not exist yet: a second run the same day
     never overwrites the first."""
-    base = f"prefill_{slug}_{date}"
+    base = f"{prefix}_{slug}_{date}"
     k = 1
     while True:
         stem = base if k == 1 else f"{base}_{k}"

@@ -13,7 +13,8 @@ const std::pair<Fmt, const char*> kFmtCodes[] = {
     {Fmt::bf16, "bf16"}, {Fmt::fp16, "f16"}, {Fmt::int8, "i8"}, {Fmt::int4, "i4"}, {Fmt::fp8e4m3, "e4m3"}};
 const std::pair<Gran, const char*> kGranCodes[] = {
     {Gran::per_tensor, "ten"}, {Gran::per_block, "blk"}, {Gran::per_warp, "wrp"},
-    {Gran::per_thread, "thr"}, {Gran::per_token, "tok"}, {Gran::per_channel, "chn"}};
+    {Gran::per_thread, "thr"}, {Gran::per_token, "tok"}, {Gran::per_channel, "chn"},
+    {Gran::per_group, "grp"}};
 const std::pair<SoftmaxMode, const char*> kSoftmaxCodes[] = {{SoftmaxMode::unified_max, "umax"},
                                                              {SoftmaxMode::sas, "sas"}};
 const std::pair<Accum, const char*> kAccumCodes[] = {{Accum::fp16, "f16"}, {Accum::two_level, "2lvl"}};
@@ -39,10 +40,6 @@ bool match_exact(const std::pair<E, const char*> (&table)[N], std::string_view s
   return false;
 }
 
-std::string operand_code(const Operand& op) {
-  return std::string(code_of(kFmtCodes, op.fmt)) + (op.gran == Gran::none ? "" : code_of(kGranCodes, op.gran));
-}
-
 bool parse_operand_code(std::string_view s, Operand& op) {
   for (const auto& [fmt, code] : kFmtCodes) {
     if (!text::starts_with(s, code)) continue;
@@ -60,7 +57,7 @@ bool parse_operand_code(std::string_view s, Operand& op) {
 [[noreturn]] void bad_name(std::string_view name, const std::string& why) {
   throw_bad_input("bad kernel name '" + std::string(name) + "': " + why +
                   "; expected qattn_<phase>_<arch>_qk<fmt><gran>_pv<fmt><gran>_o<fmt>_d<n>[_causal][_gqa<n>]"
-                  "[_sk<n>][_smx<mode>][_acc<mode>][_smooth<qkv>]__bm<n>_bn<n>_w<n>_s<n>");
+                  "[_sk<n>][_smx<mode>][_acc<mode>][_smooth<qkv>][_paged]__bm<n>_bn<n>_w<n>_s<n>");
 }
 
 int parse_suffix_int(std::string_view name, std::string_view tok, std::string_view prefix) {
@@ -72,6 +69,10 @@ int parse_suffix_int(std::string_view name, std::string_view tok, std::string_vi
 
 }  // namespace
 
+std::string operand_code(const Operand& op) {
+  return std::string(code_of(kFmtCodes, op.fmt)) + (op.gran == Gran::none ? "" : code_of(kGranCodes, op.gran));
+}
+
 std::string spec_name(const Spec& s) {
   if (s.arch == Arch::unset)
     throw_bad_input("a kernel name needs a concrete arch; set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a>");
@@ -80,10 +81,11 @@ std::string spec_name(const Spec& s) {
                   std::to_string(s.head_dim);
   if (s.causal) n += "_causal";
   if (s.gqa != 1) n += "_gqa" + std::to_string(s.gqa);
-  if (s.split_k != 1) n += "_sk" + std::to_string(s.split_k);
+  if (s.split_k != 0) n += "_sk" + std::to_string(s.split_k);
   if (s.softmax != SoftmaxMode::exact) n += std::string("_smx") + code_of(kSoftmaxCodes, s.softmax);
   if (s.accum != Accum::fp32) n += std::string("_acc") + code_of(kAccumCodes, s.accum);
   if (s.smooth != kSmoothNone) n += "_smooth" + smooth_to_string(s.smooth);
+  if (s.paged) n += "_paged";
   return n;
 }
 
@@ -117,6 +119,7 @@ ParsedKernelName parse_kernel_name(std::string_view name) {
   for (size_t i = 7; i < toks.size(); ++i) {
     const std::string_view t = toks[i];
     if (t == "causal") s.causal = true;
+    else if (t == "paged") s.paged = true;
     else if (text::starts_with(t, "gqa")) s.gqa = parse_suffix_int(name, t, "gqa");
     else if (text::starts_with(t, "sk")) s.split_k = parse_suffix_int(name, t, "sk");
     else if (text::starts_with(t, "smx")) {

@@ -28,17 +28,31 @@ const char* gran_enum(Gran g) {
     case Gran::per_thread: return "qattn::Gran::per_thread";
     case Gran::per_token: return "qattn::Gran::per_token";
     case Gran::per_channel: return "qattn::Gran::per_channel";
+    case Gran::per_group: return "qattn::Gran::per_group";
   }
   return "";
 }
 
-// The template-id of the kernel body that (spec, tiling) instantiates, and the header declaring it.
+const char* flag(bool b) { return b ? "true" : "false"; }
+
+// The template-id of the kernel body that (spec, tiling) instantiates, the header declaring it and the
+// type of its one parameter.
 struct Body {
   const char* header;
   std::string type;
+  const char* params = "qattn::AttentionParams";
 };
 
+Body decode_body(const Spec& s, const Tiling& t) {
+  std::ostringstream os;
+  os << "qattn::decode::Kernel<" << fmt_enum(s.qk.fmt) << ", " << gran_enum(s.qk.gran) << ", " << fmt_enum(s.out) << ", "
+     << s.head_dim << ", " << flag(s.causal) << ", " << flag(s.paged) << ", " << t.block_m << ", " << t.block_n << ", "
+     << t.warps << ", " << t.stages << ">";
+  return {"qattn/decode/decode_mma.cuh", os.str(), "qattn::DecodeParams"};
+}
+
 Body attention_body(const Spec& s, const Tiling& t) {
+  if (s.phase == Phase::decode) return decode_body(s, t);
   std::ostringstream tail;
   tail << s.head_dim << ", " << (s.causal ? "true" : "false") << ", " << t.block_m << ", " << t.block_n << ", "
        << t.warps << ", " << t.stages;
@@ -67,7 +81,7 @@ Source render_attention(const Spec& spec, const Tiling& tiling) {
      // blocks per SM, 20% slower).
      << "extern \"C\" __global__ void __launch_bounds__(" << tiling.warps * 32
      << (tiling.min_blocks > 0 ? ", " + std::to_string(tiling.min_blocks) : std::string()) << ")\n"
-     << src.kernel_name << "(const qattn::AttentionParams p) {\n"
+     << src.kernel_name << "(const " << body.params << " p) {\n"
      << "  extern __shared__ __align__(128) char qattn_smem[];\n"
      << "  " << body.type << "::run(p, qattn_smem);\n"
      << "}\n";
@@ -83,6 +97,37 @@ Source render_helper(const std::string& kernel_name, const std::string& header, 
   src.text = "// qattn generated helper kernel\n#include \"" + header + "\"\nextern \"C\" __global__ void __launch_bounds__(" +
              std::to_string(block) + ") " + kernel_name + "(const " + params_type + " p) {\n  " + body + "::run(p);\n}\n";
   return src;
+}
+
+// qattn_decode_combine_o<fmt>_d<n>: merges the split partials (any KV format).
+Source render_decode_combine(const Spec& spec) {
+  const std::string d = std::to_string(spec.head_dim);
+  return render_helper(std::string("qattn_decode_combine_o") + (spec.out == Fmt::bf16 ? "bf16" : "f16") + "_d" + d,
+                       "qattn/decode/decode_combine.cuh",
+                       std::string("qattn::decode::Combine<") + fmt_enum(spec.out) + ", " + d + ">",
+                       "qattn::DecodeCombineParams", 128, spec.arch);
+}
+
+// qattn_kvappend_<cache>_<in>_d<n>[_paged]: quantizes new tokens into the cache (kv_layout.h).
+Source render_kv_append(const Spec& spec) {
+  const std::string d = std::to_string(spec.head_dim);
+  return render_helper(std::string("qattn_kvappend_") + operand_code(spec.qk) + "_" + (spec.out == Fmt::bf16 ? "bf16" : "f16") + "_d" + d +
+                           (spec.paged ? "_paged" : ""),
+                       "qattn/decode/kv_append.cuh",
+                       std::string("qattn::decode::Append<") + fmt_enum(spec.qk.fmt) + ", " + gran_enum(spec.qk.gran) +
+                           ", " + fmt_enum(spec.out) + ", " + d + ", " + flag(spec.paged) + ">",
+                       "qattn::KvAppendParams", 128, spec.arch);
+}
+
+LaunchShape decode_launch(const Spec& spec, const Tiling& tiling, const Problem& p, int splits) {
+  LaunchShape l;
+  const int rows = spec.gqa * p.q_len;
+  l.grid[0] = static_cast<unsigned>(splits);
+  l.grid[1] = static_cast<unsigned>(p.heads_kv * ((rows + tiling.block_m - 1) / tiling.block_m));
+  l.grid[2] = static_cast<unsigned>(p.batch);
+  l.block = static_cast<unsigned>(tiling.warps * 32);
+  l.smem_bytes = static_cast<unsigned>(kernel_smem_bytes(spec, tiling));
+  return l;
 }
 
 LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& p) {

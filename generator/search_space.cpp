@@ -8,8 +8,25 @@ namespace {
 
 // Hand-ordered: the tilings that measured fastest on the H100 first (dev notes in the kernel headers),
 // so that default_tiling() is a good untuned choice.
+// Decode (decode_shape.h: bm = query rows per CTA, bn = tokens per warp chunk). Occupancy decides:
+// ~168 registers per thread allow 3 CTAs of 4 warps per SM when shared memory does too. Measured on
+// the H100 (b 8, 32/8 heads, 128k tokens, bench/results/decode_*): int4 bn32 w4 s2 722 us (bn64:
+// 1281 us, one CTA per SM); int8 bn16 w4 s3 857 us; bf16 bn16 w4 s4 1412 us. Rows beyond 16
+// (GQA x new tokens > 16) take bm 32.
+std::vector<Tiling> preferred_decode(const Spec& s) {
+  std::vector<Tiling> out;
+  for (int bm : {16, 32}) {
+    if (s.qk.fmt == Fmt::int4) out.insert(out.end(), {{bm, 32, 4, 2}, {bm, 16, 4, 4}, {bm, 32, 4, 4}});
+    else if (s.qk.fmt == Fmt::int8) out.insert(out.end(), {{bm, 16, 4, 3}, {bm, 32, 4, 2}, {bm, 16, 4, 4}});
+    else out.insert(out.end(), {{bm, 16, 4, 4}, {bm, 32, 2, 3}, {bm, 32, 4, 2}});
+    out.insert(out.end(), {{bm, 16, 2, 4}, {bm, 64, 2, 2}, {bm, 16, 8, 2}, {bm, 32, 1, 4}, {bm, 16, 1, 4}});
+  }
+  return out;
+}
+
 std::vector<Tiling> preferred(const Spec& s) {
   std::vector<Tiling> out;
+  if (s.phase == Phase::decode) return preferred_decode(s);
   if (s.qk.fmt == Fmt::fp16 || s.qk.fmt == Fmt::bf16) {
     auto take = [&](const auto& list) {
       for (const auto& t : list) out.push_back({t.bm, t.bn, t.warps, t.stages});
@@ -45,7 +62,7 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
   std::vector<Tiling> all = preferred(spec);
   // The fp16/bf16 list is the measured shortlist; the int8 kernel's space is swept.
   // The wgmma forms also with a minimum of 4 blocks per SM (validate() drops those that cannot fit).
-  if (spec.quantized())
+  if (spec.quantized() && spec.phase == Phase::prefill)
     for (bool wg : {true, false})
       for (int bm : {64, 128})
         for (int bn : {32, 64, 128})
@@ -89,6 +106,19 @@ std::vector<Spec> default_grid(Arch arch) {
               vg == Gran::per_channel ? kSmoothK | kSmoothV : kSmoothK);
       add({Fmt::int8, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, d, causal, kSmoothK | kSmoothV);
     }
+  // Decode: every KV-cache format and head dim, contiguous and non-causal, and paged with the causal
+  // mask (several new tokens per sequence), GQA 4.
+  const Operand kv_formats[] = {{Fmt::fp16, Gran::none}, {Fmt::bf16, Gran::none}, {Fmt::int8, Gran::per_token},
+                                {Fmt::int4, Gran::per_token}, {Fmt::int4, Gran::per_group}};
+  for (const Operand& kv : kv_formats)
+    for (int d : {64, 128, 256})
+      for (bool paged_causal : {false, true}) {
+        const Fmt out = kv.fmt == Fmt::bf16 || (kv.gran != Gran::none && d == 128) ? Fmt::bf16 : Fmt::fp16;
+        add(kv, kv, out, d, paged_causal, kSmoothNone);
+        grid.back().phase = Phase::decode;
+        grid.back().gqa = 4;
+        grid.back().paged = paged_causal;
+      }
   return grid;
 }
 

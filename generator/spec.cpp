@@ -24,7 +24,7 @@ const Named<Fmt> kFmts[] = {{Fmt::fp16, "fp16"}, {Fmt::bf16, "bf16"}, {Fmt::int8
 const Named<Gran> kGrans[] = {{Gran::none, "none"},           {Gran::per_tensor, "per_tensor"},
                               {Gran::per_block, "per_block"}, {Gran::per_warp, "per_warp"},
                               {Gran::per_thread, "per_thread"}, {Gran::per_token, "per_token"},
-                              {Gran::per_channel, "per_channel"}};
+                              {Gran::per_channel, "per_channel"}, {Gran::per_group, "per_group"}};
 const Named<SoftmaxMode> kSoftmax[] = {{SoftmaxMode::exact, "exact"},
                                        {SoftmaxMode::unified_max, "unified_max"},
                                        {SoftmaxMode::sas, "sas"}};
@@ -124,7 +124,7 @@ int arch_cc(Arch arch) { return arch == Arch::sm_90a ? 90 : static_cast<int>(arc
 bool Spec::operator==(const Spec& o) const {
   return phase == o.phase && qk == o.qk && pv == o.pv && out == o.out && head_dim == o.head_dim &&
          causal == o.causal && gqa == o.gqa && split_k == o.split_k && softmax == o.softmax &&
-         accum == o.accum && smooth == o.smooth && arch == o.arch;
+         accum == o.accum && smooth == o.smooth && paged == o.paged && arch == o.arch;
 }
 
 std::string to_string(const Spec& s) {
@@ -133,10 +133,11 @@ std::string to_string(const Spec& s) {
      << " out=" << to_string(s.out) << " d=" << s.head_dim;
   if (s.causal) os << " causal";
   if (s.gqa != 1) os << " gqa=" << s.gqa;
-  if (s.split_k != 1) os << " splitk=" << s.split_k;
+  if (s.split_k != 0) os << " splitk=" << s.split_k;
   if (s.softmax != SoftmaxMode::exact) os << " softmax=" << to_string(s.softmax);
   if (s.accum != Accum::fp32) os << " accum=" << to_string(s.accum);
   if (s.smooth != kSmoothNone) os << " smooth=" << smooth_to_string(s.smooth);
+  if (s.paged) os << " paged";
   if (s.arch != Arch::unset) os << " arch=" << to_string(s.arch);
   return os.str();
 }
@@ -161,9 +162,11 @@ Spec parse_spec(std::string_view input) {
         seen.back() = "phase";
       } else if (tok == "causal") {
         s.causal = true;
+      } else if (tok == "paged") {
+        s.paged = true;
       } else {
         throw_bad_input("unknown spec token '" + tok +
-                        "'; accepted: prefill, decode, causal, qk=, pv=, out=, d=, gqa=, splitk=, softmax=, accum=, smooth=, arch=");
+                        "'; accepted: prefill, decode, causal, paged, qk=, pv=, out=, d=, gqa=, splitk=, softmax=, accum=, smooth=, arch=");
       }
       continue;
     }

@@ -2,6 +2,7 @@
 
 #include "qattn/attention/prefill_fp16_shape.h"
 #include "qattn/attention/prefill_int8_shape.h"
+#include "qattn/decode/decode_shape.h"
 #include "qattn/error.hpp"
 
 namespace qattn {
@@ -40,6 +41,29 @@ Verdict validate_int8(const Spec& s) {
   return Verdict::yes();
 }
 
+// Decode over a KV cache (templates/qattn/decode/): K and V caches share one format.
+Verdict validate_decode(const Spec& s) {
+  if (!kv::format_ok(s.qk.fmt, s.qk.gran))
+    return Verdict::no("decode qk=" + std::string(to_string(s.qk.fmt)) +
+                       (s.qk.gran == Gran::none ? "" : std::string(":") + to_string(s.qk.gran)) +
+                       " is not a supported KV-cache format; accepted: fp16, bf16, int8:per_token, int4:per_token, "
+                       "int4:per_group (fp8 and TurboAttention's FlashQ caches are not implemented yet, issue #4)");
+  if (s.pv != s.qk) return Verdict::no("decode: the K and V caches share one format; accepted: pv equal to qk");
+  if (!is_float(s.out)) return Verdict::no(std::string("out=") + to_string(s.out) + " is not supported; accepted: fp16, bf16");
+  if (is_float(s.qk.fmt) && s.out != s.qk.fmt)
+    return Verdict::no(std::string("decode qk=") + to_string(s.qk.fmt) + " takes queries and writes outputs of the same type; accepted: out=" +
+                       to_string(s.qk.fmt));
+  if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256)
+    return Verdict::no("decode d=" + std::to_string(s.head_dim) + " is not supported; accepted: 64, 128, 256");
+  if (s.softmax != SoftmaxMode::exact)
+    return Verdict::no(std::string("softmax=") + to_string(s.softmax) +
+                       " is not implemented yet (issue #4: unified max, SAS); accepted: exact");
+  if (s.accum != Accum::fp32) return Verdict::no(std::string("accum=") + to_string(s.accum) + " applies to prefill; accepted for decode: fp32");
+  if (s.smooth != kSmoothNone) return Verdict::no("smoothing applies to prefill; accepted for decode: none");
+  if (s.gqa < 1 || s.gqa > 64) return Verdict::no("gqa=" + std::to_string(s.gqa) + " is out of range; accepted: 1..64");
+  return Verdict::yes();
+}
+
 }  // namespace
 
 DeviceLimits default_limits(Arch arch) {
@@ -56,11 +80,11 @@ DeviceLimits default_limits(Arch arch) {
 }
 
 Verdict validate(const Spec& s) {
-  if (s.phase != Phase::prefill)
-    return Verdict::no("phase=decode is not implemented yet (issue #4: split-K decode over a quantized KV cache); accepted: prefill");
+  if (s.phase == Phase::decode) return validate_decode(s);
+  if (s.paged) return Verdict::no("paged applies to a decode KV cache; accepted for prefill: no paged token");
   if (s.head_dim != 64 && s.head_dim != 128)
     return Verdict::no("d=" + std::to_string(s.head_dim) + " is not supported yet (issue #3 adds 96 and 256); accepted: 64, 128");
-  if (s.split_k != 1) return Verdict::no("splitk applies to decode only; accepted for prefill: 1");
+  if (s.split_k != 0) return Verdict::no("splitk applies to decode only; accepted for prefill: no splitk");
   if (s.softmax != SoftmaxMode::exact)
     return Verdict::no(std::string("softmax=") + to_string(s.softmax) +
                        " is a decode mode (issue #4); accepted for prefill: exact");
@@ -74,6 +98,10 @@ Verdict validate(const Spec& s) {
 }
 
 int kernel_smem_bytes(const Spec& s, const Tiling& t) {
+  if (s.phase == Phase::decode) {
+    if (t.wgmma || !decode::tiling_ok(s.qk.fmt, s.qk.gran, s.head_dim, t.block_m, t.block_n, t.warps, t.stages)) return 0;
+    return decode::smem_bytes(s.qk.fmt, s.qk.gran, s.head_dim, t.block_m, t.block_n, t.warps, t.stages);
+  }
   if (is_float(s.qk.fmt)) {
     if (!prefill_fp16::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages)) return 0;
     return prefill_fp16::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, 2);
@@ -85,11 +113,14 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
 Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (Verdict v = validate(s); !v) return v;
   if (s.arch == Arch::unset) return Verdict::no("no arch: set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a> or run on a GPU");
-  if (t.wgmma && s.qk.fmt != Fmt::int8)
-    return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) exists for the int8 kernel only; drop _wg");
+  if (t.wgmma && (s.qk.fmt != Fmt::int8 || s.phase != Phase::prefill))
+    return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) exists for the int8 prefill kernel only; drop _wg");
   if (t.wgmma && s.arch != Arch::sm_90a)
     return Verdict::no("tiling " + to_string(t) + ": wgmma needs arch=sm_90a (got " + to_string(s.arch) + "); drop _wg");
   const int smem = kernel_smem_bytes(s, t);
+  if (smem == 0 && s.phase == Phase::decode)
+    return Verdict::no("tiling " + to_string(t) + " is not supported by the decode kernel for " + to_string(s) +
+                       " (see the valid tilings in templates/qattn/decode/decode_shape.h)");
   if (smem == 0)
     return Verdict::no("tiling " + to_string(t) + " is not supported by the " +
                        (is_float(s.qk.fmt) ? "fp16/bf16" : "int8") + " kernel at d=" + std::to_string(s.head_dim) +
@@ -114,6 +145,10 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
 Verdict validate(const Spec& s, const Problem& p) {
   if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.q_len < 1 || p.kv_len < 1)
     return Verdict::no("shape " + to_string(p) + " has a size below 1; every size must be >= 1");
+  if (s.phase == Phase::decode && p.q_len > 64)
+    return Verdict::no("shape " + to_string(p) + ": decode takes 1..64 new tokens per sequence (q); use prefill for more");
+  if (s.phase == Phase::decode && p.q_len > p.kv_len)
+    return Verdict::no("shape " + to_string(p) + ": the new tokens are part of the cache, so kv must be >= q");
   if (p.heads_q != p.heads_kv * s.gqa)
     return Verdict::no("shape " + to_string(p) + " has hq/hkv = " + std::to_string(p.heads_q) + "/" +
                        std::to_string(p.heads_kv) + " but the spec says gqa=" + std::to_string(s.gqa) +

@@ -52,6 +52,7 @@ Source add_scaled_source(Arch arch) {
 
 std::vector<Source> helper_sources(const Spec& spec) {
   std::vector<Source> out;
+  if (spec.phase == Phase::decode) return {render_decode_combine(spec), render_kv_append(spec)};
   if (!spec.quantized()) return out;
   const Problem nominal{1, spec.gqa, 1, 128, 128};
   for (const QuantSlot& s : quant_slots(spec, nominal))

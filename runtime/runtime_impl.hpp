@@ -64,6 +64,7 @@ struct Runtime::Impl {
   RuntimeCounters counters;
   std::mutex workspace_mutex;
   std::map<void*, rt::DeviceBuffer> workspaces;   // attention()'s workspace per stream
+  std::map<void*, rt::DeviceBuffer> decode_workspaces;   // decode()'s split partials per stream
   std::optional<rt::DeviceInfo> device_info;
 };
 

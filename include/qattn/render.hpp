@@ -28,6 +28,13 @@ struct LaunchShape {
 Source render_attention(const Spec& spec, const Tiling& tiling);
 LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& problem);
 
+// Decode (spec.phase == decode): render_attention() gives the split-K kernel (DecodeParams); these
+// give its combine kernel (DecodeCombineParams, 4 rows per 128-thread block) and the cache-append
+// kernel (KvAppendParams, 4 tokens per 128-thread block, grid (tokens/4, heads_kv, batch)).
+LaunchShape decode_launch(const Spec& spec, const Tiling& tiling, const Problem& problem, int splits);
+Source render_decode_combine(const Spec& spec);
+Source render_kv_append(const Spec& spec);
+
 // A helper kernel (quantization pass, LSE correction): `body` names a type with
 // `static __device__ void run(const <params_type>&)`, declared in `header`.
 Source render_helper(const std::string& kernel_name, const std::string& header, const std::string& body,

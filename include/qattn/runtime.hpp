@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "qattn/abi.h"
+#include "qattn/decode.hpp"
 #include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
@@ -117,6 +118,15 @@ class Runtime {
   void run(const PreparedAttention& prepared, TensorView o, float softmax_scale, float* lse, void* stream);
   // prepare() with an explicit tiling instead of the tuned one (the tuner's verification uses it).
   std::unique_ptr<PreparedAttention> prepare_with(const AttentionCall& call, const Tiling& tiling, void* stream);
+
+  // Decode attention over a KV cache (include/qattn/decode.hpp): the split-K kernel, then (when the
+  // call uses more than one split) the combine kernel, on `stream`. The split partials live in a
+  // per-stream workspace owned by the runtime. Validates the call (throws bad_input with the reason).
+  void decode(const DecodeCall& call, void* stream);
+  // Quantizes new tokens into the KV cache (both K and V) on `stream`.
+  void append_kv(const AppendKvCall& call, void* stream);
+  // The split count decode() uses for `call` (call.splits, else spec.split_k, else the heuristic).
+  int decode_splits(const DecodeCall& call);
 
   // Kernel-only timing of kernel(spec, problem) on random inputs rotated through L2: microseconds per
   // launch, one sample per timed launch (warm-up excluded).

@@ -17,6 +17,6 @@ Tiling default_tiling(const Spec& spec, const DeviceLimits& limits);
 
 // The default grid: every supported (format, granularity, head dim, causal) point of the shipped kernel
 // families, for one arch.
-std::vector<Spec> default_grid(Arch arch);
+std::vector<Spec> default_grid(Arch arch);   // prefill points, then decode points (phase == decode)
 
 }  // namespace qattn

@@ -8,13 +8,14 @@
 //   d=<n>                   head dimension                                       (required)
 //   causal                  causal mask, aligned bottom-right                    (default: not causal)
 //   gqa=<n>                 query heads per KV head                              (default 1)
-//   splitk=<n>              KV splits (decode only)                              (default 1)
+//   splitk=<n>              KV splits (decode only)                   (default: the runtime chooses)
 //   softmax=<mode>          exact | unified_max | sas                            (default exact)
 //   accum=<mode>            P·V accumulation: fp32 | fp16 | two_level            (default fp32)
 //   smooth=<q|k|v...>       smoothing steps, letters in the order q, k, v        (default none)
+//   paged                   the KV cache is paged through a block table (decode)  (default contiguous)
 //   arch=<sm_XX>            sm_80 | sm_86 | sm_89 | sm_90 | sm_90a               (default: the device's)
 //   fmt  = fp16 | bf16 | int8 | int4 | fp8e4m3
-//   gran = per_tensor | per_block | per_warp | per_thread | per_token | per_channel  (quantized formats)
+//   gran = per_tensor | per_block | per_warp | per_thread | per_token | per_channel | per_group  (quantized)
 // Example: "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k arch=sm_90a"
 // parse(to_string(s)) == s for every spec, and to_string(parse(t)) == t for every canonical text t.
 #pragma once
@@ -45,10 +46,11 @@ struct Spec {
   int head_dim = 128;
   bool causal = false;
   int gqa = 1;
-  int split_k = 1;
+  int split_k = 0;            // 0: unset (decode: the runtime chooses the split count)
   SoftmaxMode softmax = SoftmaxMode::exact;
   Accum accum = Accum::fp32;
   int smooth = kSmoothNone;   // SmoothBits
+  bool paged = false;         // decode: KV cache addressed through a block table
   Arch arch = Arch::unset;
 
   bool quantized() const { return qk.fmt != Fmt::fp16 && qk.fmt != Fmt::bf16; }

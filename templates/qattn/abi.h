@@ -16,8 +16,9 @@ enum class Fmt : int { fp16 = 0, bf16 = 1, int8 = 2, int4 = 3, fp8e4m3 = 4 };
 //   per_token: one scale per token (row);         per_channel: one scale per head-dim channel (V);
 //   per_warp / per_thread: scale groups that follow the mma fragment layout (SageAttention2);
 //   none: the operand is not quantized (fp16/bf16).
+//   per_group: (KV cache) per token with 4 groups of head-dim channels, each its own (scale, shift).
 enum class Gran : int { none = 0, per_tensor = 1, per_block = 2, per_warp = 3, per_thread = 4,
-                        per_token = 5, per_channel = 6 };
+                        per_token = 5, per_channel = 6, per_group = 7 };
 
 enum class SoftmaxMode : int { exact = 0, unified_max = 1, sas = 2 };
 
@@ -46,7 +47,7 @@ struct ScaleRef {
   int pad_;
 };
 
-// Parameters of a prefill (and, later, decode) attention kernel.
+// Parameters of a prefill attention kernel.
 //  q: [batch, heads_q, q_len, d]  k, v: [batch, heads_kv, kv_len, d]  o: [batch, heads_q, q_len, d]
 //  (index order of TensorRef; the memory order is whatever the strides say).
 //  For quantized V (int8 / fp8) the quantizer writes V transposed per head, V^T[c][s], with sc the
@@ -90,6 +91,58 @@ struct LseCorrectionParams {
   float* lse;
   int batch, heads_q, heads_kv, q_len;
   float softmax_scale;
+};
+
+// A KV cache (K or V): the byte layout of qattn/decode/kv_layout.h. Row (b, h, t) lives at
+//   ptr + page * page_stride + h * head_stride + slot * row_bytes
+// with (page, slot) = (block_table[b * table_stride + t / page_size], t % page_size) for a paged cache
+// (block_table != null), else (b, t).
+struct KvCacheRef {
+  unsigned char* ptr;
+  long long page_stride, head_stride;   // bytes
+};
+
+// Parameters of the split-K decode kernel: the q_len newest tokens of each sequence attend to the
+// kv_lens[b] tokens of its cache (those tokens included), split into `splits` ranges of split_tokens.
+//  q, o: [batch, heads_q, q_len, d] (TensorRef order, element type spec.out).
+//  With splits == 1 the kernel writes o (and lse) itself; otherwise it writes per split the normalised
+//  partial output part_o [batch][heads_q][q_len][splits][d] and its log2-sum-exp2 part_lse
+//  [batch][heads_q][q_len][splits] (-inf for a split without tokens), and the combine kernel merges.
+//  causal (spec): new token i sees cache tokens t <= kv_len - q_len + i; otherwise all kv_len tokens.
+struct DecodeParams {
+  TensorRef q, o;
+  KvCacheRef k, v;
+  const int* block_table;   // [batch][table_stride] page ids, or null (contiguous)
+  const int* kv_lens;       // [batch] tokens in each sequence's cache (>= q_len)
+  float* part_o;
+  float* part_lse;
+  float* lse;               // optional natural-log LSE [batch, heads_q, q_len]; may be null
+  int batch, heads_q, heads_kv, q_len;
+  int page_size, table_stride;
+  int splits, split_tokens; // split_tokens: a multiple of the tiling's block_n
+  float softmax_scale;
+};
+
+// Parameters of the combine kernel (merges the splits of DecodeParams; same fields, same meaning).
+struct DecodeCombineParams {
+  TensorRef o;
+  const float* part_o;
+  const float* part_lse;
+  float* lse;
+  const int* kv_lens;
+  int batch, heads_q, q_len, splits, split_tokens;
+};
+
+// Parameters of the append kernel: writes n_new tokens per sequence of x (fp16/bf16,
+// [batch, heads_kv, n_new, d] in TensorRef order) into cache rows starting at token start[b]
+// (quantizing them into the cache's format).
+struct KvAppendParams {
+  TensorRef x;
+  KvCacheRef cache;
+  const int* block_table;
+  const int* start;         // [batch] first cache token written per sequence
+  int batch, heads_kv, n_new;
+  int page_size, table_stride;
 };
 
 // Quantized V is stored transposed with its token axis padded to this multiple (>= every tile's block_n).

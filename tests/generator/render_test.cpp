@@ -20,12 +20,15 @@ TEST(Render, TranslationUnitNamesTheKernelAndIncludesOnlyEmbeddedHeaders) {
     const Source src = render_attention(s, t);
     EXPECT_EQ(src.arch, Arch::sm_90a);
     EXPECT_NE(src.text.find("extern \"C\" __global__"), std::string::npos);
-    EXPECT_NE(src.text.find(src.kernel_name + "(const qattn::AttentionParams p)"), std::string::npos);
+    const bool decode = s.phase == Phase::decode;
+    EXPECT_NE(src.text.find(src.kernel_name + (decode ? "(const qattn::DecodeParams p)" : "(const qattn::AttentionParams p)")),
+              std::string::npos);
     const auto inc = src.text.find("#include \"");
     ASSERT_NE(inc, std::string::npos);
     const auto end = src.text.find('"', inc + 10);
     EXPECT_TRUE(embedded(src.text.substr(inc + 10, end - inc - 10))) << src.text;
-    EXPECT_NE(src.text.find(s.qk.fmt == Fmt::int8 ? "prefill_int8::Kernel<" : "prefill_fp16::Kernel<"), std::string::npos);
+    const char* body = decode ? "decode::Kernel<" : s.qk.fmt == Fmt::int8 ? "prefill_int8::Kernel<" : "prefill_fp16::Kernel<";
+    EXPECT_NE(src.text.find(body), std::string::npos) << src.text;
   }
 }
 
@@ -65,6 +68,24 @@ TEST(Render, LaunchShapeCoversEveryQueryRow) {
   EXPECT_EQ(l.block, 128u);
   EXPECT_EQ(static_cast<int>(l.smem_bytes), kernel_smem_bytes(s, t));
   EXPECT_GT(l.smem_bytes, 0u);
+}
+
+// Decode: grid (splits, KV heads x row blocks, batch); the rows of a KV head are gqa x new tokens.
+TEST(Render, DecodeLaunchCoversSplitsAndRowBlocks) {
+  const Spec s = parse_spec("decode qk=int4:per_token pv=int4:per_token out=bf16 d=128 gqa=5 causal paged arch=sm_90a");
+  const Tiling t{16, 32, 4, 2};
+  const LaunchShape l = decode_launch(s, t, parse_problem("b=3,hq=40,hkv=8,q=4,kv=1000"), 7);
+  EXPECT_EQ(l.grid[0], 7u);
+  EXPECT_EQ(l.grid[1], 8u * 2u);   // 20 rows per KV head: two blocks of 16
+  EXPECT_EQ(l.grid[2], 3u);
+  EXPECT_EQ(l.block, 128u);
+  EXPECT_EQ(static_cast<int>(l.smem_bytes), kernel_smem_bytes(s, t));
+  const Source src = render_attention(s, t);
+  EXPECT_NE(src.text.find("qattn::Fmt::int4, qattn::Gran::per_token, qattn::Fmt::bf16, 128, true, true, 16, 32, 4, 2>"),
+            std::string::npos) << src.text;
+  // The helper kernels of a decode spec: combine and append, named by the family grammar.
+  EXPECT_EQ(render_decode_combine(s).kernel_name, "qattn_decode_combine_obf16_d128");
+  EXPECT_EQ(render_kv_append(s).kernel_name, "qattn_kvappend_i4tok_bf16_d128_paged");
 }
 
 TEST(EmbeddedTemplates, HaveADigestAndTheAbiHeader) {

@@ -16,6 +16,7 @@ TEST(Spec, CanonicalTextRoundTrips) {
       "accum=two_level smooth=qkv arch=sm_89",
       "prefill qk=int8:per_block pv=int8:per_channel out=bf16 d=96 smooth=k arch=sm_86",
       "decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 softmax=sas smooth=kv arch=sm_90",
+      "decode qk=int4:per_group pv=int4:per_group out=bf16 d=128 causal gqa=4 splitk=8 paged arch=sm_90a",
   };
   for (const char* t : texts) {
     SCOPED_TRACE(t);

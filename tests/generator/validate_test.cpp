@@ -19,7 +19,17 @@ const Row kTable[] = {
     {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=k", true, ""},
     {"prefill qk=int8:per_block pv=int8:per_tensor out=bf16 d=64 causal", true, ""},
     {"prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=128 gqa=4", true, ""},
-    {"decode qk=int8:per_token pv=int8:per_token out=fp16 d=128", false, "accepted: prefill"},
+    {"decode qk=int8:per_token pv=int8:per_token out=fp16 d=128", true, ""},
+    {"decode qk=int4:per_group pv=int4:per_group out=bf16 d=256 causal gqa=5 splitk=8 paged", true, ""},
+    {"decode qk=bf16 pv=bf16 out=bf16 d=64 gqa=16", true, ""},
+    {"decode qk=fp16 pv=fp16 out=bf16 d=128", false, "accepted: out=fp16"},
+    {"decode qk=int8:per_token pv=int4:per_token out=fp16 d=128", false, "pv equal to qk"},
+    {"decode qk=int8:per_channel pv=int8:per_channel out=fp16 d=128", false, "int4:per_group"},
+    {"decode qk=fp8e4m3:per_tensor pv=fp8e4m3:per_tensor out=fp16 d=128", false, "not implemented yet"},
+    {"decode qk=int4:per_token pv=int4:per_token out=fp16 d=96", false, "accepted: 64, 128, 256"},
+    {"decode qk=int4:per_token pv=int4:per_token out=fp16 d=128 softmax=unified_max", false, "accepted: exact"},
+    {"decode qk=int4:per_token pv=int4:per_token out=fp16 d=128 smooth=k", false, "accepted for decode: none"},
+    {"prefill qk=fp16 pv=fp16 out=fp16 d=128 paged", false, "paged applies to a decode"},
     {"prefill qk=fp16 pv=fp16 out=fp16 d=96", false, "accepted: 64, 128"},
     {"prefill qk=fp16 pv=fp16 out=fp16 d=128 splitk=4", false, "decode only"},
     {"prefill qk=fp16 pv=fp16 out=fp16 d=128 softmax=sas", false, "accepted for prefill: exact"},
@@ -81,7 +91,7 @@ TEST(Validate, WgmmaTilingsOnlyForInt8OnSm90a) {
   Spec f = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=128 arch=sm_90a");
   const Verdict v = validate(f, Tiling{64, 128, 4, 2, true}, lim);
   EXPECT_FALSE(v.ok);
-  EXPECT_NE(v.reason.find("int8 kernel only"), std::string::npos) << v.reason;
+  EXPECT_NE(v.reason.find("int8 prefill kernel only"), std::string::npos) << v.reason;
   EXPECT_FALSE(default_tiling(f, lim).wgmma);
 }
 
@@ -106,6 +116,29 @@ TEST(Validate, EveryGridPointHasCandidatesOnEveryArch) {
       EXPECT_FALSE(c.empty()) << to_string(s);
       for (const Tiling& t : c) EXPECT_LE(kernel_smem_bytes(s, t), default_limits(a).max_smem_per_block);
     }
+}
+
+TEST(Validate, DecodeTilingsAndProblems) {
+  const Spec s = parse_spec("decode qk=int4:per_token pv=int4:per_token out=bf16 d=128 gqa=4 arch=sm_90a");
+  const DeviceLimits lim = default_limits(s.arch);
+  EXPECT_TRUE(validate(s, Tiling{16, 32, 4, 2}, lim).ok);
+  Verdict v = validate(s, Tiling{64, 32, 4, 2}, lim);   // bm 64: too many registers
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("decode_shape.h"), std::string::npos) << v.reason;
+  v = validate(s, Tiling{16, 32, 4, 2, true}, lim);
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("int8 prefill kernel only"), std::string::npos) << v.reason;
+  EXPECT_TRUE(validate(s, parse_problem("b=8,hq=32,hkv=8,q=16,kv=16")).ok);
+  v = validate(s, parse_problem("b=8,hq=32,hkv=8,q=17,kv=16"));
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("kv must be >= q"), std::string::npos) << v.reason;
+  EXPECT_FALSE(validate(s, parse_problem("b=1,hq=32,hkv=8,q=65,kv=4096")).ok);
+  // Every decode candidate fits the smallest shared memory (sm_86 / sm_89: 99 KiB) it is listed for.
+  for (Arch a : {Arch::sm_80, Arch::sm_89, Arch::sm_90a}) {
+    Spec t = s;
+    t.arch = a;
+    for (const Tiling& c : candidate_tilings(t, default_limits(a))) EXPECT_TRUE(validate(t, c, default_limits(a)).ok);
+  }
 }
 
 TEST(Validate, ProblemMustMatchGqa) {

@@ -1,0 +1,64 @@
+// Decode attention over a KV cache: the few newest tokens of each sequence attend to its whole cache,
+// which is split across CTAs (split-K) and merged by a combine kernel. The cache's byte layout (rows of
+// an optional quantization header + codes, one row per token and KV head, heads' rows contiguous,
+// contiguous or paged) is written down in templates/qattn/decode/kv_layout.h.
+//
+// Spec: `decode qk=<kv fmt> pv=<kv fmt> out=<fp16|bf16> d=<64|128|256> [causal] [gqa=N] [splitk=N] [paged]`
+// with the same format for K and V: fp16, bf16 (out equal to it), int8:per_token, int4:per_token or
+// int4:per_group. Queries and outputs have element type `out`.
+#pragma once
+#include "qattn/abi.h"
+#include "qattn/problem.hpp"
+#include "qattn/spec.hpp"
+#include "qattn/tiling.hpp"
+
+namespace qattn {
+
+// A KV cache on the device (both the K and the V cache have this layout; see kv_layout.h).
+struct KvCacheView {
+  void* k = nullptr;
+  void* v = nullptr;
+  // Bytes between sequences (contiguous) or pages (paged), and between KV heads. 0: the defaults,
+  // head_stride = tokens * row_bytes (tokens = capacity or page_size), page_stride = heads_kv * head_stride.
+  long long page_stride = 0, head_stride = 0;
+  int capacity = 0;                  // contiguous: tokens each sequence's rows can hold
+  int page_size = 0;                 // paged (spec `paged`): tokens per page, a multiple of 4
+  const int* block_table = nullptr;  // paged: device int [batch][table_stride], page ids
+  int table_stride = 0;              // paged: entries per block-table row (pages per sequence at most)
+};
+
+// Bytes of one cache row (token, KV head) of the spec's K format.
+int kv_row_bytes(const Spec& spec);
+// Bytes of one contiguous cache (K or V) holding `capacity` tokens for each of batch x heads_kv.
+long long kv_cache_bytes(const Spec& spec, int batch, int heads_kv, int capacity);
+
+// problem: batch, heads_q, heads_kv, q_len (new tokens per sequence, 1..16) and kv_len (the largest
+// entry of kv_lens: it sizes the splits; a smaller true maximum only leaves splits empty).
+struct DecodeCall {
+  Spec spec;
+  Problem problem;
+  void* q = nullptr;              // [batch, heads_q, q_len, d], strides below (elements)
+  long long q_sb = 0, q_sh = 0, q_ss = 0;   // 0,0,0: contiguous [b, hq, q_len, d]
+  void* o = nullptr;              // same shape and element type (spec.out)
+  long long o_sb = 0, o_sh = 0, o_ss = 0;
+  KvCacheView cache;
+  const int* kv_lens = nullptr;   // device int [batch], each in [q_len, capacity or table_stride*page_size]
+  float softmax_scale = 0;        // 0: 1/sqrt(d)
+  float* lse = nullptr;           // optional device fp32 [batch, heads_q, q_len], natural log
+  int splits = 0;                 // 0: spec.split_k when set, else the runtime's choice
+  Tiling tiling = Tiling{0, 0, 0, 0};   // block_m 0: the runtime's choice (decode_shape.h lists the valid ones)
+};
+
+// Appends n_new tokens per sequence (fp16/bf16 of type spec.out, [batch, heads_kv, n_new, d] with the
+// strides below; 0,0,0 = contiguous) into both caches at token start[b], quantizing into the format.
+struct AppendKvCall {
+  Spec spec;
+  int batch = 1, heads_kv = 1, n_new = 1;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  long long sb = 0, sh = 0, ss = 0;
+  KvCacheView cache;
+  const int* start = nullptr;     // device int [batch]
+};
+
+}  // namespace qattn

@@ -1,0 +1,561 @@
+// Split-K decode attention on tensor cores (the `mma` dataflow): the M = gqa x q_len query rows that
+// share a KV head attend to that head's cache; the cache's tokens are split across CTAs (grid.x), and
+// each CTA's split is cut into chunks of BN tokens that its warps take in turn.
+//
+// Per warp and chunk (every operand in registers, fp32 accumulators):
+//   S = Q K^T       mma.sync m16n8k16, Q as the A operand with the M rows padded to 16 (the scores
+//                   are scaled by softmax_scale * log2 e in fp32 afterwards), K as the B operand decoded straight from the raw cache
+//                   rows in shared memory (int8 / int4 codes -> fp16 in registers, no staging).
+//                   A B-fragment wants, per lane, consecutive k pairs of one token; the lane reads one
+//                   32-bit word (int8: 4 channels, int4: 8) or 8 bytes (fp16/bf16: 4 channels) of its
+//                   token's row instead, and the Q fragment is gathered with the same channel order
+//                   (a dot product does not care about the order of its terms).
+//   online softmax  in base 2, per warp (no inter-warp traffic inside the loop)
+//   O += P V        P from the S registers (C layout == A layout), V fragments by ldmatrix.trans from
+//                   the fp16/bf16 chunk itself or, for quantized caches, from an fp16 staging tile the
+//                   warp decodes the V chunk into (int4 keeps its (c0, c4), (c1, c5) ... pair order in
+//                   the staging tile; the output columns are mapped back at the end).
+// Chunks travel by cp.async in 16-byte units, STAGES per warp in flight; a unit never straddles a
+// page because 4 rows are a 16-byte multiple and pages hold a multiple of 4 rows.
+// At the end the warps' (max, sum, O) are merged through shared memory; with one split the CTA writes
+// the output, otherwise its normalised partial and log2-sum-exp2 for the combine kernel.
+#pragma once
+#include "qattn/abi.h"
+#include "qattn/common/common.cuh"
+#include "qattn/decode/decode_shape.h"
+#include "qattn/decode/kv_dequant.cuh"
+
+namespace qattn::decode {
+
+template <Fmt KV, Gran G, Fmt OUT, int D, bool CAUSAL, bool PAGED, int BM, int BN, int WARPS, int STAGES>
+struct Kernel {
+  static_assert(tiling_ok(KV, G, D, BM, BN, WARPS, STAGES), "decode: unsupported format or tiling (decode_shape.h)");
+  static_assert(OUT == Fmt::fp16 || OUT == Fmt::bf16, "decode: queries and outputs are fp16 or bf16");
+
+  static constexpr int kThreads = WARPS * 32;
+  static constexpr int kSmemBytes = smem_bytes(KV, G, D, BM, BN, WARPS, STAGES);
+
+ private:
+  using u16 = dev::u16;
+  using u32 = dev::u32;
+
+  static constexpr bool kQuant = quantized(KV);
+  static constexpr Fmt kMma = KV == Fmt::bf16 ? Fmt::bf16 : Fmt::fp16;   // element type of both products
+  static constexpr int kRow = kv::row_bytes(KV, G, D);
+  static constexpr int kHdr = kv::header_bytes(KV, G);
+  static constexpr int kGroupChannels = D / kv::groups(KV, G);
+  static constexpr int kMT = BM / 16;         // m16 tiles (query rows)
+  static constexpr int kSteps = D / 16;       // k16 steps of Q K^T
+  static constexpr int kNT = BN / 8;          // n8 tiles of S (tokens)
+  static constexpr int kPVSteps = BN / 16;    // k16 steps of P V
+  static constexpr int kOC = D / 8;           // n8 tiles of O == 16-byte chunks of an fp16 row
+  static constexpr int kChunkBytes = BN * kRow;
+  static constexpr int kUnits = kChunkBytes / 16;
+  static constexpr int kWarpPipeBytes = STAGES * 2 * kChunkBytes;   // per stage: K chunk, then V chunk
+  static constexpr int kStagingBytes = kQuant ? BN * D * 2 : 0;
+  static_assert(kChunkBytes % 16 == 0, "chunks are copied in 16-byte units");
+  // Per-token scales (and int4 shifts) are factored out of the products instead of applied per element:
+  // K: S = scale_t * (Q . codes_t) + shift_t * sum(Q);  V: O = sum_t (P scale_t) codes_t + sum_t P shift_t.
+  // The codes enter the tensor cores as exact small integers. Per-group scales vary along d, so int4
+  // per_group dequantizes element-wise instead.
+  static constexpr bool kFoldK = KV == Fmt::int4 && G == Gran::per_token;
+  static constexpr bool kFoldV = KV == Fmt::int8 || kFoldK;
+
+  struct Softmax {
+    float o[kMT][kOC][4];
+    float m[kMT][2];   // running max (log2 units; -inf until a visible token)
+    float l[kMT][2];   // this lane's partial row sum
+    float v_shift[kMT][2];   // this lane's partial sum_t P shift_t (int4 per-token V), in O's scale
+  };
+
+  // Channel of Q that A-fragment slot `slot` (a0.lo, a0.hi, a2.lo, a2.hi) of k-step `s` holds for a
+  // lane at quad position t: the channel the same lane's B fragment decodes from the K row.
+  static __device__ __forceinline__ constexpr int q_channel(int s, int t, int slot) {
+    if constexpr (KV == Fmt::int4) {
+      constexpr int kNibble[4] = {0, 4, 1, 5};
+      return 32 * (s / 2) + 8 * t + 2 * (s % 2) + kNibble[slot];
+    } else {
+      return 16 * s + 4 * t + slot;
+    }
+  }
+
+  // A plain load from the pipeline's shared memory. Plain C++ (not volatile asm), so the compiler may
+  // schedule and merge these loads; the cp.async waits and __syncwarp order them against the copies.
+  template <class T>
+  static __device__ __forceinline__ T load(const char* p) {
+    return *reinterpret_cast<const T*>(p);
+  }
+
+  // Staging / output column -> channel (int4 staging keeps the nibble-pair order of int4_pair).
+  static __device__ __forceinline__ int column_channel(int col) {
+    if constexpr (KV == Fmt::int4) {
+      const int p = col & 7;
+      return (col & ~7) + (p >> 1) + (p & 1) * 4;
+    } else {
+      return col;
+    }
+  }
+
+  // Byte offsets of token t's row in the K and V caches.
+  static __device__ __forceinline__ void row_offsets(const DecodeParams& p, int b, int h, int t, long long& ok,
+                                                     long long& ov) {
+    long long page, slot;
+    if constexpr (PAGED) {
+      page = p.block_table[(long long)b * p.table_stride + t / p.page_size];
+      slot = t % p.page_size;
+    } else {
+      page = b;
+      slot = t;
+    }
+    ok = page * p.k.page_stride + h * p.k.head_stride + slot * kRow;
+    ov = page * p.v.page_stride + h * p.v.head_stride + slot * kRow;
+  }
+
+  // Issues the copies of tokens [t0, t0 + BN) of K and V into a stage; groups of 4 rows at or past
+  // len are zero-filled (a group straddling len is copied whole; its extra rows are masked / zeroed).
+  static __device__ __forceinline__ void load_chunk(const DecodeParams& p, u32 dst_k, u32 dst_v, int b, int h,
+                                                    int t0, int len, int lane) {
+    // The common case: every token valid and on one page (always so for a contiguous cache), so the
+    // chunk is one contiguous byte range in each cache.
+    if (t0 + BN <= len && (!PAGED || t0 / p.page_size == (t0 + BN - 1) / p.page_size)) {
+      long long ok, ov;
+      row_offsets(p, b, h, t0, ok, ov);
+      const unsigned char* src_k = p.k.ptr + ok;
+      const unsigned char* src_v = p.v.ptr + ov;
+#pragma unroll 4
+      for (int u = lane; u < kUnits; u += 32) {
+        u32 dst = u * 16;
+        if constexpr (!kQuant) dst = dev::swizzled_offset<kOC>(u / (kRow / 16), u % (kRow / 16));
+        dev::cp_async_16(dst_k + dst, src_k + u * 16, true);
+        dev::cp_async_16(dst_v + dst, src_v + u * 16, true);
+      }
+      return;
+    }
+#pragma unroll 4
+    for (int u = lane; u < kUnits; u += 32) {
+      const int byte = u * 16;
+      const int group = byte / (4 * kRow);
+      const int within = byte - group * 4 * kRow;
+      const int t = t0 + 4 * group;
+      const bool valid = t < len;
+      long long ok = 0, ov = 0;
+      if (valid) row_offsets(p, b, h, t, ok, ov);
+      u32 dst = byte;
+      if constexpr (!kQuant) dst = dev::swizzled_offset<kOC>(byte / kRow, (byte % kRow) / 16);
+      dev::cp_async_16(dst_k + dst, p.k.ptr + ok + (valid ? within : 0), valid);
+      dev::cp_async_16(dst_v + dst, p.v.ptr + ov + (valid ? within : 0), valid);
+    }
+  }
+
+  // B fragment of k-step s for token row r of the chunk (starting at smem address `row`), lane quad
+  // position t.
+  static __device__ __forceinline__ void k_fragment(const char* row, int r, int s, int t, u32 (&bk)[2]) {
+    if constexpr (KV == Fmt::int4) {
+      const u32 w = load<u32>(row + kHdr + (4 * (s / 2) + t) * 4);
+      const int k0 = 2 * (s % 2);
+      bk[0] = dev::int4_pair(w, k0);
+      bk[1] = dev::int4_pair(w, k0 + 1);
+      if constexpr (!kFoldK) {
+        const u32 ss = load<u32>(row + 4 * ((32 * (s / 2) + 8 * t) / kGroupChannels));
+        const u32 scale = dev::dup_low_half(ss), shift = dev::dup_high_half(ss);
+        bk[0] = dev::hfma2(bk[0], scale, shift);
+        bk[1] = dev::hfma2(bk[1], scale, shift);
+      }
+    } else if constexpr (KV == Fmt::int8) {
+      dev::int8x4_to_half2(load<u32>(row + kHdr + (4 * s + t) * 4), bk[0], bk[1]);
+    } else {
+      // Row r of a swizzled tile starts at r * kRow; its chunk c sits at c ^ (r % 8).
+      const dev::U32x2 v = load<dev::U32x2>(row + ((2 * s + t / 2) ^ (r & 7)) * 16 + (t % 2) * 8);
+      bk[0] = v.x;
+      bk[1] = v.y;
+    }
+  }
+
+  // S = Q K^T for one chunk, times scale_log2 = softmax_scale * log2 e (and the int8 token scales) in
+  // fp32: Q enters the product exactly as given, no second rounding of a pre-scaled copy.
+  static __device__ __forceinline__ void qk_product(float (&s)[kMT][kNT][4], const u32 (&qa)[kMT][kSteps][4],
+                                                    const char* k_tile, float scale_log2, const float (&q_sum)[kMT][2],
+                                                    int lane) {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int r = nt * 8 + g;
+      const char* row = k_tile + r * kRow;
+#pragma unroll
+      for (int st = 0; st < kSteps; ++st) {
+        u32 bk[2];
+        k_fragment(row, r, st, t, bk);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) dev::mma_m16n8k16_f32<kMma>(s[mt][nt], qa[mt][st], bk);
+      }
+      // Scores of tokens nt*8 + 2t + e (e = 0, 1) for rows g and g + 8 of each m tile.
+      float sc[2] = {scale_log2, scale_log2}, sh[2] = {0.f, 0.f};
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const char* hdr = k_tile + (nt * 8 + 2 * t + e) * kRow;
+        if constexpr (KV == Fmt::int8) sc[e] *= load<float>(hdr);
+        if constexpr (kFoldK) {
+          float scale, shift;
+          dev::unpack_half2(load<u32>(hdr), scale, shift);
+          sc[e] *= scale;
+          sh[e] = shift * scale_log2;
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[mt][nt][half * 2 + e];
+            x = kFoldK ? fmaf(x, sc[e], sh[e] * q_sum[mt][half]) : x * sc[e];
+          }
+    }
+  }
+
+  // Scores of tokens a row may not see become -inf (a select, so garbage or NaN in unused rows of a
+  // straddling group never survives).
+  static __device__ __forceinline__ void apply_mask(float (&s)[kMT][kNT][4], int t0, int len, int row0, int gqa,
+                                                    int q_len, int lane) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + mt * 16 + lane / 4 + half * 8;
+        const int limit = CAUSAL ? min(len, len - q_len + 1 + row / gqa) : len;   // tokens < limit are seen
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (t0 + nt * 8 + (lane % 4) * 2 + e >= limit) s[mt][nt][half * 2 + e] = dev::neg_inf();
+      }
+  }
+
+  static __device__ __forceinline__ void softmax_update(float (&s)[kMT][kNT][4], Softmax& st) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float mx = st.m[mt][half];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][half * 2], s[mt][nt][half * 2 + 1]));
+        mx = dev::quad_max(mx);
+        // A row with only masked tokens so far keeps max -inf; subtracting 0 keeps NaN out.
+        const float m_use = mx == dev::neg_inf() ? 0.f : mx;
+        const float alpha = dev::exp2_approx(st.m[mt][half] - m_use);
+        st.m[mt][half] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pr = dev::exp2_approx(s[mt][nt][half * 2 + e] - m_use);
+            s[mt][nt][half * 2 + e] = pr;
+            sum += pr;
+          }
+        st.l[mt][half] = st.l[mt][half] * alpha + sum;
+        st.v_shift[mt][half] *= alpha;
+        // Past the first chunks the running max rarely rises: skip the O rescale when no row of the
+        // warp's (mt, half) rows moved (alpha == 1 exactly: exp2(0)).
+        if (__any_sync(0xffffffffu, alpha != 1.f))
+#pragma unroll
+          for (int c = 0; c < kOC; ++c) {
+            st.o[mt][c][half * 2] *= alpha;
+            st.o[mt][c][half * 2 + 1] *= alpha;
+          }
+      }
+  }
+
+  // Folds the per-token V scales into P (and sums P * shift for int4) for tokens nt*8 + 2t + e. Rows
+  // at or past len carry garbage headers: their P is 0 and their scale and shift are taken as 0.
+  static __device__ __forceinline__ void fold_v_scales(float (&s)[kMT][kNT][4], Softmax& st, const char* v_tile,
+                                                       int t0, int len, int lane) {
+    const int t = lane % 4;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = nt * 8 + 2 * t + e;
+        const bool valid = t0 + r < len;
+        const char* hdr = v_tile + r * kRow;
+        float scale = 0.f, shift = 0.f;
+        if constexpr (KV == Fmt::int8) scale = load<float>(hdr);
+        else dev::unpack_half2(load<u32>(hdr), scale, shift);
+        scale = valid ? scale : 0.f;
+        shift = valid ? shift : 0.f;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            float& pr = s[mt][nt][half * 2 + e];
+            if constexpr (KV == Fmt::int4) st.v_shift[mt][half] = fmaf(pr, shift, st.v_shift[mt][half]);
+            pr *= scale;
+          }
+      }
+  }
+
+  // Decodes the quantized V chunk into the warp's fp16 staging tile (swizzled rows of D halves);
+  // rows at or past len become zeros so that P = 0 never meets a NaN.
+  static __device__ __forceinline__ void stage_v(const char* v_tile, char* staging, int t0, int len, int lane) {
+    if constexpr (KV == Fmt::int8) {
+      constexpr int kWords = D / 4;   // 4 codes per word
+#pragma unroll 4
+      for (int i = lane; i < BN * kWords; i += 32) {
+        const int r = i / kWords, w = i % kWords;
+        const char* row = v_tile + r * kRow;
+        u32 lo = 0, hi = 0;
+        if (t0 + r < len) dev::int8x4_to_half2(load<u32>(row + kHdr + 4 * w), lo, hi);   // scale: fold_v_scales
+        *reinterpret_cast<dev::U32x2*>(staging + dev::swizzled_offset<kOC>(r, w / 2) + (w % 2) * 8) = {lo, hi};
+      }
+    } else if constexpr (KV == Fmt::int4) {
+      constexpr int kWords = D / 8;   // 8 codes per word
+#pragma unroll 4
+      for (int i = lane; i < BN * kWords; i += 32) {
+        const int r = i / kWords, w = i % kWords;
+        const char* row = v_tile + r * kRow;
+        dev::U32x4 out = {0u, 0u, 0u, 0u};
+        if (t0 + r < len) {
+          const u32 code = load<u32>(row + kHdr + 4 * w);
+          out = {dev::int4_pair(code, 0), dev::int4_pair(code, 1), dev::int4_pair(code, 2), dev::int4_pair(code, 3)};
+          if constexpr (!kFoldV) {   // per group: scale and shift per element
+            const u32 ss = load<u32>(row + 4 * ((8 * w) / kGroupChannels));
+            const u32 scale = dev::dup_low_half(ss), shift = dev::dup_high_half(ss);
+            out = {dev::hfma2(out.x, scale, shift), dev::hfma2(out.y, scale, shift), dev::hfma2(out.z, scale, shift),
+                   dev::hfma2(out.w, scale, shift)};
+          }
+        }
+        *reinterpret_cast<dev::U32x4*>(staging + dev::swizzled_offset<kOC>(r, w)) = out;
+      }
+    }
+  }
+
+  // fp16/bf16 V chunk read in place: rows at or past len (inside a straddling group) are zeroed.
+  static __device__ __forceinline__ void zero_tail_rows(u32 v_tile, int t0, int len, int lane) {
+    const int first = len - t0;
+    if (first >= BN) return;
+    const dev::U32x4 zero = {0u, 0u, 0u, 0u};
+    for (int i = lane; i < (BN - first) * kOC; i += 32) {
+      const int r = first + i / kOC, c = i % kOC;
+      dev::st_shared_16(v_tile + dev::swizzled_offset<kOC>(r, c), zero);
+    }
+  }
+
+  // O += P V for one chunk; V fragments by ldmatrix.trans from a swizzled fp16/bf16 tile.
+  static __device__ __forceinline__ void pv_product(const float (&s)[kMT][kNT][4], Softmax& st, u32 v_tile,
+                                                    const u32 (&v_lane)[4]) {
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      u32 pa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        pa[mt][0] = dev::pack2<kMma>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = dev::pack2<kMma>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = dev::pack2<kMma>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = dev::pack2<kMma>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kOC / 2; ++dp) {
+        u32 vb[4];
+        dev::ldmatrix_x4_trans(vb, v_tile + v_lane[dp % 4] + (dp / 4) * 128 + kk * 16 * kOC * 16);
+        const u32 b0[2] = {vb[0], vb[1]};
+        const u32 b1[2] = {vb[2], vb[3]};
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          dev::mma_m16n8k16_f32<kMma>(st.o[mt][2 * dp], pa[mt], b0);
+          dev::mma_m16n8k16_f32<kMma>(st.o[mt][2 * dp + 1], pa[mt], b1);
+        }
+      }
+    }
+  }
+
+  // The A fragments of this CTA's query rows, in the channel order of k_fragment.
+  // q_sum: per row, the sum of the (rounded) Q elements, for the factored-out int4 K shift.
+  static __device__ __forceinline__ void load_q(const DecodeParams& p, u32 (&qa)[kMT][kSteps][4],
+                                                float (&q_sum)[kMT][2], int b, int h, int row0, int rows, int lane) {
+    const int gqa = p.heads_q / p.heads_kv;
+    const int t = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + mt * 16 + lane / 4 + half * 8;
+        const bool valid = row < rows;
+        float sum = 0.f;
+        const u16* q = static_cast<const u16*>(p.q.ptr) + (long long)b * p.q.sb +
+                       (long long)(h * gqa + (valid ? row % gqa : 0)) * p.q.sh + (long long)(valid ? row / gqa : 0) * p.q.ss;
+#pragma unroll
+        for (int st = 0; st < kSteps; ++st) {
+          float x[4];
+#pragma unroll
+          for (int slot = 0; slot < 4; ++slot)
+            x[slot] = valid ? dev::to_float<OUT>(q[q_channel(st, t, slot)]) : 0.f;
+          qa[mt][st][half] = dev::pack2<kMma>(x[0], x[1]);
+          qa[mt][st][2 + half] = dev::pack2<kMma>(x[2], x[3]);
+          float lo, hi;
+          dev::unpack2<kMma>(qa[mt][st][half], lo, hi);
+          sum += lo + hi;
+          dev::unpack2<kMma>(qa[mt][st][2 + half], lo, hi);
+          sum += lo + hi;
+        }
+        q_sum[mt][half] = dev::quad_sum(sum);
+      }
+  }
+
+  // Merges the warps' states and writes the output (one split) or the split's partial.
+  static __device__ void finish(const DecodeParams& p, Softmax& st, char* smem, int b, int h, int split, int row0,
+                                int rows, int warp, int lane) {
+    float* mo = reinterpret_cast<float*>(smem);   // [WARPS][BM][D]
+    float* mm = mo + WARPS * BM * D;              // [WARPS][BM]
+    float* ml = mm + WARPS * BM;                  // [WARPS][BM]
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = mt * 16 + g + half * 8;
+        const float l = dev::quad_sum(st.l[mt][half]);
+        if constexpr (KV == Fmt::int4 && kFoldV) {
+          const float shift = dev::quad_sum(st.v_shift[mt][half]);
+#pragma unroll
+          for (int c = 0; c < kOC; ++c) {
+            st.o[mt][c][half * 2] += shift;
+            st.o[mt][c][half * 2 + 1] += shift;
+          }
+        }
+        if (t == 0) {
+          mm[warp * BM + row] = st.m[mt][half];
+          ml[warp * BM + row] = l;
+        }
+#pragma unroll
+        for (int c = 0; c < kOC; ++c) {
+          mo[(warp * BM + row) * D + c * 8 + 2 * t] = st.o[mt][c][half * 2];
+          mo[(warp * BM + row) * D + c * 8 + 2 * t + 1] = st.o[mt][c][half * 2 + 1];
+        }
+      }
+    __syncthreads();
+    const int gqa = p.heads_q / p.heads_kv;
+    for (int idx = threadIdx.x; idx < BM * D; idx += kThreads) {
+      const int row = idx / D, col = idx % D;
+      if (row0 + row >= rows) continue;
+      float m = dev::neg_inf();
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) m = fmaxf(m, mm[w * BM + row]);
+      float acc = 0.f, sum = 0.f;
+      if (m != dev::neg_inf())
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+          const float f = dev::exp2_approx(mm[w * BM + row] - m);
+          acc += f * mo[(w * BM + row) * D + col];
+          sum += f * ml[w * BM + row];
+        }
+      const float value = sum > 0.f ? acc / sum : 0.f;
+      const float lse2 = sum > 0.f ? m + dev::log2_approx(sum) : dev::neg_inf();
+      const int hq = h * gqa + (row0 + row) % gqa, i = (row0 + row) / gqa;
+      const int ch = column_channel(col);
+      const long long out_row = ((long long)b * p.heads_q + hq) * p.q_len + i;
+      if (p.splits == 1) {
+        u16* o = static_cast<u16*>(p.o.ptr) + (long long)b * p.o.sb + (long long)hq * p.o.sh + (long long)i * p.o.ss;
+        o[ch] = dev::from_float<OUT>(value);
+        if (col == 0 && p.lse != nullptr) p.lse[out_row] = lse2 * dev::kLn2;
+      } else {
+        p.part_o[(out_row * p.splits + split) * D + ch] = value;
+        if (col == 0) p.part_lse[out_row * p.splits + split] = lse2;
+      }
+    }
+  }
+
+ public:
+  static __device__ void run(const DecodeParams& p, char* smem) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int split = blockIdx.x, b = blockIdx.z;
+    const int row_blocks = (p.heads_q / p.heads_kv * p.q_len + BM - 1) / BM;
+    const int h = blockIdx.y / row_blocks, row0 = (blockIdx.y % row_blocks) * BM;
+    const int gqa = p.heads_q / p.heads_kv;
+    const int rows = gqa * p.q_len;
+    const int len = p.kv_lens[b];
+    const int start = split * p.split_tokens;
+    if (start >= len) return;   // the combine kernel reads only the splits that hold tokens
+    const int end = min(len, start + p.split_tokens);
+    const int n_chunks = (end - start + BN - 1) / BN;
+    const int my_chunks = warp < n_chunks ? (n_chunks - warp + WARPS - 1) / WARPS : 0;
+    // Tokens every row of this CTA may see; chunks reaching past it need the mask.
+    const int seen_by_all = CAUSAL ? min(len, len - p.q_len + 1 + row0 / gqa) : len;
+
+    const u32 pipe = dev::smem_addr(smem) + warp * kWarpPipeBytes;
+    const char* pipe_ptr = smem + warp * kWarpPipeBytes;   // the same memory, for plain loads
+    char* staging = smem + WARPS * kWarpPipeBytes + warp * kStagingBytes;
+    auto chunk_t0 = [&](int i) { return start + (warp + i * WARPS) * BN; };
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) {
+      if (i < my_chunks) load_chunk(p, pipe + i * 2 * kChunkBytes, pipe + i * 2 * kChunkBytes + kChunkBytes, b, h,
+                                    chunk_t0(i), len, lane);
+      dev::cp_async_commit();
+    }
+
+    u32 qa[kMT][kSteps][4];
+    float q_sum[kMT][2];
+    load_q(p, qa, q_sum, b, h, row0, rows, lane);
+    const float scale_log2 = p.softmax_scale * dev::kLog2e;
+
+    // ldmatrix.trans row addresses of the V tiles (see prefill_fp16.cuh): lanes 8i..8i+7 address
+    // tile i = (tokens 0-7 | 8-15) x (channels 0-7 | 8-15).
+    u32 v_lane[4];
+    {
+      const int v_row = lane % 8 + ((lane / 8) % 2) * 8;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v_lane[j] = u32(v_row * kOC + ((2 * j + lane / 16) ^ (lane % 8))) * 16u;
+    }
+
+    Softmax st;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int c = 0; c < kOC; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st.o[mt][c][e] = 0.f;
+      st.m[mt][0] = st.m[mt][1] = dev::neg_inf();
+      st.l[mt][0] = st.l[mt][1] = 0.f;
+      st.v_shift[mt][0] = st.v_shift[mt][1] = 0.f;
+    }
+
+    for (int i = 0; i < my_chunks; ++i) {
+      {
+        const int next = i + STAGES - 1;
+        const u32 dst = pipe + (next % STAGES) * 2 * kChunkBytes;
+        if (next < my_chunks) load_chunk(p, dst, dst + kChunkBytes, b, h, chunk_t0(next), len, lane);
+        dev::cp_async_commit();
+      }
+      dev::cp_async_wait<STAGES - 1>();
+      __syncwarp();
+      const int t0 = chunk_t0(i);
+      const u32 k_tile = pipe + (i % STAGES) * 2 * kChunkBytes;
+      const char* k_ptr = pipe_ptr + (i % STAGES) * 2 * kChunkBytes;
+      u32 v_tile = k_tile + kChunkBytes;
+      if constexpr (kQuant) {
+        stage_v(k_ptr + kChunkBytes, staging, t0, len, lane);
+        v_tile = dev::smem_addr(staging);
+      } else {
+        zero_tail_rows(v_tile, t0, len, lane);
+      }
+      float s[kMT][kNT][4];
+      qk_product(s, qa, k_ptr, scale_log2, q_sum, lane);
+      if (t0 + BN > seen_by_all) apply_mask(s, t0, len, row0, gqa, p.q_len, lane);
+      softmax_update(s, st);
+      if constexpr (kFoldV) fold_v_scales(s, st, k_ptr + kChunkBytes, t0, len, lane);
+      __syncwarp();   // staging / zeroed rows visible to the whole warp
+      pv_product(s, st, v_tile, v_lane);
+      __syncwarp();   // every lane is done with this stage before it is refilled
+    }
+    dev::cp_async_wait_all();
+    __syncthreads();   // the pipeline memory becomes the merge area
+    finish(p, st, smem, b, h, split, row0, rows, warp, lane);
+  }
+};
+
+}  // namespace qattn::decode

@@ -1,0 +1,53 @@
+// Register-level decoding of KV-cache rows (layout: qattn/decode/kv_layout.h) into fp16 pairs, the
+// operands of the decode kernel's fp16 tensor-core products.
+//
+// int8: a code byte c becomes the fp16 1024 + (c ^ 0x80) by a byte permute next to the exponent byte
+// 0x64, and subtracting 1152 leaves c exactly (|c| <= 127 fits fp16's 11-bit significand).
+// int4: (word >> 4k) & 0x000F000F puts nibbles k and k + 4 of a 32-bit word into the low bits of two
+// fp16 1024 + q, so one AND/OR pair decodes two codes; the pairs come out as (c0, c4), (c1, c5),
+// (c2, c6), (c3, c7). The kernel feeds that order as is and maps the channels where it matters
+// (the Q fragments and the output columns).
+#pragma once
+#include "qattn/common/int8_ptx.cuh"
+#include "qattn/common/types.cuh"
+
+namespace qattn::dev {
+
+using ::qattn::int8::prmt;
+
+__device__ __forceinline__ u32 hsub2(u32 a, u32 b) {
+  u32 d;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
+  u32 d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ u32 hfma2(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+constexpr u32 kHalf2_1024 = 0x64006400u;   // (1024, 1024)
+constexpr u32 kHalf2_1152 = 0x64806480u;   // (1152, 1152)
+
+// Four int8 codes (bytes 0..3 of w) as two fp16 pairs (c0, c1), (c2, c3), exact.
+__device__ __forceinline__ void int8x4_to_half2(u32 w, u32& lo, u32& hi) {
+  const u32 u = w ^ 0x80808080u;
+  lo = hsub2(prmt(u, kHalf2_1024, 0x5150u), kHalf2_1152);
+  hi = hsub2(prmt(u, kHalf2_1024, 0x5352u), kHalf2_1152);
+}
+
+// Codes k and k + 4 of an int4 word as the fp16 pair (q_k, q_{k+4}), exact (k = 0..3).
+__device__ __forceinline__ u32 int4_pair(u32 w, int k) {
+  return hsub2(((w >> (4 * k)) & 0x000F000Fu) | kHalf2_1024, kHalf2_1024);
+}
+
+// (scale, shift) stored as one fp16 pair (scale in the low half) -> both halves scale / both shift.
+__device__ __forceinline__ u32 dup_low_half(u32 pair) { return prmt(pair, pair, 0x1010u); }
+__device__ __forceinline__ u32 dup_high_half(u32 pair) { return prmt(pair, pair, 0x3232u); }
+
+}  // namespace qattn::dev
