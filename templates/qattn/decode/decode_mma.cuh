@@ -11,10 +11,11 @@
 //                   token's row instead, and the Q fragment is gathered with the same channel order
 //                   (a dot product does not care about the order of its terms).
 //   online softmax  in base 2, per warp (no inter-warp traffic inside the loop)
-//   O += P V        P from the S registers (C layout == A layout), V fragments by ldmatrix.trans from
-//                   the fp16/bf16 chunk itself or, for quantized caches, from an fp16 staging tile the
-//                   warp decodes the V chunk into (int4 keeps its (c0, c4), (c1, c5) ... pair order in
-//                   the staging tile; the output columns are mapped back at the end).
+//   O += P V        P from the S registers (C layout == A layout); V fragments by ldmatrix.trans from
+//                   the fp16/bf16 chunk or, for quantized caches, decoded straight from the raw rows
+//                   into registers (each lane reads whole words of its tokens' rows; the channel order
+//                   this gives is mapped back when the output is written). Per-token scales are folded
+//                   into P and the int4 shift into one sum per row, so the codes enter as integers.
 // Chunks travel by cp.async in 16-byte units, STAGES per warp in flight; a unit never straddles a
 // page because 4 rows are a 16-byte multiple and pages hold a multiple of 4 rows.
 // At the end the warps' (max, sum, O) are merged through shared memory; with one split the CTA writes
@@ -52,7 +53,6 @@ struct Kernel {
   static constexpr int kChunkBytes = BN * kRow;
   static constexpr int kUnits = kChunkBytes / 16;
   static constexpr int kWarpPipeBytes = STAGES * 2 * kChunkBytes;   // per stage: K chunk, then V chunk
-  static constexpr int kStagingBytes = kQuant ? BN * D * 2 : 0;
   static_assert(kChunkBytes % 16 == 0, "chunks are copied in 16-byte units");
   // Per-token scales (and int4 shifts) are factored out of the products instead of applied per element:
   // K: S = scale_t * (Q . codes_t) + shift_t * sum(Q);  V: O = sum_t (P scale_t) codes_t + sum_t P shift_t.
@@ -86,11 +86,12 @@ struct Kernel {
     return *reinterpret_cast<const T*>(p);
   }
 
-  // Staging / output column -> channel (int4 staging keeps the nibble-pair order of int4_pair).
+  // Output column (n tile c, position p) -> channel; see pv_product_quant for the quantized order.
   static __device__ __forceinline__ int column_channel(int col) {
-    if constexpr (KV == Fmt::int4) {
-      const int p = col & 7;
-      return (col & ~7) + (p >> 1) + (p & 1) * 4;
+    if constexpr (kQuant) {
+      constexpr int W = KV == Fmt::int4 ? 8 : 4;   // kVWordChannels (declared further down)
+      const int c = col / 8, p = col % 8;
+      return (c / W) * 8 * W + p * W + c % W;
     } else {
       return col;
     }
@@ -300,37 +301,83 @@ struct Kernel {
       }
   }
 
-  // Decodes the quantized V chunk into the warp's fp16 staging tile (swizzled rows of D halves);
-  // rows at or past len become zeros so that P = 0 never meets a NaN.
-  static __device__ __forceinline__ void stage_v(const char* v_tile, char* staging, int t0, int len, int lane) {
-    if constexpr (KV == Fmt::int8) {
-      constexpr int kWords = D / 4;   // 4 codes per word
-#pragma unroll 4
-      for (int i = lane; i < BN * kWords; i += 32) {
-        const int r = i / kWords, w = i % kWords;
-        const char* row = v_tile + r * kRow;
-        u32 lo = 0, hi = 0;
-        if (t0 + r < len) dev::int8x4_to_half2(load<u32>(row + kHdr + 4 * w), lo, hi);   // scale: fold_v_scales
-        *reinterpret_cast<dev::U32x2*>(staging + dev::swizzled_offset<kOC>(r, w / 2) + (w % 2) * 8) = {lo, hi};
+  // pair of fp16 (lo from a, hi from b) from byte k of two words, for the int8 path: bytes of a and b
+  // interleaved next to the exponent byte 0x64, then 1152 subtracted (a and b carry the ^0x80 bias).
+  static __device__ __forceinline__ u32 int8_pair(u32 ab_interleaved, int k) {
+    // ab_interleaved = [a.b(2i), b.b(2i), a.b(2i+1), b.b(2i+1)]; k = 0 or 1 picks the byte pair.
+    return dev::hsub2(dev::prmt(ab_interleaved, dev::kHalf2_1024, k == 0 ? 0x5150u : 0x5352u), dev::kHalf2_1152);
+  }
+
+  // V fragments (B operand, k16 tokens x n8 channels) of a quantized cache, decoded straight from the
+  // raw rows: a B register pairs two tokens of one channel, and a 32-bit word of a row holds 4 (int8) or
+  // 8 (int4) channels of one token, so the lane at n position g reads the word of channels
+  // [g * W, g * W + W) (W channels per word) of its 4 tokens, and n tile j of channel block J holds
+  // channel J * 8W + g * W + j. The output columns are mapped back in column_channel().
+  // Tokens at or past len (inside a straddling group) read as zero (their P is 0, and for int4
+  // per_group their garbage scale could be NaN).
+  static constexpr int kVWordChannels = KV == Fmt::int4 ? 8 : 4;
+  static constexpr int kVBlocks = D / (8 * kVWordChannels);
+
+  static __device__ __forceinline__ void pv_product_quant(const float (&s)[kMT][kNT][4], Softmax& st,
+                                                          const char* v_tile, int t0, int len, int lane) {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      u32 pa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        pa[mt][0] = dev::pack2<kMma>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = dev::pack2<kMma>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = dev::pack2<kMma>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = dev::pack2<kMma>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
-    } else if constexpr (KV == Fmt::int4) {
-      constexpr int kWords = D / 8;   // 8 codes per word
-#pragma unroll 4
-      for (int i = lane; i < BN * kWords; i += 32) {
-        const int r = i / kWords, w = i % kWords;
-        const char* row = v_tile + r * kRow;
-        dev::U32x4 out = {0u, 0u, 0u, 0u};
-        if (t0 + r < len) {
-          const u32 code = load<u32>(row + kHdr + 4 * w);
-          out = {dev::int4_pair(code, 0), dev::int4_pair(code, 1), dev::int4_pair(code, 2), dev::int4_pair(code, 3)};
-          if constexpr (!kFoldV) {   // per group: scale and shift per element
-            const u32 ss = load<u32>(row + 4 * ((8 * w) / kGroupChannels));
-            const u32 scale = dev::dup_low_half(ss), shift = dev::dup_high_half(ss);
-            out = {dev::hfma2(out.x, scale, shift), dev::hfma2(out.y, scale, shift), dev::hfma2(out.z, scale, shift),
-                   dev::hfma2(out.w, scale, shift)};
+      // The lane's tokens: k positions 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of this k16 step.
+      const int r[4] = {16 * kk + 2 * t, 16 * kk + 2 * t + 1, 16 * kk + 2 * t + 8, 16 * kk + 2 * t + 9};
+      bool valid[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) valid[e] = t0 + r[e] < len;
+#pragma unroll
+      for (int J = 0; J < kVBlocks; ++J) {
+        u32 w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          w[e] = load<u32>(v_tile + r[e] * kRow + kHdr + 4 * (J * 8 + g));
+          if constexpr (!kFoldV) w[e] = valid[e] ? w[e] : 0u;
+        }
+        u32 b[kVWordChannels][2];   // [j][b0 | b1]
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const u32 a = w[2 * half], c = w[2 * half + 1];
+          if constexpr (KV == Fmt::int8) {
+            const u32 lo = dev::prmt(a ^ 0x80808080u, c ^ 0x80808080u, 0x5140u);   // bytes 0, 1 of a and c
+            const u32 hi = dev::prmt(a ^ 0x80808080u, c ^ 0x80808080u, 0x7362u);   // bytes 2, 3
+            b[0][half] = int8_pair(lo, 0);
+            b[1][half] = int8_pair(lo, 1);
+            b[2][half] = int8_pair(hi, 0);
+            b[3][half] = int8_pair(hi, 1);
+          } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {   // byte k of a and c: channels 2k, 2k + 1
+              const u32 y = dev::prmt(a, c, 0x4400u + 0x1111u * k);   // [a.bk, a.bk, c.bk, c.bk]
+              b[2 * k][half] = dev::hsub2((y & 0x000F000Fu) | dev::kHalf2_1024, dev::kHalf2_1024);
+              b[2 * k + 1][half] = dev::hsub2(((y >> 4) & 0x000F000Fu) | dev::kHalf2_1024, dev::kHalf2_1024);
+            }
+            if constexpr (!kFoldV) {   // per group: (scale, shift) of the two tokens of each register
+              const int group = (J * 8 * kVWordChannels + g * kVWordChannels) / kGroupChannels;
+              u32 hdr_a = load<u32>(v_tile + r[2 * half] * kRow + 4 * group);
+              u32 hdr_c = load<u32>(v_tile + r[2 * half + 1] * kRow + 4 * group);
+              hdr_a = valid[2 * half] ? hdr_a : 0u;
+              hdr_c = valid[2 * half + 1] ? hdr_c : 0u;
+              const u32 scale = dev::prmt(hdr_a, hdr_c, 0x5410u), shift = dev::prmt(hdr_a, hdr_c, 0x7632u);
+#pragma unroll
+              for (int j = 0; j < kVWordChannels; ++j) b[j][half] = dev::hfma2(b[j][half], scale, shift);
+            }
           }
         }
-        *reinterpret_cast<dev::U32x4*>(staging + dev::swizzled_offset<kOC>(r, w)) = out;
+#pragma unroll
+        for (int j = 0; j < kVWordChannels; ++j)
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) dev::mma_m16n8k16_f32<kMma>(st.o[mt][J * kVWordChannels + j], pa[mt], b[j]);
       }
     }
   }
@@ -489,7 +536,6 @@ struct Kernel {
 
     const u32 pipe = dev::smem_addr(smem) + warp * kWarpPipeBytes;
     const char* pipe_ptr = smem + warp * kWarpPipeBytes;   // the same memory, for plain loads
-    char* staging = smem + WARPS * kWarpPipeBytes + warp * kStagingBytes;
     auto chunk_t0 = [&](int i) { return start + (warp + i * WARPS) * BN; };
 #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) {
@@ -536,20 +582,19 @@ struct Kernel {
       const int t0 = chunk_t0(i);
       const u32 k_tile = pipe + (i % STAGES) * 2 * kChunkBytes;
       const char* k_ptr = pipe_ptr + (i % STAGES) * 2 * kChunkBytes;
-      u32 v_tile = k_tile + kChunkBytes;
-      if constexpr (kQuant) {
-        stage_v(k_ptr + kChunkBytes, staging, t0, len, lane);
-        v_tile = dev::smem_addr(staging);
-      } else {
-        zero_tail_rows(v_tile, t0, len, lane);
-      }
+      const u32 v_tile = k_tile + kChunkBytes;
+      if constexpr (!kQuant) zero_tail_rows(v_tile, t0, len, lane);
       float s[kMT][kNT][4];
       qk_product(s, qa, k_ptr, scale_log2, q_sum, lane);
       if (t0 + BN > seen_by_all) apply_mask(s, t0, len, row0, gqa, p.q_len, lane);
       softmax_update(s, st);
       if constexpr (kFoldV) fold_v_scales(s, st, k_ptr + kChunkBytes, t0, len, lane);
-      __syncwarp();   // staging / zeroed rows visible to the whole warp
-      pv_product(s, st, v_tile, v_lane);
+      if constexpr (kQuant) {
+        pv_product_quant(s, st, k_ptr + kChunkBytes, t0, len, lane);
+      } else {
+        __syncwarp();   // zeroed rows visible to the whole warp
+        pv_product(s, st, v_tile, v_lane);
+      }
       __syncwarp();   // every lane is done with this stage before it is refilled
     }
     dev::cp_async_wait_all();

@@ -9,9 +9,9 @@
 //   stages  2 .. 4 chunks in flight per warp.
 // Registers: O (bm/16 * d/8 * 4 floats) + S (bm/16 * bn/8 * 4) + the Q fragments (bm/16 * d/16 * 4)
 // stay <= kMaxArrayRegisters.
-// Shared memory: per warp and stage a K and a V chunk of raw cache rows; quantized formats add a
-// per-warp fp16 staging tile of the dequantized V chunk (bn x d); the final merge of the warps reuses
-// the same memory (warps x bm x (d + 2) floats).
+// Shared memory: per warp and stage a K and a V chunk of raw cache rows (every operand is decoded
+// from them into registers); the final merge of the warps reuses the same memory
+// (warps x bm x (d + 2) floats).
 #pragma once
 #include "qattn/decode/kv_layout.h"
 
@@ -33,7 +33,7 @@ QATTN_DECODE_FN int array_registers(int d, int bm, int bn) {
 }
 
 QATTN_DECODE_FN int pipeline_bytes(Fmt kv, Gran g, int d, int bn, int warps, int stages) {
-  return warps * stages * bn * 2 * kv::row_bytes(kv, g, d) + (quantized(kv) ? warps * bn * d * 2 : 0);
+  return warps * stages * bn * 2 * kv::row_bytes(kv, g, d);
 }
 
 QATTN_DECODE_FN int merge_bytes(int d, int bm, int warps) { return warps * bm * (d + 2) * 4; }
