@@ -11,12 +11,15 @@ namespace {
 // Decode (decode_shape.h: bm = query rows per CTA, bn = tokens per warp chunk). ~150-170 registers
 // per thread allow 3 CTAs of 4 warps per SM; within that, larger chunks win for the quantized caches.
 // Measured on the H100 (b 8, 32/8 heads, 128k tokens; bench/results/decode_*): int4 bn64 w4 s2
-// 533 us (bn32 s2 595, bn16 s4 652); int8 bn32 w4 s3 775 us; bf16 bn16 w4 s4 1412 us (bn32 w2 s3
+// 533 us (bn32 s2 595, bn16 s4 652), per_group bn32 w4 s2 574 us; int8 bn32 w4 s3 775 us; bf16 bn16 w4 s4 1412 us (bn32 w2 s3
 // 1441). Rows beyond 16 (GQA x new tokens > 16) take bm 32.
 std::vector<Tiling> preferred_decode(const Spec& s) {
   std::vector<Tiling> out;
   for (int bm : {16, 32}) {
-    if (s.qk.fmt == Fmt::int4) out.insert(out.end(), {{bm, 64, 4, 2}, {bm, 64, 4, 3}, {bm, 32, 4, 3}, {bm, 32, 4, 2}});
+    // int4 per_group: bn 64 (542 us) spills 8 bytes on sm_80 / sm_89, so bn 32 (574 us) comes first.
+    if (s.qk.fmt == Fmt::int4 && s.qk.gran == Gran::per_group)
+      out.insert(out.end(), {{bm, 32, 4, 2}, {bm, 32, 4, 3}, {bm, 64, 4, 2}});
+    else if (s.qk.fmt == Fmt::int4) out.insert(out.end(), {{bm, 64, 4, 2}, {bm, 64, 4, 3}, {bm, 32, 4, 3}, {bm, 32, 4, 2}});
     else if (s.qk.fmt == Fmt::int8) out.insert(out.end(), {{bm, 32, 4, 3}, {bm, 32, 4, 2}, {bm, 64, 4, 2}, {bm, 16, 4, 3}});
     else out.insert(out.end(), {{bm, 16, 4, 4}, {bm, 32, 2, 3}, {bm, 32, 4, 2}});
     out.insert(out.end(), {{bm, 16, 4, 4}, {bm, 16, 2, 4}, {bm, 64, 2, 2}, {bm, 16, 8, 2}, {bm, 32, 1, 4}, {bm, 16, 1, 4}});
