@@ -16,8 +16,9 @@ namespace {
 std::vector<Tiling> preferred_decode(const Spec& s) {
   std::vector<Tiling> out;
   for (int bm : {16, 32}) {
-    // int4 per_group: bn 64 (542 us) spills 8 bytes on sm_80 / sm_89, so bn 32 (574 us) comes first.
-    if (s.qk.fmt == Fmt::int4 && s.qk.gran == Gran::per_group)
+    // int4 per_group: bn 64 (542 us) spills 8 bytes on sm_80 / sm_89, so there bn 32 (574 us) comes first.
+    const bool hopper = s.arch == Arch::sm_90 || s.arch == Arch::sm_90a;
+    if (s.qk.fmt == Fmt::int4 && s.qk.gran == Gran::per_group && !hopper)
       out.insert(out.end(), {{bm, 32, 4, 2}, {bm, 32, 4, 3}, {bm, 64, 4, 2}});
     else if (s.qk.fmt == Fmt::int4) out.insert(out.end(), {{bm, 64, 4, 2}, {bm, 64, 4, 3}, {bm, 32, 4, 3}, {bm, 32, 4, 2}});
     else if (s.qk.fmt == Fmt::int8) out.insert(out.end(), {{bm, 32, 4, 3}, {bm, 32, 4, 2}, {bm, 64, 4, 2}, {bm, 16, 4, 3}});

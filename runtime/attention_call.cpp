@@ -31,6 +31,8 @@ class Prepared final : public PreparedAttention {
 };
 
 void validate_call(const AttentionCall& c, const Spec& spec) {
+  if (spec.phase != Phase::prefill)
+    throw_bad_input("attention() takes prefill specs; run '" + to_string(spec) + "' with Runtime::decode (include/qattn/decode.hpp)");
   require(validate(spec, c.problem));
   for (const TensorView* t : {&c.q, &c.k, &c.v})
     if (!t->data) throw_bad_input("attention input tensor is null; pass device pointers for q, k and v");

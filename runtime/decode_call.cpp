@@ -85,34 +85,48 @@ Tiling decode_tiling(const Spec& spec, const DecodeCall& call, const DeviceLimit
   return c.front();
 }
 
-struct SplitPlan {
-  int splits = 1, split_tokens = 0;
-};
-
-// About kWaves full waves of CTAs (each SM holds `resident`): with one or two waves the last, partial
-// wave idles most of the GPU (H100, b 8 x 8 KV heads, 128k tokens: 5 splits ran at 1.0 TB/s); each
-// warp keeps at least two chunks so that its pipeline fills. A split count from the call or the spec
-// wins. Splits are whole chunks, and none is left empty at kv_len.
-constexpr int kWaves = 8;
-
-SplitPlan plan_splits(int requested, const Spec& spec, const Tiling& t, const Problem& p, int sm_count, int resident) {
-  const int kv = p.kv_len;
-  const int chunks = (kv + t.block_n - 1) / t.block_n;
-  int splits = requested;
-  if (splits <= 0) {
-    const long long units = static_cast<long long>(p.batch) * p.heads_kv *
-                            ((rows_per_kv_head(spec, p) + t.block_m - 1) / t.block_m);
-    const long long target = (static_cast<long long>(kWaves) * sm_count * resident + units - 1) / units;
-    splits = static_cast<int>(std::min<long long>(target, std::max(1, chunks / (2 * t.warps))));
-  }
-  splits = std::max(1, std::min(splits, chunks));
-  SplitPlan plan;
-  plan.split_tokens = (chunks + splits - 1) / splits * t.block_n;
-  plan.splits = (kv + plan.split_tokens - 1) / plan.split_tokens;
-  return plan;
+// CTAs of a decode launch that can be resident at once: the tiling's shared memory, threads and the
+// compiled kernel's registers (allocated per warp in units of 256) each bound the blocks per SM.
+int resident_ctas(const DeviceLimits& limits, int sm_count, int smem, int warps, int registers) {
+  const int per_warp_regs = (registers * 32 + 255) / 256 * 256;
+  const int by_regs = registers > 0 ? 65536 / (warps * per_warp_regs) : 64;
+  const int by_smem = limits.smem_per_sm / (smem + limits.smem_reserved_per_block);
+  const int by_threads = limits.max_threads_per_sm / (warps * 32);
+  return sm_count * std::max(1, std::min({by_regs, by_smem, by_threads}));
 }
 
+// Measured on the H100 (int4, 32/8 heads): per-CTA fixed cost dominates short splits (b 1, 128k
+// tokens: 256 splits 230 us, 32 splits 88 us; b 8, 4k tokens: 16 splits 50 us, 4 splits 33 us), and
+// a last wave that is mostly empty doubles the time (old kernel, b 8, 128k: 5 splits over 1.2 waves).
+constexpr int kMinChunksPerWarp = 4;
+constexpr double kMinBusy = 0.95;
+
 }  // namespace
+
+DecodeSplits plan_decode_splits(int requested, int kv_len, int block_n, int warps, long long units, int capacity) {
+  const int chunks = (kv_len + block_n - 1) / block_n;
+  int splits = requested;
+  if (splits <= 0) {
+    // Fewest splits that keep the resident CTAs >= kMinBusy busy over every wave; each warp keeps at
+    // least kMinChunksPerWarp chunks.
+    const int most = std::max(1, chunks / (kMinChunksPerWarp * warps));
+    double best = -1;
+    for (int s = 1; s <= most; ++s) {
+      const long long ctas = units * s;
+      const double busy = static_cast<double>(ctas) / (static_cast<double>((ctas + capacity - 1) / capacity) * capacity);
+      if (busy > best + 1e-9) {
+        best = busy;
+        splits = s;
+      }
+      if (busy >= kMinBusy) break;
+    }
+  }
+  splits = std::max(1, std::min(splits, chunks));
+  DecodeSplits plan;
+  plan.split_tokens = (chunks + splits - 1) / splits * block_n;
+  plan.splits = (kv_len + plan.split_tokens - 1) / plan.split_tokens;
+  return plan;
+}
 
 int kv_row_bytes(const Spec& spec) { return kv::row_bytes(spec.qk.fmt, spec.qk.gran, spec.head_dim); }
 
@@ -120,15 +134,32 @@ long long kv_cache_bytes(const Spec& spec, int batch, int heads_kv, int capacity
   return static_cast<long long>(batch) * heads_kv * capacity * kv_row_bytes(spec);
 }
 
+// The tiling, the loaded kernel and the split plan of a call (the split count: the call's, else the
+// spec's, else plan_decode_splits over this device's resident CTAs).
+struct Runtime::Impl::DecodePlan {
+  Tiling tiling;
+  std::shared_ptr<LoadedKernel> kernel;
+  DecodeSplits splits;
+};
+
+Runtime::Impl::DecodePlan Runtime::Impl::plan_decode(const Spec& spec, const DecodeCall& call) {
+  DecodePlan plan;
+  const DeviceLimits lim = limits();
+  plan.tiling = decode_tiling(spec, call, lim);
+  plan.kernel = load(spec, plan.tiling);
+  const Problem& p = call.problem;
+  const long long units = static_cast<long long>(p.batch) * p.heads_kv *
+                          ((rows_per_kv_head(spec, p) + plan.tiling.block_m - 1) / plan.tiling.block_m);
+  const int capacity = resident_ctas(lim, device().sm_count, kernel_smem_bytes(spec, plan.tiling), plan.tiling.warps,
+                                     plan.kernel->function().registers());
+  const int requested = call.splits > 0 ? call.splits : spec.split_k;
+  plan.splits = plan_decode_splits(requested, p.kv_len, plan.tiling.block_n, plan.tiling.warps, units, capacity);
+  return plan;
+}
+
 int Runtime::decode_splits(const DecodeCall& call) {
   const Spec spec = resolve(call.spec);
-  const DeviceLimits limits = impl_->limits();
-  const Tiling t = decode_tiling(spec, call, limits);
-  const int smem = kernel_smem_bytes(spec, t);
-  const int resident = std::max(1, std::min(limits.smem_per_sm / (smem + limits.smem_reserved_per_block),
-                                             limits.max_threads_per_sm / (t.warps * 32)));
-  const int requested = call.splits > 0 ? call.splits : spec.split_k;
-  return plan_splits(requested, spec, t, call.problem, impl_->device().sm_count, resident).splits;
+  return impl_->plan_decode(spec, call).splits.splits;
 }
 
 void Runtime::decode(const DecodeCall& call, void* stream) {
@@ -140,14 +171,9 @@ void Runtime::decode(const DecodeCall& call, void* stream) {
   check_cache(spec, call.cache, p.heads_kv, p.kv_len, "decode");
   if (call.splits < 0) throw_bad_input("decode: splits must be >= 0 (0: the runtime chooses)");
 
-  const DeviceLimits limits = impl_->limits();
-  const Tiling tiling = decode_tiling(spec, call, limits);
-  const int smem = kernel_smem_bytes(spec, tiling);
-  const int resident = std::max(1, std::min(limits.smem_per_sm / (smem + limits.smem_reserved_per_block),
-                                            limits.max_threads_per_sm / (tiling.warps * 32)));
-  const SplitPlan plan = plan_splits(call.splits > 0 ? call.splits : spec.split_k, spec, tiling, p,
-                                     impl_->device().sm_count, resident);
-
+  const Runtime::Impl::DecodePlan dplan = impl_->plan_decode(spec, call);
+  const Tiling& tiling = dplan.tiling;
+  const DecodeSplits& plan = dplan.splits;
   const int d = spec.head_dim;
   const CacheGeometry g = geometry(spec, call.cache, p.heads_kv);
   DecodeParams dp{};
@@ -168,7 +194,7 @@ void Runtime::decode(const DecodeCall& call, void* stream) {
   dp.split_tokens = plan.split_tokens;
   dp.softmax_scale = call.softmax_scale > 0 ? call.softmax_scale : static_cast<float>(1.0 / std::sqrt(double(d)));
 
-  auto kernel = impl_->load(spec, tiling);
+  const auto& kernel = dplan.kernel;
   auto combine = plan.splits > 1 ? impl_->load_source(render_decode_combine(spec)) : nullptr;
   const CUstream cu_stream = static_cast<CUstream>(stream);
   std::lock_guard<std::mutex> lock(impl_->workspace_mutex);

@@ -210,6 +210,9 @@ std::vector<CompiledKernel> Runtime::compile_helpers(const Spec& spec) {
 
 const Kernel& Runtime::kernel(const Spec& spec_in, const Problem& problem) {
   const Spec spec = resolve(spec_in);
+  if (spec.phase != Phase::prefill)
+    throw_bad_input("kernel(), attention(), check() and benchmark() take prefill specs; run '" + to_string(spec) +
+                    "' with Runtime::decode (include/qattn/decode.hpp: the cache layout and split count are part of the call)");
   require(validate(spec, problem));
   const std::string bucket = problem_bucket(problem);
   const std::string key = to_string(spec) + "|" + bucket;
@@ -228,9 +231,7 @@ const Kernel& Runtime::kernel(const Spec& spec_in, const Problem& problem) {
       }
     }
   }
-  // Decode is not tuned yet (issue #5 adds its inflection points): it takes the default tiling.
-  const bool tunable = spec.phase == Phase::prefill;
-  if (!tiling) tiling = impl_->options.tune && tunable ? impl_->tune(spec, problem).winner : default_tiling(spec, impl_->limits());
+  if (!tiling) tiling = impl_->options.tune ? impl_->tune(spec, problem).winner : default_tiling(spec, impl_->limits());
   auto k = impl_->load(spec, *tiling);
   impl_->by_request[key] = k;
   return *k;
@@ -239,8 +240,8 @@ const Kernel& Runtime::kernel(const Spec& spec_in, const Problem& problem) {
 TuningResult Runtime::tune(const Spec& spec_in, const Problem& problem) {
   const Spec spec = resolve(spec_in);
   if (spec.phase != Phase::prefill)
-    throw_bad_input("tuning covers prefill kernels; decode kernels take their default tiling until the decode "
-                    "tuner (issue #5) lands; accepted: a prefill spec");
+    throw_bad_input("tuning covers prefill kernels; decode kernels take their default tiling and a split count "
+                    "from plan_decode_splits until the decode tuner (issue #5) lands; accepted: a prefill spec");
   require(validate(spec, problem));
   TuningResult r = impl_->tune(spec, problem);
   std::lock_guard<std::recursive_mutex> lock(impl_->mutex);

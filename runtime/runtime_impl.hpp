@@ -52,6 +52,9 @@ struct Runtime::Impl {
   // A loaded quantization pass by its rendered source (see quant_pipeline.cpp).
   std::shared_ptr<rt::Kernel> load_source(const Source& source);
   TuningResult tune(const Spec& spec, const Problem& problem);
+  // Tiling, loaded kernel and split count of a decode call (decode_call.cpp).
+  struct DecodePlan;
+  DecodePlan plan_decode(const Spec& spec, const DecodeCall& call);
 
   RuntimeOptions options;
   Runtime* self = nullptr;   // the public object, for the runner's high-level calls

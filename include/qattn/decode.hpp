@@ -27,6 +27,15 @@ struct KvCacheView {
   int table_stride = 0;              // paged: entries per block-table row (pages per sequence at most)
 };
 
+// How the runtime splits a decode call's cache (split_tokens is a multiple of block_n; no split is
+// empty at kv_len). requested > 0 is taken as is (clamped to the chunks); otherwise the fewest splits
+// that keep `capacity` resident CTAs (the whole GPU) >= 95% busy over every wave of
+// units x splits CTAs (units = batch x KV heads x row blocks), with >= 4 chunks per warp.
+struct DecodeSplits {
+  int splits = 1, split_tokens = 0;
+};
+DecodeSplits plan_decode_splits(int requested, int kv_len, int block_n, int warps, long long units, int capacity);
+
 // Bytes of one cache row (token, KV head) of the spec's K format.
 int kv_row_bytes(const Spec& spec);
 // Bytes of one contiguous cache (K or V) holding `capacity` tokens for each of batch x heads_kv.

@@ -112,6 +112,24 @@ struct Kernel {
     ov = page * p.v.page_stride + h * p.v.head_stride + slot * kRow;
   }
 
+  // Copies `units` 16-byte units of contiguous cache bytes, starting at token t's row, into the stage
+  // from unit `first` on (the fp16/bf16 tiles swizzled).
+  static __device__ __forceinline__ void copy_run(const DecodeParams& p, u32 dst_k, u32 dst_v, int b, int h, int t,
+                                                  int first, int units, int lane) {
+    long long ok, ov;
+    row_offsets(p, b, h, t, ok, ov);
+    const unsigned char* src_k = p.k.ptr + ok;
+    const unsigned char* src_v = p.v.ptr + ov;
+#pragma unroll 4
+    for (int u = lane; u < units; u += 32) {
+      const int unit = first + u;
+      u32 dst = unit * 16;
+      if constexpr (!kQuant) dst = dev::swizzled_offset<kOC>(unit / (kRow / 16), unit % (kRow / 16));
+      dev::cp_async_16(dst_k + dst, src_k + u * 16, true);
+      dev::cp_async_16(dst_v + dst, src_v + u * 16, true);
+    }
+  }
+
   // Issues the copies of tokens [t0, t0 + BN) of K and V into a stage; groups of 4 rows at or past
   // len are zero-filled (a group straddling len is copied whole; its extra rows are masked / zeroed).
   static __device__ __forceinline__ void load_chunk(const DecodeParams& p, u32 dst_k, u32 dst_v, int b, int h,
@@ -119,17 +137,14 @@ struct Kernel {
     // The common case: every token valid and on one page (always so for a contiguous cache), so the
     // chunk is one contiguous byte range in each cache.
     if (t0 + BN <= len && (!PAGED || t0 / p.page_size == (t0 + BN - 1) / p.page_size)) {
-      long long ok, ov;
-      row_offsets(p, b, h, t0, ok, ov);
-      const unsigned char* src_k = p.k.ptr + ok;
-      const unsigned char* src_v = p.v.ptr + ov;
-#pragma unroll 4
-      for (int u = lane; u < kUnits; u += 32) {
-        u32 dst = u * 16;
-        if constexpr (!kQuant) dst = dev::swizzled_offset<kOC>(u / (kRow / 16), u % (kRow / 16));
-        dev::cp_async_16(dst_k + dst, src_k + u * 16, true);
-        dev::cp_async_16(dst_v + dst, src_v + u * 16, true);
-      }
+      copy_run(p, dst_k, dst_v, b, h, t0, 0, kUnits, lane);
+      return;
+    }
+    // Paged, every token valid, pages of a size dividing the chunk: one contiguous run per page.
+    if (PAGED && t0 + BN <= len && BN % p.page_size == 0) {
+      const int run_units = p.page_size * kRow / 16;   // a page's rows: a multiple of 4 rows, of 16 bytes
+      for (int page = 0; page < BN / p.page_size; ++page)
+        copy_run(p, dst_k, dst_v, b, h, t0 + page * p.page_size, page * run_units, run_units, lane);
       return;
     }
 #pragma unroll 4
