@@ -16,10 +16,10 @@ namespace {
 std::vector<Tiling> preferred_decode(const Spec& s) {
   std::vector<Tiling> out;
   for (int bm : {16, 32}) {
-    // int4 per_group: bn 64 (542 us at d 128 on sm_90a) spills 8 bytes on sm_80 / sm_89 and 4 bytes at
-    // d 64 (causal, paged) on sm_90a, so there bn 32 (574 us) comes first.
-    const bool hopper_d128 = (s.arch == Arch::sm_90 || s.arch == Arch::sm_90a) && s.head_dim == 128;
-    if (s.qk.fmt == Fmt::int4 && s.qk.gran == Gran::per_group && !hopper_d128)
+    // int4 per_group: bn 64 (542 us at d 128 on sm_90a, contiguous) spills on sm_80 / sm_89 (8 bytes),
+    // at d 64 (4) and when paged (12) on sm_90a, so there bn 32 (574 us) comes first.
+    const bool bn64_fits = (s.arch == Arch::sm_90 || s.arch == Arch::sm_90a) && s.head_dim == 128 && !s.paged;
+    if (s.qk.fmt == Fmt::int4 && s.qk.gran == Gran::per_group && !bn64_fits)
       out.insert(out.end(), {{bm, 32, 4, 2}, {bm, 32, 4, 3}, {bm, 64, 4, 2}});
     else if (s.qk.fmt == Fmt::int4) out.insert(out.end(), {{bm, 64, 4, 2}, {bm, 64, 4, 3}, {bm, 32, 4, 3}, {bm, 32, 4, 2}});
     else if (s.qk.fmt == Fmt::int8) out.insert(out.end(), {{bm, 32, 4, 3}, {bm, 32, 4, 2}, {bm, 64, 4, 2}, {bm, 16, 4, 3}});
