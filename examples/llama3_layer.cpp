@@ -2,8 +2,9 @@
 // d = 128, causal), requested by spec. With a GPU: the prefill kernels tuned (or taken from the
 // cache), run, timed and checked against a float64 reference, as a table; then one decode step (one new
 // token per sequence, 8 sequences, the prompt's length of cache) over a bf16, int8 and int4 KV cache,
-// timed, each compared with the bf16 cache's output. Without a GPU: everything compiled into the cache
-// for sm_80, sm_89 and sm_90a, so a later run (or a shipped cache) starts without compiling.
+// timed, each compared with the bf16 cache's output (a floor per format: its quantization error).
+// Without a GPU: everything compiled into the cache for sm_80, sm_89 and sm_90a, so a later run (or a
+// shipped cache) starts without compiling.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -125,7 +126,12 @@ int decode_step(qattn::Runtime& runtime, const qattn::Problem& prompt) {
       nb += reference[i] * reference[i];
     }
     const double cosine = dot / std::sqrt(na * nb);   // NaN (a FAIL) when any output is not finite
-    const bool ok = cosine >= 0.99;   // int4 per token on this data: ~0.995
+    // The cosine against the BF16 cache is the format's quantization error on this data (K with four
+    // channels biased by 8, as real K has): measured on the H100, int8 0.9998, int4 per group 0.989,
+    // int4 per token 0.970 (its one (scale, shift) per row spans the outlier channels). The floors catch
+    // a broken kernel; the float64 checks of the decode kernels are the GPU tests.
+    const double floor = spec.qk.fmt == qattn::Fmt::int4 ? 0.95 : spec.qk.fmt == qattn::Fmt::int8 ? 0.999 : 0.99999;
+    const bool ok = cosine >= floor;
     failed += !ok;
     std::printf("%-72s %7d %9.1f %8.0f %10.6f %s\n", text, runtime.decode_splits(call), us,
                 2.0 * p.batch * p.heads_kv * p.kv_len * qattn::kv_row_bytes(spec) / us / 1e3, cosine, ok ? "PASS" : "FAIL");
