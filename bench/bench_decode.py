@@ -19,7 +19,7 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_utils as bu  # noqa: E402
-from bench_prefill import driver_version, git_commit  # noqa: E402  (stdlib only; no torch at import)
+from bench_prefill import environment  # noqa: E402  (stdlib only; no torch at import)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_BIN = os.path.join(REPO, "build", "bin", "qattn_bench_decode")
@@ -459,17 +459,8 @@ def bench_sdpa_backend(torch, args, row, q, k, v, flush):
 # ---------------------------------------------------------------- main
 
 def metadata(args, torch):
-    now = datetime.datetime.now(datetime.timezone.utc)
     return {
-        "device": torch.cuda.get_device_name(0),
-        "driver": driver_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "date": now.strftime("%Y-%m-%d"),
-        "started_utc": now.isoformat(timespec="seconds"),
-        "commit": git_commit(),
-        "command": bu.shell_command([sys.executable] + sys.argv),
+        **environment(torch),
         "bin": args.bin,
         "iters": args.iters, "warmup": args.warmup, "flush_mb": args.flush_mb, "seed": args.seed,
         "heads_q": HEADS_Q, "heads_kv": HEADS_KV, "d": HEAD_DIM, "q_len": Q_LEN,

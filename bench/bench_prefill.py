@@ -76,7 +76,8 @@ def driver_version():
         return "unknown"
 
 
-def metadata(args, torch, qattn_version):
+def environment(torch):
+    """Device, software versions, date, commit and command line of this run (shared with bench_decode.py)."""
     now = datetime.datetime.now(datetime.timezone.utc)
     return {
         "device": torch.cuda.get_device_name(0),
@@ -84,11 +85,17 @@ def metadata(args, torch, qattn_version):
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "qattn": qattn_version,
         "date": now.strftime("%Y-%m-%d"),
         "started_utc": now.isoformat(timespec="seconds"),
         "commit": git_commit(),
         "command": bu.shell_command([sys.executable] + sys.argv),
+    }
+
+
+def metadata(args, torch, qattn_version):
+    return {
+        **environment(torch),
+        "qattn": qattn_version,
         "iters": args.iters, "warmup": args.warmup, "sets": args.sets, "seed": args.seed,
         "tune": args.tune, "hidden": bu.HIDDEN, "tokens": bu.TOKENS,
         "complete": False,

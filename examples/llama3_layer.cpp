@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -143,24 +144,18 @@ int compile_only(qattn::Runtime& runtime, const std::string& why) {
   std::printf("no GPU (%s)\ncompile-only: rendering and compiling every kernel of the layer into %s\n\n", why.c_str(),
               runtime.cache_path().c_str());
   std::printf("%-88s %5s %6s %9s\n", "kernel", "regs", "spills", "compile");
+  std::vector<const char*> texts(std::begin(kSpecs), std::end(kSpecs));
+  texts.insert(texts.end(), std::begin(kDecodeSpecs), std::end(kDecodeSpecs));
   int n = 0;
   for (qattn::Arch arch : {qattn::Arch::sm_80, qattn::Arch::sm_89, qattn::Arch::sm_90a})
-    for (const char* text : kSpecs) {
+    for (const char* text : texts) {
       qattn::Spec spec = qattn::parse_spec(text);
       spec.arch = arch;
       const qattn::CompiledKernel k = runtime.compile(spec, qattn::default_tiling(spec, qattn::default_limits(arch)));
       std::printf("%-88s %5d %6d %7.0fms%s\n", k.kernel_name.c_str(), k.registers, k.spill_bytes, k.compile_ms,
                   k.from_cache ? " (cached)" : "");
-      n += 1 + static_cast<int>(runtime.compile_helpers(spec).size());   // quantization passes and LSE fix
-    }
-  for (qattn::Arch arch : {qattn::Arch::sm_80, qattn::Arch::sm_89, qattn::Arch::sm_90a})
-    for (const char* text : kDecodeSpecs) {
-      qattn::Spec spec = qattn::parse_spec(text);
-      spec.arch = arch;
-      const qattn::CompiledKernel k = runtime.compile(spec, qattn::default_tiling(spec, qattn::default_limits(arch)));
-      std::printf("%-88s %5d %6d %7.0fms%s\n", k.kernel_name.c_str(), k.registers, k.spill_bytes, k.compile_ms,
-                  k.from_cache ? " (cached)" : "");
-      n += 1 + static_cast<int>(runtime.compile_helpers(spec).size());   // combine and append kernels
+      // + the quantization passes and LSE fix (prefill) or the combine and append kernels (decode)
+      n += 1 + static_cast<int>(runtime.compile_helpers(spec).size());
     }
   std::printf("\n%d kernel binaries (attention kernels and their quantization/LSE/decode helpers) are in the cache;\n"
               "run this again on a GPU to tune and time them\n", n);

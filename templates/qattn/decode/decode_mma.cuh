@@ -316,6 +316,18 @@ struct Kernel {
       }
   }
 
+  // The A fragments of P for k16 step kk: the S accumulators of n tiles 2kk and 2kk + 1 (C layout ==
+  // A layout), converted to the product's element type.
+  static __device__ __forceinline__ void p_fragments(const float (&s)[kMT][kNT][4], int kk, u32 (&pa)[kMT][4]) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      pa[mt][0] = dev::pack2<kMma>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+      pa[mt][1] = dev::pack2<kMma>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+      pa[mt][2] = dev::pack2<kMma>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+      pa[mt][3] = dev::pack2<kMma>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+    }
+  }
+
   // pair of fp16 (lo from a, hi from b) from byte k of two words, for the int8 path: bytes of a and b
   // interleaved next to the exponent byte 0x64, then 1152 subtracted (a and b carry the ^0x80 bias).
   static __device__ __forceinline__ u32 int8_pair(u32 ab_interleaved, int k) {
@@ -339,13 +351,7 @@ struct Kernel {
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
       u32 pa[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        pa[mt][0] = dev::pack2<kMma>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        pa[mt][1] = dev::pack2<kMma>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        pa[mt][2] = dev::pack2<kMma>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        pa[mt][3] = dev::pack2<kMma>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
+      p_fragments(s, kk, pa);
       // The lane's tokens: k positions 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of this k16 step.
       const int r[4] = {16 * kk + 2 * t, 16 * kk + 2 * t + 1, 16 * kk + 2 * t + 8, 16 * kk + 2 * t + 9};
       bool valid[4];
@@ -414,13 +420,7 @@ struct Kernel {
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
       u32 pa[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        pa[mt][0] = dev::pack2<kMma>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        pa[mt][1] = dev::pack2<kMma>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        pa[mt][2] = dev::pack2<kMma>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        pa[mt][3] = dev::pack2<kMma>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
+      p_fragments(s, kk, pa);
 #pragma unroll
       for (int dp = 0; dp < kOC / 2; ++dp) {
         u32 vb[4];
