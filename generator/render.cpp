@@ -46,7 +46,9 @@ struct Body {
 Body decode_body(const Spec& s, const Tiling& t) {
   std::ostringstream os;
   os << "qattn::decode::Kernel<" << fmt_enum(s.qk.fmt) << ", " << gran_enum(s.qk.gran) << ", " << fmt_enum(s.out) << ", "
-     << s.head_dim << ", " << flag(s.causal) << ", " << flag(s.paged) << ", " << t.block_m << ", " << t.block_n << ", "
+     << s.head_dim << ", " << flag(s.causal) << ", " << flag(s.paged) << ", "
+     << (s.softmax == SoftmaxMode::sas ? "qattn::SoftmaxMode::sas" : "qattn::SoftmaxMode::exact") << ", " << t.block_m
+     << ", " << t.block_n << ", "
      << t.warps << ", " << t.stages << ">";
   return {"qattn/decode/decode_mma.cuh", os.str(), "qattn::DecodeParams"};
 }

@@ -112,7 +112,7 @@ std::vector<Spec> default_grid(Arch arch) {
       add({Fmt::int8, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, d, causal, kSmoothK | kSmoothV);
     }
   // Decode: every KV-cache format and head dim, contiguous and non-causal, and paged with the causal
-  // mask (several new tokens per sequence), GQA 4.
+  // mask (several new tokens per sequence), GQA 4; and each format with softmax=sas.
   const Operand kv_formats[] = {{Fmt::fp16, Gran::none}, {Fmt::bf16, Gran::none}, {Fmt::int8, Gran::per_token},
                                 {Fmt::int4, Gran::per_token}, {Fmt::int4, Gran::per_group}};
   for (const Operand& kv : kv_formats)
@@ -124,6 +124,12 @@ std::vector<Spec> default_grid(Arch arch) {
         grid.back().gqa = 4;
         grid.back().paged = paged_causal;
       }
+  for (const Operand& kv : kv_formats) {   // softmax=sas: one point per format
+    add(kv, kv, kv.fmt == Fmt::fp16 ? Fmt::fp16 : Fmt::bf16, 128, false, kSmoothNone);
+    grid.back().phase = Phase::decode;
+    grid.back().gqa = 4;
+    grid.back().softmax = SoftmaxMode::sas;
+  }
   return grid;
 }
 

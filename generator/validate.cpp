@@ -55,9 +55,8 @@ Verdict validate_decode(const Spec& s) {
                        to_string(s.qk.fmt));
   if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256)
     return Verdict::no("decode d=" + std::to_string(s.head_dim) + " is not supported; accepted: 64, 128, 256");
-  if (s.softmax != SoftmaxMode::exact)
-    return Verdict::no(std::string("softmax=") + to_string(s.softmax) +
-                       " is not implemented yet (issue #4: unified max, SAS); accepted: exact");
+  if (s.softmax == SoftmaxMode::unified_max)
+    return Verdict::no("softmax=unified_max is not implemented yet (issue #4: FlashDecoding++ unified max); accepted: exact, sas");
   if (s.accum != Accum::fp32) return Verdict::no(std::string("accum=") + to_string(s.accum) + " applies to prefill; accepted for decode: fp32");
   if (s.smooth != kSmoothNone) return Verdict::no("smoothing applies to prefill; accepted for decode: none");
   if (s.gqa < 1 || s.gqa > 64) return Verdict::no("gqa=" + std::to_string(s.gqa) + " is out of range; accepted: 1..64");

@@ -81,7 +81,7 @@ TEST(Render, DecodeLaunchCoversSplitsAndRowBlocks) {
   EXPECT_EQ(l.block, 128u);
   EXPECT_EQ(static_cast<int>(l.smem_bytes), kernel_smem_bytes(s, t));
   const Source src = render_attention(s, t);
-  EXPECT_NE(src.text.find("qattn::Fmt::int4, qattn::Gran::per_token, qattn::Fmt::bf16, 128, true, true, 16, 32, 4, 2>"),
+  EXPECT_NE(src.text.find("qattn::Fmt::int4, qattn::Gran::per_token, qattn::Fmt::bf16, 128, true, true, qattn::SoftmaxMode::exact, 16, 32, 4, 2>"),
             std::string::npos) << src.text;
   // The helper kernels of a decode spec: combine and append, named by the family grammar.
   EXPECT_EQ(render_decode_combine(s).kernel_name, "qattn_decode_combine_obf16_d128");

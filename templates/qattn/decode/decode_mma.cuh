@@ -25,13 +25,16 @@
 #include "qattn/common/common.cuh"
 #include "qattn/decode/decode_shape.h"
 #include "qattn/decode/kv_dequant.cuh"
+#include "qattn/decode/sas.h"
 
 namespace qattn::decode {
 
-template <Fmt KV, Gran G, Fmt OUT, int D, bool CAUSAL, bool PAGED, int BM, int BN, int WARPS, int STAGES>
+template <Fmt KV, Gran G, Fmt OUT, int D, bool CAUSAL, bool PAGED, SoftmaxMode SMX, int BM, int BN, int WARPS,
+          int STAGES>
 struct Kernel {
   static_assert(tiling_ok(KV, G, D, BM, BN, WARPS, STAGES), "decode: unsupported format or tiling (decode_shape.h)");
   static_assert(OUT == Fmt::fp16 || OUT == Fmt::bf16, "decode: queries and outputs are fp16 or bf16");
+  static_assert(SMX == SoftmaxMode::exact || SMX == SoftmaxMode::sas, "decode: softmax exact or sas");
 
   static constexpr int kThreads = WARPS * 32;
   static constexpr int kSmemBytes = smem_bytes(KV, G, D, BM, BN, WARPS, STAGES);
@@ -253,6 +256,13 @@ struct Kernel {
       }
   }
 
+  // e^x of a score difference given in log2 units (x2 = x * log2 e): ex2 on the SFU, or TurboAttention's
+  // SAS (LUT + fp16 cubic, 0 below -6; sas.h) for softmax=sas. The merges of warps and splits stay exact.
+  static __device__ __forceinline__ float exp_of_log2(float x2) {
+    if constexpr (SMX == SoftmaxMode::sas) return sas::exp(x2 * dev::kLn2);
+    else return dev::exp2_approx(x2);
+  }
+
   static __device__ __forceinline__ void softmax_update(float (&s)[kMT][kNT][4], Softmax& st) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -264,14 +274,14 @@ struct Kernel {
         mx = dev::quad_max(mx);
         // A row with only masked tokens so far keeps max -inf; subtracting 0 keeps NaN out.
         const float m_use = mx == dev::neg_inf() ? 0.f : mx;
-        const float alpha = dev::exp2_approx(st.m[mt][half] - m_use);
+        const float alpha = exp_of_log2(st.m[mt][half] - m_use);
         st.m[mt][half] = mx;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float pr = dev::exp2_approx(s[mt][nt][half * 2 + e] - m_use);
+            const float pr = exp_of_log2(s[mt][nt][half * 2 + e] - m_use);
             s[mt][nt][half * 2 + e] = pr;
             sum += pr;
           }

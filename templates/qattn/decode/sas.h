@@ -1,0 +1,62 @@
+// TurboAttention's SAS (sparsity-based softmax approximation), the `softmax=sas` mode of decode:
+//   e^x = LUT[n] * POLY(x + n)  for  -6 < x <= 0,  n = floor(-x) in 0..5,  x + n in (-1, 0]
+//   e^x = 0                     for  x <= -6   (sparsification threshold T_sas = -6)
+// POLY is the least-squares cubic of e^x on [-1, 0] (TurboAttention Eq. 15 as published:
+// 0.1025 x^3 + 0.4626 x^2 + 0.9922 x + 0.9996). Everything after the split runs in FP16: the fraction,
+// the coefficients and the LUT entries are rounded to fp16 (round to nearest even), the cubic is three
+// fp16 FMAs (Horner) and the LUT product one fp16 multiply, each rounded once; the split itself
+// (floor, subtract) is exact in fp32.
+// The constants are shared with the host; the host's reference emulates the fp16 steps exactly
+// (tests/common/sas_reference.hpp), so the CPU test bounds what the device computes.
+#pragma once
+
+namespace qattn::sas {
+
+constexpr float kThreshold = -6.f;
+constexpr int kLutSize = 6;   // e^0 .. e^-5
+constexpr float kLut[kLutSize] = {1.0f, 0.36787944f, 0.13533528f, 0.049787068f, 0.018315639f, 0.0067379470f};
+constexpr float kC3 = 0.1025f, kC2 = 0.4626f, kC1 = 0.9922f, kC0 = 0.9996f;
+
+}  // namespace qattn::sas
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#include "qattn/common/types.cuh"
+
+namespace qattn::sas {
+
+__device__ __forceinline__ dev::u16 to_f16(float x) {
+  dev::u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return h;
+}
+__device__ __forceinline__ float from_f16(dev::u16 h) {
+  float x;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h));
+  return x;
+}
+__device__ __forceinline__ dev::u16 fma_f16(dev::u16 a, dev::u16 b, dev::u16 c) {
+  dev::u16 d;
+  asm("fma.rn.f16 %0, %1, %2, %3;" : "=h"(d) : "h"(a), "h"(b), "h"(c));
+  return d;
+}
+__device__ __forceinline__ dev::u16 mul_f16(dev::u16 a, dev::u16 b) {
+  dev::u16 d;
+  asm("mul.rn.f16 %0, %1, %2;" : "=h"(d) : "h"(a), "h"(b));
+  return d;
+}
+
+// SAS(x) for x <= 0 (x = score - running max, natural-log units); 0 at or below the threshold and for -inf.
+__device__ __forceinline__ float exp(float x) {
+  if (!(x > kThreshold)) return 0.f;
+  const int n = min(kLutSize - 1, static_cast<int>(floorf(-x)));
+  const dev::u16 f = to_f16(x + static_cast<float>(n));
+  dev::u16 p = fma_f16(to_f16(kC3), f, to_f16(kC2));
+  p = fma_f16(p, f, to_f16(kC1));
+  p = fma_f16(p, f, to_f16(kC0));
+  // A select chain rather than an indexed array: no local memory, and the host table stays host-only.
+  const float lut = n == 0 ? kLut[0] : n == 1 ? kLut[1] : n == 2 ? kLut[2] : n == 3 ? kLut[3] : n == 4 ? kLut[4] : kLut[5];
+  return from_f16(mul_f16(p, to_f16(lut)));
+}
+
+}  // namespace qattn::sas
+#endif
