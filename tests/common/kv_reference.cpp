@@ -151,9 +151,8 @@ std::vector<double> read_head(const HostKvCache& c, int b, int h, int n) {
 
 // Softmax attention of one query row over the first n rows of kh/vh; writes `out` and returns the LSE.
 // The same operation order as reference_attention, so the two agree to the last bit on equal inputs.
-// `exp_fn` null: std::exp; otherwise that approximation of e^x (x <= 0), e.g. SAS.
 double attend_row(const double* qi, const std::vector<double>& kh, const std::vector<double>& vh, long long n,
-                  int d, double scale, double* out, double (*exp_fn)(double)) {
+                  int d, double scale, double* out) {
   std::vector<double> s(static_cast<size_t>(std::max(0LL, n)));
   double mx = -std::numeric_limits<double>::infinity();
   for (long long j = 0; j < n; ++j) {
@@ -166,7 +165,7 @@ double attend_row(const double* qi, const std::vector<double>& kh, const std::ve
   if (n <= 0) return -std::numeric_limits<double>::infinity();
   double sum = 0;
   for (long long j = 0; j < n; ++j) {
-    const double p = exp_fn ? exp_fn(s[j] - mx) : std::exp(s[j] - mx);
+    const double p = std::exp(s[j] - mx);
     sum += p;
     for (int c = 0; c < d; ++c) out[c] += p * vh[static_cast<size_t>(j) * d + c];
   }
@@ -264,7 +263,7 @@ void read_token(const HostKvCache& c, int b, int h, int t, double* out) {
 
 std::vector<double> reference_decode(const std::vector<double>& q, const HostKvCache& k, const HostKvCache& v,
                                      const std::vector<int>& kv_lens, int heads_q, int q_len, bool causal,
-                                     double softmax_scale, std::vector<double>* lse, double (*exp_fn)(double)) {
+                                     double softmax_scale, std::vector<double>* lse) {
   check_decode_args(q, k, v, kv_lens, heads_q, q_len);
   const int d = k.d, group = heads_q / k.heads_kv;
   const double scale = softmax_scale != 0.0 ? softmax_scale : 1.0 / std::sqrt(d);
@@ -278,7 +277,7 @@ std::vector<double> reference_decode(const std::vector<double>& q, const HostKvC
         for (int i = 0; i < q_len; ++i) {
           const size_t row = (static_cast<size_t>(b) * heads_q + hq) * q_len + i;
           const long long n = visible_keys(i, q_len, kv_lens[b], causal);
-          const double l = attend_row(&q[row * d], kh, vh, n, d, scale, &o[row * d], exp_fn);
+          const double l = attend_row(&q[row * d], kh, vh, n, d, scale, &o[row * d]);
           if (lse) (*lse)[row] = l;
         }
     }

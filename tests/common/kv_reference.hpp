@@ -74,8 +74,7 @@ void read_token(const HostKvCache& cache, int b, int h, int t, double* out);   /
 //   lse (optional): natural-log log-sum-exp of the scaled scores, [batch][heads_q][q_len].
 std::vector<double> reference_decode(const std::vector<double>& q, const HostKvCache& k, const HostKvCache& v,
                                      const std::vector<int>& kv_lens, int heads_q, int q_len, bool causal,
-                                     double softmax_scale, std::vector<double>* lse = nullptr,
-                                     double (*exp_fn)(double) = nullptr);   // null: std::exp (else e.g. SAS)
+                                     double softmax_scale, std::vector<double>* lse = nullptr);
 
 }  // namespace test
 }  // namespace qattn

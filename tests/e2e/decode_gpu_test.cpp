@@ -22,7 +22,6 @@
 #include "tests/common/kv_reference.hpp"
 #include "tests/common/metrics.hpp"
 #include "tests/common/random_data.hpp"
-#include "tests/common/sas_reference.hpp"
 
 namespace qattn {
 namespace {
@@ -36,6 +35,7 @@ struct DecodeCase {
   std::vector<int> kv_lens;
   int page_size = 0;     // 0: contiguous
   int splits = 0;        // 0: the runtime's choice
+  Tiling tiling = Tiling{0, 0, 0, 0};   // block_m 0: the runtime's choice
 };
 
 struct DecodeResult {
@@ -44,7 +44,6 @@ struct DecodeResult {
   double lse_max_abs = 0;
   long long append_byte_mismatches = 0;
   std::vector<std::uint16_t> out_bits;
-  std::vector<double> exact;   // softmax=sas: the exact-softmax reference, to report SAS's own error
 };
 
 Spec spec_of(const DecodeCase& c) { return parse_spec(c.spec + (c.page_size ? " paged" : "")); }
@@ -149,18 +148,13 @@ DecodeResult run_case(Runtime& rt, const DecodeCase& c, std::uint64_t seed) {
   call.kv_lens = lens.as<int>();
   call.lse = lse.as<float>();
   call.splits = c.splits;
+  call.tiling = c.tiling;
   rt.decode(call, nullptr);
 
   r.out_bits = o.to_vector<std::uint16_t>();
   for (std::uint16_t bits : r.out_bits) r.out.push_back(test::half_bits_to_double(bits, io));
   for (float v : lse.to_vector<float>()) r.lse.push_back(v);
-  // softmax=sas: the reference takes the same approximate exponential (relative to the row's final max;
-  // the kernel applies it against running maxima, hence the looser SAS thresholds in expect_accurate).
-  double (*exp_fn)(double) = nullptr;
-  if (s.softmax == SoftmaxMode::sas) exp_fn = [](double x) { return test::sas_exp(static_cast<float>(x)); };
-  r.ref = test::reference_decode(q_in.logical(), k_host, v_host, c.kv_lens, heads_q, c.q_len, s.causal, 0.0,
-                                 &r.ref_lse, exp_fn);
-  if (exp_fn) r.exact = test::reference_decode(q_in.logical(), k_host, v_host, c.kv_lens, heads_q, c.q_len, s.causal, 0.0);
+  r.ref = test::reference_decode(q_in.logical(), k_host, v_host, c.kv_lens, heads_q, c.q_len, s.causal, 0.0, &r.ref_lse);
   r.metrics = test::compare(r.ref, r.out);
   for (size_t i = 0; i < r.lse.size(); ++i) {
     const double diff = std::isinf(r.ref_lse[i]) && r.lse[i] == r.ref_lse[i] ? 0.0 : std::fabs(r.lse[i] - r.ref_lse[i]);
@@ -169,13 +163,13 @@ DecodeResult run_case(Runtime& rt, const DecodeCase& c, std::uint64_t seed) {
   return r;
 }
 
-void expect_accurate(const DecodeResult& r, const std::string& what, bool sas = false) {
+void expect_accurate(const DecodeResult& r, const std::string& what) {
   SCOPED_TRACE(what + ": " + r.metrics.report());
   EXPECT_EQ(r.append_byte_mismatches, 0) << "append kernel rows differ from the host quantizer";
   EXPECT_EQ(r.metrics.nonfinite, 0);
-  EXPECT_GE(r.metrics.cosine, sas ? 0.999 : 0.9999);
-  EXPECT_LE(r.metrics.rel_l2, sas ? 2e-2 : 1e-2);
-  EXPECT_LE(r.lse_max_abs, sas ? 2e-2 : 1e-2);
+  EXPECT_GE(r.metrics.cosine, 0.9999);
+  EXPECT_LE(r.metrics.rel_l2, 1e-2);
+  EXPECT_LE(r.lse_max_abs, 1e-2);
   std::printf("  %-72s %s lseMaxAbs=%.2e\n", what.c_str(), r.metrics.report().c_str(), r.lse_max_abs);
 }
 
@@ -240,7 +234,8 @@ TEST_F(DecodeGpu, PagedAndContiguousGiveIdenticalBits) {
   const std::uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(test::seed_note(seed));
   for (const char* fmt : {kFormats[0], kFormats[2], kFormats[4]}) {
-    DecodeCase c{decode_spec(fmt, 128, 4, true), 2, 2, {17, 700, 4097}, 0, 7};
+    // One tiling for both: the default may differ between the two (int4 per_group on sm_90a).
+    DecodeCase c{decode_spec(fmt, 128, 4, true), 2, 2, {17, 700, 4097}, 0, 7, Tiling{16, 32, 4, 2}};
     const DecodeResult contiguous = run_case(rt, c, seed);
     c.page_size = 16;
     const DecodeResult paged = run_case(rt, c, seed);
@@ -248,15 +243,35 @@ TEST_F(DecodeGpu, PagedAndContiguousGiveIdenticalBits) {
   }
 }
 
-TEST_F(DecodeGpu, SasSoftmaxMatchesTheSasReference) {
+// softmax=sas against the exact float64 softmax: SAS drops every term below e^-6 of the running max and
+// its cubic is within 8e-4 of e^x (tests/decode/sas_test.cpp), so the output stays close (the same
+// thresholds as the exact mode) while each row's sum can only lose mass: its LSE is at most the exact
+// one plus the cubic's error, and on these long rows clearly below it for some rows (the mode is live).
+// (A reference that applies SAS against the final row max is no closer: the kernel applies it against
+// running maxima, which keeps tail terms that the final max would drop.)
+TEST_F(DecodeGpu, SasSoftmaxStaysCloseToExactAndOnlyDropsMass) {
   const std::uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(test::seed_note(seed));
   for (const char* fmt : {kFormats[1], kFormats[2], kFormats[3]})
     for (bool causal : {false, true}) {
       DecodeCase c{decode_spec(fmt, 128, 4, causal) + " softmax=sas", 2, causal ? 4 : 1, kRaggedLens, causal ? 16 : 0};
       const DecodeResult r = run_case(rt, c, seed);
-      expect_accurate(r, c.spec, true);
-      std::printf("    SAS vs exact softmax: %s\n", test::compare(r.exact, r.out).report().c_str());
+      SCOPED_TRACE(c.spec + ": " + r.metrics.report());
+      EXPECT_EQ(r.metrics.nonfinite, 0);
+      EXPECT_GE(r.metrics.cosine, 0.9999);
+      EXPECT_LE(r.metrics.rel_l2, 1e-2);
+      int lower = 0;
+      double most_above = -1, most_below = 0;
+      for (size_t i = 0; i < r.lse.size(); ++i) {
+        const double diff = r.lse[i] - r.ref_lse[i];
+        most_above = std::max(most_above, diff);
+        most_below = std::min(most_below, diff);
+        lower += diff < -1e-3;
+      }
+      EXPECT_LE(most_above, 5e-3) << "SAS added mass";
+      EXPECT_GT(lower, 0) << "no row lost mass: is softmax=sas applied?";
+      std::printf("  %-72s %s  LSE - exact in [%.3g, %.3g], %d of %zu rows below\n", c.spec.c_str(),
+                  r.metrics.report().c_str(), most_below, most_above, lower, r.lse.size());
     }
 }
 
