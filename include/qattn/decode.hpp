@@ -3,7 +3,8 @@
 // an optional quantization header + codes, one row per token and KV head, heads' rows contiguous,
 // contiguous or paged) is written down in templates/qattn/decode/kv_layout.h.
 //
-// Spec: `decode qk=<kv fmt> pv=<kv fmt> out=<fp16|bf16> d=<64|128|256> [causal] [gqa=N] [splitk=N] [paged]`
+// Spec: `decode qk=<kv fmt> pv=<kv fmt> out=<fp16|bf16> d=<64|128|256> [causal] [gqa=N] [splitk=N]
+//        [softmax=exact|sas] [paged]`
 // with the same format for K and V: fp16, bf16 (out equal to it), int8:per_token, int4:per_token or
 // int4:per_group. Queries and outputs have element type `out`.
 #pragma once
