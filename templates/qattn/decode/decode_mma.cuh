@@ -278,13 +278,17 @@ struct Kernel {
         st.m[mt][half] = mx;
         float sum = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pr = exp_of_log2(s[mt][nt][half * 2 + e] - m_use);
-            s[mt][nt][half * 2 + e] = pr;
-            sum += pr;
+        for (int nt = 0; nt < kNT; ++nt) {
+          float& s0 = s[mt][nt][half * 2];
+          float& s1 = s[mt][nt][half * 2 + 1];
+          if constexpr (SMX == SoftmaxMode::sas) {   // two scores per packed fp16 step
+            sas::exp2x((s0 - m_use) * dev::kLn2, (s1 - m_use) * dev::kLn2, s0, s1);
+          } else {
+            s0 = dev::exp2_approx(s0 - m_use);
+            s1 = dev::exp2_approx(s1 - m_use);
           }
+          sum += s0 + s1;
+        }
         st.l[mt][half] = st.l[mt][half] * alpha + sum;
         st.v_shift[mt][half] *= alpha;
         // Past the first chunks the running max rarely rises: skip the O rescale when no row of the
