@@ -111,16 +111,20 @@ struct Kernel {
       page = b;
       slot = t;
     }
+    slot_offsets(p, page, h, slot, ok, ov);
+  }
+
+  static __device__ __forceinline__ void slot_offsets(const DecodeParams& p, long long page, int h, long long slot,
+                                                      long long& ok, long long& ov) {
     ok = page * p.k.page_stride + h * p.k.head_stride + slot * kRow;
     ov = page * p.v.page_stride + h * p.v.head_stride + slot * kRow;
   }
 
-  // Copies `units` 16-byte units of contiguous cache bytes, starting at token t's row, into the stage
+  // Copies `units` 16-byte units of contiguous cache bytes, starting at byte offsets ok / ov of the K and
+  // V caches, into the stage
   // from unit `first` on (the fp16/bf16 tiles swizzled).
-  static __device__ __forceinline__ void copy_run(const DecodeParams& p, u32 dst_k, u32 dst_v, int b, int h, int t,
-                                                  int first, int units, int lane) {
-    long long ok, ov;
-    row_offsets(p, b, h, t, ok, ov);
+  static __device__ __forceinline__ void copy_run(const DecodeParams& p, u32 dst_k, u32 dst_v, long long ok,
+                                                  long long ov, int first, int units, int lane) {
     const unsigned char* src_k = p.k.ptr + ok;
     const unsigned char* src_v = p.v.ptr + ov;
 #pragma unroll 4
@@ -140,14 +144,24 @@ struct Kernel {
     // The common case: every token valid and on one page (always so for a contiguous cache), so the
     // chunk is one contiguous byte range in each cache.
     if (t0 + BN <= len && (!PAGED || t0 / p.page_size == (t0 + BN - 1) / p.page_size)) {
-      copy_run(p, dst_k, dst_v, b, h, t0, 0, kUnits, lane);
+      long long ok, ov;
+      row_offsets(p, b, h, t0, ok, ov);
+      copy_run(p, dst_k, dst_v, ok, ov, 0, kUnits, lane);
       return;
     }
     // Paged, every token valid, pages of a size dividing the chunk: one contiguous run per page.
     if (PAGED && t0 + BN <= len && BN % p.page_size == 0) {
+      // The chunk's page ids in one round of loads (lane i: page i; at most BN / 4 <= 16 pages), not one
+      // dependent table load per page.
+      const int pages = BN / p.page_size;
       const int run_units = p.page_size * kRow / 16;   // a page's rows: a multiple of 4 rows, of 16 bytes
-      for (int page = 0; page < BN / p.page_size; ++page)
-        copy_run(p, dst_k, dst_v, b, h, t0 + page * p.page_size, page * run_units, run_units, lane);
+      const int my_page =
+          lane < pages ? p.block_table[(long long)b * p.table_stride + t0 / p.page_size + lane] : 0;
+      for (int i = 0; i < pages; ++i) {
+        long long ok, ov;
+        slot_offsets(p, __shfl_sync(0xffffffffu, my_page, i), h, 0, ok, ov);
+        copy_run(p, dst_k, dst_v, ok, ov, i * run_units, run_units, lane);
+      }
       return;
     }
 #pragma unroll 4
