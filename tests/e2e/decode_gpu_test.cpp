@@ -7,7 +7,8 @@
 // 16, 17 and 4097 in one ragged batch; GQA 1 .. 16 (rows per KV head up to 48: several row blocks);
 // new tokens 1 .. 16 with and without the causal mask; d 64, 128, 256; split counts 1, 2, 7, 32, 128.
 // Thresholds (the reference sees the same dequantized values, so only fp16 rounding of P and of the
-// dequantized K/V separates them): cosine >= 0.9999, relative L2 <= 1e-2, LSE within 1e-2.
+// dequantized K/V separates them): cosine >= 0.9999, relative L2 <= 1e-2, LSE within 1e-2 (plus, for
+// int4 per_group, the bound of its fp16-rounded K; see lse_tolerance).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,6 +43,7 @@ struct DecodeResult {
   std::vector<double> out, lse, ref, ref_lse;
   test::ErrorMetrics metrics;
   double lse_max_abs = 0;
+  double lse_excess = 0;   // max over rows of |lse - ref| / the row's tolerance (<= 1 passes)
   long long append_byte_mismatches = 0;
   std::vector<std::uint16_t> out_bits;
 };
@@ -62,6 +64,32 @@ void poison_tail(HostKvCache& cache, const std::vector<int>& kv_lens, int capaci
     for (int h = 0; h < cache.heads_kv; ++h)
       for (int t = kv_lens[static_cast<size_t>(b)]; t < capacity; ++t)
         std::memset(cache.bytes.data() + test::row_offset(cache, b, h, t), test::kKvPoison, static_cast<size_t>(row));
+}
+
+// Per-row LSE tolerance: 1e-2, plus for int4 per_group the fp16 rounding of its dequantized K (scale·q +
+// shift enters the tensor cores rounded to fp16, 2^-11 relative; every other format's K enters exactly:
+// fp16/bf16 as stored, int8 and int4 per-token codes as integers with the scales applied in fp32). That
+// moves each score by at most 2^-11 · softmax_scale · Σ_c |q_c k_c|, and the LSE, a smooth maximum of the
+// scores, by at most the largest such bound over the row's tokens.
+std::vector<double> lse_tolerance(const Spec& s, const test::HostTensor& q, const HostKvCache& k,
+                                  const std::vector<int>& kv_lens, int heads_q, int q_len) {
+  const int d = s.head_dim, gqa = heads_q / k.heads_kv;
+  std::vector<double> tol(static_cast<size_t>(k.batch) * heads_q * q_len, 1e-2);
+  if (!(s.qk.fmt == Fmt::int4 && s.qk.gran == Gran::per_group)) return tol;
+  std::vector<double> row(static_cast<size_t>(d));
+  for (int b = 0; b < k.batch; ++b)
+    for (int hq = 0; hq < heads_q; ++hq)
+      for (int i = 0; i < q_len; ++i) {
+        double most = 0;
+        for (int t = 0; t < kv_lens[static_cast<size_t>(b)]; ++t) {
+          test::read_token(k, b, hq / gqa, t, row.data());
+          double sum = 0;
+          for (int c = 0; c < d; ++c) sum += std::fabs(q.at(b, hq, i, c) * row[static_cast<size_t>(c)]);
+          most = std::max(most, sum);
+        }
+        tol[(static_cast<size_t>(b) * heads_q + hq) * q_len + i] += std::ldexp(most / std::sqrt(double(d)), -11);
+      }
+  return tol;
 }
 
 DecodeResult run_case(Runtime& rt, const DecodeCase& c, std::uint64_t seed) {
@@ -156,9 +184,11 @@ DecodeResult run_case(Runtime& rt, const DecodeCase& c, std::uint64_t seed) {
   for (float v : lse.to_vector<float>()) r.lse.push_back(v);
   r.ref = test::reference_decode(q_in.logical(), k_host, v_host, c.kv_lens, heads_q, c.q_len, s.causal, 0.0, &r.ref_lse);
   r.metrics = test::compare(r.ref, r.out);
+  const std::vector<double> tol = lse_tolerance(s, q_in, k_host, c.kv_lens, heads_q, c.q_len);
   for (size_t i = 0; i < r.lse.size(); ++i) {
     const double diff = std::isinf(r.ref_lse[i]) && r.lse[i] == r.ref_lse[i] ? 0.0 : std::fabs(r.lse[i] - r.ref_lse[i]);
     r.lse_max_abs = std::isnan(diff) ? INFINITY : std::max(r.lse_max_abs, diff);
+    r.lse_excess = std::isnan(diff) ? INFINITY : std::max(r.lse_excess, diff / tol[i]);
   }
   return r;
 }
@@ -169,8 +199,9 @@ void expect_accurate(const DecodeResult& r, const std::string& what) {
   EXPECT_EQ(r.metrics.nonfinite, 0);
   EXPECT_GE(r.metrics.cosine, 0.9999);
   EXPECT_LE(r.metrics.rel_l2, 1e-2);
-  EXPECT_LE(r.lse_max_abs, 1e-2);
-  std::printf("  %-72s %s lseMaxAbs=%.2e\n", what.c_str(), r.metrics.report().c_str(), r.lse_max_abs);
+  EXPECT_LE(r.lse_excess, 1.0) << "LSE off by up to " << r.lse_max_abs << " (see lse_tolerance)";
+  std::printf("  %-72s %s lseMaxAbs=%.2e (%.2f of the tolerance)\n", what.c_str(), r.metrics.report().c_str(),
+              r.lse_max_abs, r.lse_excess);
 }
 
 const char* kFormats[] = {"fp16 pv=fp16 out=fp16", "bf16 pv=bf16 out=bf16", "int8:per_token pv=int8:per_token out=fp16",
