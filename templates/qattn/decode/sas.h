@@ -20,20 +20,17 @@ constexpr float kC3 = 0.1025f, kC2 = 0.4626f, kC1 = 0.9922f, kC0 = 0.9996f;
 }  // namespace qattn::sas
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#include "qattn/common/types.cuh"
+#include "qattn/common/convert.cuh"
+#include "qattn/decode/kv_dequant.cuh"
 
 namespace qattn::sas {
 
-__device__ __forceinline__ dev::u16 to_f16(float x) {
-  dev::u16 h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-  return h;
-}
-__device__ __forceinline__ float from_f16(dev::u16 h) {
-  float x;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h));
-  return x;
-}
+using dev::float_to_half;
+using dev::half_to_float;
+using dev::hfma2;
+using dev::hmul2;
+
+// Scalar fp16 steps, each rounded once (the packed forms come from kv_dequant.cuh).
 __device__ __forceinline__ dev::u16 fma_f16(dev::u16 a, dev::u16 b, dev::u16 c) {
   dev::u16 d;
   asm("fma.rn.f16 %0, %1, %2, %3;" : "=h"(d) : "h"(a), "h"(b), "h"(c));
@@ -55,25 +52,15 @@ __device__ __forceinline__ float lut_entry(int n) {
 __device__ __forceinline__ float exp(float x) {
   if (!(x > kThreshold)) return 0.f;
   const int n = min(kLutSize - 1, static_cast<int>(floorf(-x)));
-  const dev::u16 f = to_f16(x + static_cast<float>(n));
-  dev::u16 p = fma_f16(to_f16(kC3), f, to_f16(kC2));
-  p = fma_f16(p, f, to_f16(kC1));
-  p = fma_f16(p, f, to_f16(kC0));
-  return from_f16(mul_f16(p, to_f16(lut_entry(n))));
+  const dev::u16 f = float_to_half(x + static_cast<float>(n));
+  dev::u16 p = fma_f16(float_to_half(kC3), f, float_to_half(kC2));
+  p = fma_f16(p, f, float_to_half(kC1));
+  p = fma_f16(p, f, float_to_half(kC0));
+  return half_to_float(mul_f16(p, float_to_half(lut_entry(n))));
 }
 
-__device__ __forceinline__ dev::u32 hfma2(dev::u32 a, dev::u32 b, dev::u32 c) {
-  dev::u32 d;
-  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-__device__ __forceinline__ dev::u32 hmul2(dev::u32 a, dev::u32 b) {
-  dev::u32 d;
-  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
 __device__ __forceinline__ dev::u32 splat(float x) {
-  const dev::u32 h = to_f16(x);
+  const dev::u32 h = float_to_half(x);
   return h | (h << 16);
 }
 // SAS of two values at once: the same fp16 operations as exp() (fma.rn.f16x2 rounds each half as
@@ -82,15 +69,13 @@ __device__ __forceinline__ void exp2x(float x0, float x1, float& e0, float& e1) 
   const bool in0 = x0 > kThreshold, in1 = x1 > kThreshold;
   const int n0 = in0 ? min(kLutSize - 1, static_cast<int>(floorf(-x0))) : 0;
   const int n1 = in1 ? min(kLutSize - 1, static_cast<int>(floorf(-x1))) : 0;
-  dev::u32 f;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(f) : "f"(in1 ? x1 + static_cast<float>(n1) : 0.f),
-      "f"(in0 ? x0 + static_cast<float>(n0) : 0.f));
+  const dev::u32 f = dev::pack_half2(in0 ? x0 + static_cast<float>(n0) : 0.f, in1 ? x1 + static_cast<float>(n1) : 0.f);
   dev::u32 p = hfma2(splat(kC3), f, splat(kC2));
   p = hfma2(p, f, splat(kC1));
   p = hfma2(p, f, splat(kC0));
-  p = hmul2(p, static_cast<dev::u32>(to_f16(lut_entry(n0))) | (static_cast<dev::u32>(to_f16(lut_entry(n1))) << 16));
-  e0 = in0 ? from_f16(static_cast<dev::u16>(p & 0xffffu)) : 0.f;
-  e1 = in1 ? from_f16(static_cast<dev::u16>(p >> 16)) : 0.f;
+  p = hmul2(p, static_cast<dev::u32>(float_to_half(lut_entry(n0))) | (static_cast<dev::u32>(float_to_half(lut_entry(n1))) << 16));
+  e0 = in0 ? half_to_float(static_cast<dev::u16>(p & 0xffffu)) : 0.f;
+  e1 = in1 ? half_to_float(static_cast<dev::u16>(p >> 16)) : 0.f;
 }
 
 }  // namespace qattn::sas
