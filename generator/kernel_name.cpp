@@ -10,11 +10,12 @@ namespace qattn {
 namespace {
 
 const std::pair<Fmt, const char*> kFmtCodes[] = {
-    {Fmt::bf16, "bf16"}, {Fmt::fp16, "f16"}, {Fmt::int8, "i8"}, {Fmt::int4, "i4"}, {Fmt::fp8e4m3, "e4m3"}};
+    {Fmt::bf16, "bf16"}, {Fmt::fp16, "f16"}, {Fmt::int8, "i8"}, {Fmt::int4, "i4"}, {Fmt::fp8e4m3, "e4m3"},
+    {Fmt::flashq, "fq"}};
 const std::pair<Gran, const char*> kGranCodes[] = {
     {Gran::per_tensor, "ten"}, {Gran::per_block, "blk"}, {Gran::per_warp, "wrp"},
     {Gran::per_thread, "thr"}, {Gran::per_token, "tok"}, {Gran::per_channel, "chn"},
-    {Gran::per_group, "grp"}};
+    {Gran::per_group, "grp"}, {Gran::per_head, "hd"}};
 const std::pair<SoftmaxMode, const char*> kSoftmaxCodes[] = {{SoftmaxMode::unified_max, "umax"},
                                                              {SoftmaxMode::sas, "sas"}};
 const std::pair<Accum, const char*> kAccumCodes[] = {{Accum::fp16, "f16"}, {Accum::two_level, "2lvl"}};
@@ -57,7 +58,7 @@ bool parse_operand_code(std::string_view s, Operand& op) {
 [[noreturn]] void bad_name(std::string_view name, const std::string& why) {
   throw_bad_input("bad kernel name '" + std::string(name) + "': " + why +
                   "; expected qattn_<phase>_<arch>_qk<fmt><gran>_pv<fmt><gran>_o<fmt>_d<n>[_causal][_gqa<n>]"
-                  "[_sk<n>][_smx<mode>][_acc<mode>][_smooth<qkv>][_paged]__bm<n>_bn<n>_w<n>_s<n>");
+                  "[_sk<n>][_smx<mode>][_acc<mode>][_smooth<qkv>][_paged][_gemv]__bm<n>_bn<n>_w<n>_s<n>");
 }
 
 int parse_suffix_int(std::string_view name, std::string_view tok, std::string_view prefix) {
@@ -86,6 +87,7 @@ std::string spec_name(const Spec& s) {
   if (s.accum != Accum::fp32) n += std::string("_acc") + code_of(kAccumCodes, s.accum);
   if (s.smooth != kSmoothNone) n += "_smooth" + smooth_to_string(s.smooth);
   if (s.paged) n += "_paged";
+  if (s.flow == Dataflow::gemv) n += "_gemv";
   return n;
 }
 
@@ -120,6 +122,7 @@ ParsedKernelName parse_kernel_name(std::string_view name) {
     const std::string_view t = toks[i];
     if (t == "causal") s.causal = true;
     else if (t == "paged") s.paged = true;
+    else if (t == "gemv") s.flow = Dataflow::gemv;
     else if (text::starts_with(t, "gqa")) s.gqa = parse_suffix_int(name, t, "gqa");
     else if (text::starts_with(t, "sk")) s.split_k = parse_suffix_int(name, t, "sk");
     else if (text::starts_with(t, "smx")) {

@@ -15,6 +15,7 @@ const char* fmt_enum(Fmt f) {
     case Fmt::int8: return "qattn::Fmt::int8";
     case Fmt::int4: return "qattn::Fmt::int4";
     case Fmt::fp8e4m3: return "qattn::Fmt::fp8e4m3";
+    case Fmt::flashq: return "qattn::Fmt::flashq";
   }
   return "";
 }
@@ -29,6 +30,16 @@ const char* gran_enum(Gran g) {
     case Gran::per_token: return "qattn::Gran::per_token";
     case Gran::per_channel: return "qattn::Gran::per_channel";
     case Gran::per_group: return "qattn::Gran::per_group";
+    case Gran::per_head: return "qattn::Gran::per_head";
+  }
+  return "";
+}
+
+const char* softmax_enum(SoftmaxMode m) {
+  switch (m) {
+    case SoftmaxMode::exact: return "qattn::SoftmaxMode::exact";
+    case SoftmaxMode::unified_max: return "qattn::SoftmaxMode::unified_max";
+    case SoftmaxMode::sas: return "qattn::SoftmaxMode::sas";
   }
   return "";
 }
@@ -45,12 +56,12 @@ struct Body {
 
 Body decode_body(const Spec& s, const Tiling& t) {
   std::ostringstream os;
-  os << "qattn::decode::Kernel<" << fmt_enum(s.qk.fmt) << ", " << gran_enum(s.qk.gran) << ", " << fmt_enum(s.out) << ", "
-     << s.head_dim << ", " << flag(s.causal) << ", " << flag(s.paged) << ", "
-     << (s.softmax == SoftmaxMode::sas ? "qattn::SoftmaxMode::sas" : "qattn::SoftmaxMode::exact") << ", " << t.block_m
-     << ", " << t.block_n << ", "
-     << t.warps << ", " << t.stages << ">";
-  return {"qattn/decode/decode_mma.cuh", os.str(), "qattn::DecodeParams"};
+  const bool gemv = s.flow == Dataflow::gemv;
+  os << (gemv ? "qattn::decode::GemvKernel<" : "qattn::decode::Kernel<") << fmt_enum(s.qk.fmt) << ", "
+     << gran_enum(s.qk.gran) << ", " << fmt_enum(s.out) << ", " << s.head_dim << ", " << flag(s.causal) << ", "
+     << flag(s.paged) << ", " << softmax_enum(s.softmax) << ", " << t.block_m << ", " << t.block_n << ", " << t.warps
+     << ", " << t.stages << ">";
+  return {gemv ? "qattn/decode/decode_gemv.cuh" : "qattn/decode/decode_mma.cuh", os.str(), "qattn::DecodeParams"};
 }
 
 Body attention_body(const Spec& s, const Tiling& t) {

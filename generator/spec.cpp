@@ -20,14 +20,17 @@ const Named<Phase> kPhases[] = {{Phase::prefill, "prefill"}, {Phase::decode, "de
 const Named<Arch> kArchs[] = {{Arch::sm_80, "sm_80"}, {Arch::sm_86, "sm_86"}, {Arch::sm_89, "sm_89"},
                               {Arch::sm_90, "sm_90"}, {Arch::sm_90a, "sm_90a"}};
 const Named<Fmt> kFmts[] = {{Fmt::fp16, "fp16"}, {Fmt::bf16, "bf16"}, {Fmt::int8, "int8"},
-                            {Fmt::int4, "int4"}, {Fmt::fp8e4m3, "fp8e4m3"}};
+                            {Fmt::int4, "int4"}, {Fmt::fp8e4m3, "fp8e4m3"},
+                            {Fmt::flashq, "flashq"}};
 const Named<Gran> kGrans[] = {{Gran::none, "none"},           {Gran::per_tensor, "per_tensor"},
                               {Gran::per_block, "per_block"}, {Gran::per_warp, "per_warp"},
                               {Gran::per_thread, "per_thread"}, {Gran::per_token, "per_token"},
-                              {Gran::per_channel, "per_channel"}, {Gran::per_group, "per_group"}};
+                              {Gran::per_channel, "per_channel"}, {Gran::per_group, "per_group"},
+                              {Gran::per_head, "per_head"}};
 const Named<SoftmaxMode> kSoftmax[] = {{SoftmaxMode::exact, "exact"},
                                        {SoftmaxMode::unified_max, "unified_max"},
                                        {SoftmaxMode::sas, "sas"}};
+const Named<Dataflow> kFlows[] = {{Dataflow::mma, "mma"}, {Dataflow::gemv, "gemv"}};
 const Named<Accum> kAccums[] = {{Accum::fp32, "fp32"}, {Accum::fp16, "fp16"}, {Accum::two_level, "two_level"}};
 
 template <class E, size_t N>
@@ -107,6 +110,7 @@ const char* to_string(Fmt v) { return name_of(kFmts, v); }
 const char* to_string(Gran v) { return name_of(kGrans, v); }
 const char* to_string(SoftmaxMode v) { return name_of(kSoftmax, v); }
 const char* to_string(Accum v) { return name_of(kAccums, v); }
+const char* to_string(Dataflow v) { return name_of(kFlows, v); }
 
 std::string smooth_to_string(int bits) {
   if (bits == kSmoothNone) return "none";
@@ -124,7 +128,8 @@ int arch_cc(Arch arch) { return arch == Arch::sm_90a ? 90 : static_cast<int>(arc
 bool Spec::operator==(const Spec& o) const {
   return phase == o.phase && qk == o.qk && pv == o.pv && out == o.out && head_dim == o.head_dim &&
          causal == o.causal && gqa == o.gqa && split_k == o.split_k && softmax == o.softmax &&
-         accum == o.accum && smooth == o.smooth && paged == o.paged && arch == o.arch;
+         accum == o.accum && smooth == o.smooth && paged == o.paged && flow == o.flow &&
+         arch == o.arch;
 }
 
 std::string to_string(const Spec& s) {
@@ -138,6 +143,7 @@ std::string to_string(const Spec& s) {
   if (s.accum != Accum::fp32) os << " accum=" << to_string(s.accum);
   if (s.smooth != kSmoothNone) os << " smooth=" << smooth_to_string(s.smooth);
   if (s.paged) os << " paged";
+  if (s.flow != Dataflow::mma) os << " flow=" << to_string(s.flow);
   if (s.arch != Arch::unset) os << " arch=" << to_string(s.arch);
   return os.str();
 }
@@ -166,7 +172,7 @@ Spec parse_spec(std::string_view input) {
         s.paged = true;
       } else {
         throw_bad_input("unknown spec token '" + tok +
-                        "'; accepted: prefill, decode, causal, paged, qk=, pv=, out=, d=, gqa=, splitk=, softmax=, accum=, smooth=, arch=");
+                        "'; accepted: prefill, decode, causal, paged, qk=, pv=, out=, d=, gqa=, splitk=, softmax=, accum=, smooth=, flow=, arch=");
       }
       continue;
     }
@@ -193,11 +199,13 @@ Spec parse_spec(std::string_view input) {
       s.accum = value_of(kAccums, value, "accumulation mode");
     } else if (key == "smooth") {
       s.smooth = parse_smooth(value);
+    } else if (key == "flow") {
+      s.flow = value_of(kFlows, value, "dataflow");
     } else if (key == "arch") {
       s.arch = parse_arch(value);
     } else {
       throw_bad_input("unknown spec field '" + key +
-                      "'; accepted: qk=, pv=, out=, d=, gqa=, splitk=, softmax=, accum=, smooth=, arch=");
+                      "'; accepted: qk=, pv=, out=, d=, gqa=, splitk=, softmax=, accum=, smooth=, flow=, arch=");
     }
   }
   if (!have_phase) throw_bad_input("spec has no phase; start it with prefill or decode");

@@ -2,6 +2,7 @@
 
 #include "qattn/attention/prefill_fp16_shape.h"
 #include "qattn/attention/prefill_int8_shape.h"
+#include "qattn/decode/decode_gemv_shape.h"
 #include "qattn/decode/decode_shape.h"
 #include "qattn/error.hpp"
 
@@ -47,7 +48,7 @@ Verdict validate_decode(const Spec& s) {
     return Verdict::no("decode qk=" + std::string(to_string(s.qk.fmt)) +
                        (s.qk.gran == Gran::none ? "" : std::string(":") + to_string(s.qk.gran)) +
                        " is not a supported KV-cache format; accepted: fp16, bf16, int8:per_token, int4:per_token, "
-                       "int4:per_group (fp8 and TurboAttention's FlashQ caches are not implemented yet, issue #4)");
+                       "int4:per_group, fp8e4m3:per_head, flashq:per_channel");
   if (s.pv != s.qk) return Verdict::no("decode: the K and V caches share one format; accepted: pv equal to qk");
   if (!is_float(s.out)) return Verdict::no(std::string("out=") + to_string(s.out) + " is not supported; accepted: fp16, bf16");
   if (is_float(s.qk.fmt) && s.out != s.qk.fmt)
@@ -55,8 +56,6 @@ Verdict validate_decode(const Spec& s) {
                        to_string(s.qk.fmt));
   if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256)
     return Verdict::no("decode d=" + std::to_string(s.head_dim) + " is not supported; accepted: 64, 128, 256");
-  if (s.softmax == SoftmaxMode::unified_max)
-    return Verdict::no("softmax=unified_max is not implemented yet (issue #4: FlashDecoding++ unified max); accepted: exact, sas");
   if (s.accum != Accum::fp32) return Verdict::no(std::string("accum=") + to_string(s.accum) + " applies to prefill; accepted for decode: fp32");
   if (s.smooth != kSmoothNone) return Verdict::no("smoothing applies to prefill; accepted for decode: none");
   if (s.gqa < 1 || s.gqa > 64) return Verdict::no("gqa=" + std::to_string(s.gqa) + " is out of range; accepted: 1..64");
@@ -81,6 +80,7 @@ DeviceLimits default_limits(Arch arch) {
 Verdict validate(const Spec& s) {
   if (s.phase == Phase::decode) return validate_decode(s);
   if (s.paged) return Verdict::no("paged applies to a decode KV cache; accepted for prefill: no paged token");
+  if (s.flow != Dataflow::mma) return Verdict::no("flow= picks a decode dataflow; accepted for prefill: no flow token");
   if (s.head_dim != 64 && s.head_dim != 128)
     return Verdict::no("d=" + std::to_string(s.head_dim) + " is not supported yet (issue #3 adds 96 and 256); accepted: 64, 128");
   if (s.split_k != 0) return Verdict::no("splitk applies to decode only; accepted for prefill: no splitk");
@@ -98,7 +98,12 @@ Verdict validate(const Spec& s) {
 
 int kernel_smem_bytes(const Spec& s, const Tiling& t) {
   if (s.phase == Phase::decode) {
-    if (t.wgmma || !decode::tiling_ok(s.qk.fmt, s.qk.gran, s.head_dim, t.block_m, t.block_n, t.warps, t.stages)) return 0;
+    if (t.wgmma) return 0;
+    if (s.flow == Dataflow::gemv) {
+      if (!decode::gemv_tiling_ok(s.qk.fmt, s.qk.gran, s.head_dim, t.block_m, t.block_n, t.warps, t.stages)) return 0;
+      return decode::gemv_smem_bytes(s.qk.fmt, s.qk.gran, s.head_dim, t.block_m, t.block_n, t.warps, t.stages);
+    }
+    if (!decode::tiling_ok(s.qk.fmt, s.qk.gran, s.head_dim, t.block_m, t.block_n, t.warps, t.stages)) return 0;
     return decode::smem_bytes(s.qk.fmt, s.qk.gran, s.head_dim, t.block_m, t.block_n, t.warps, t.stages);
   }
   if (is_float(s.qk.fmt)) {
@@ -119,7 +124,8 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   const int smem = kernel_smem_bytes(s, t);
   if (smem == 0 && s.phase == Phase::decode)
     return Verdict::no("tiling " + to_string(t) + " is not supported by the decode kernel for " + to_string(s) +
-                       " (see the valid tilings in templates/qattn/decode/decode_shape.h)");
+                       " (see the valid tilings in templates/qattn/decode/decode_" +
+                       (s.flow == Dataflow::gemv ? "gemv_" : "") + "shape.h)");
   if (smem == 0)
     return Verdict::no("tiling " + to_string(t) + " is not supported by the " +
                        (is_float(s.qk.fmt) ? "fp16/bf16" : "int8") + " kernel at d=" + std::to_string(s.head_dim) +

@@ -13,9 +13,10 @@
 //   accum=<mode>            P·V accumulation: fp32 | fp16 | two_level            (default fp32)
 //   smooth=<q|k|v...>       smoothing steps, letters in the order q, k, v        (default none)
 //   paged                   the KV cache is paged through a block table (decode)  (default contiguous)
+//   flow=<mma|gemv>         decode dataflow: tensor cores or CUDA cores           (default mma)
 //   arch=<sm_XX>            sm_80 | sm_86 | sm_89 | sm_90 | sm_90a               (default: the device's)
-//   fmt  = fp16 | bf16 | int8 | int4 | fp8e4m3
-//   gran = per_tensor | per_block | per_warp | per_thread | per_token | per_channel | per_group  (quantized)
+//   fmt  = fp16 | bf16 | int8 | int4 | fp8e4m3 | flashq
+//   gran = per_tensor | per_block | per_warp | per_thread | per_token | per_channel | per_group | per_head
 // Example: "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k arch=sm_90a"
 // parse(to_string(s)) == s for every spec, and to_string(parse(t)) == t for every canonical text t.
 #pragma once
@@ -51,6 +52,7 @@ struct Spec {
   Accum accum = Accum::fp32;
   int smooth = kSmoothNone;   // SmoothBits
   bool paged = false;         // decode: KV cache addressed through a block table
+  Dataflow flow = Dataflow::mma;   // decode: tensor cores or CUDA cores
   Arch arch = Arch::unset;
 
   bool quantized() const { return qk.fmt != Fmt::fp16 && qk.fmt != Fmt::bf16; }
@@ -69,6 +71,7 @@ const char* to_string(Fmt);
 const char* to_string(Gran);
 const char* to_string(SoftmaxMode);
 const char* to_string(Accum);
+const char* to_string(Dataflow);
 std::string smooth_to_string(int smooth_bits);   // "none", "k", "qk", "qkv" ...
 Arch parse_arch(std::string_view text);          // throws bad_input listing the accepted archs
 

@@ -9,7 +9,9 @@
 namespace qattn {
 
 // Element formats of tensors and scales-free operands.
-enum class Fmt : int { fp16 = 0, bf16 = 1, int8 = 2, int4 = 3, fp8e4m3 = 4 };
+// flashq: TurboAttention's FlashQ KV cache (INT4/INT2 per channel over 64-token blocks, per-head bit
+// width, plus an INT8 buffer of the newest tokens); layout in qattn/decode/kv_layout.h.
+enum class Fmt : int { fp16 = 0, bf16 = 1, int8 = 2, int4 = 3, fp8e4m3 = 4, flashq = 5 };
 
 // Scale granularity of a quantized operand.
 //   per_tensor: one scale for the whole tensor;  per_block: one scale per block of tokens;
@@ -17,8 +19,13 @@ enum class Fmt : int { fp16 = 0, bf16 = 1, int8 = 2, int4 = 3, fp8e4m3 = 4 };
 //   per_warp / per_thread: scale groups that follow the mma fragment layout (SageAttention2);
 //   none: the operand is not quantized (fp16/bf16).
 //   per_group: (KV cache) per token with 4 groups of head-dim channels, each its own (scale, shift).
+//   per_head: (KV cache) one scale per KV head (fp8e4m3 caches).
 enum class Gran : int { none = 0, per_tensor = 1, per_block = 2, per_warp = 3, per_thread = 4,
-                        per_token = 5, per_channel = 6, per_group = 7 };
+                        per_token = 5, per_channel = 6, per_group = 7, per_head = 8 };
+
+// Decode dataflow for the rows that share a KV head: tensor cores (mma.sync, rows padded to 16) or
+// CUDA cores (a GEMV per row, no padding). FlashDecoding++'s inflection point picks between them.
+enum class Dataflow : int { mma = 0, gemv = 1 };
 
 enum class SoftmaxMode : int { exact = 0, unified_max = 1, sas = 2 };
 
@@ -102,13 +109,23 @@ struct KvCacheRef {
   long long page_stride, head_stride;   // bytes
 };
 
-// Parameters of the split-K decode kernel: the q_len newest tokens of each sequence attend to the
-// kv_lens[b] tokens of its cache (those tokens included), split into `splits` ranges of split_tokens.
+// Parameters of the split-K decode kernels (both dataflows): the q_len newest tokens of each sequence
+// attend to the kv_lens[b] tokens of its cache (those tokens included), split into ranges of
+// split_tokens; grid.x CTAs (one per range) start at range 0 and write partial slot split_base + x.
 //  q, o: [batch, heads_q, q_len, d] (TensorRef order, element type spec.out).
 //  With splits == 1 the kernel writes o (and lse) itself; otherwise it writes per split the normalised
 //  partial output part_o [batch][heads_q][q_len][splits][d] and its log2-sum-exp2 part_lse
 //  [batch][heads_q][q_len][splits] (-inf for a split without tokens), and the combine kernel merges.
 //  causal (spec): new token i sees cache tokens t <= kv_len - q_len + i; otherwise all kv_len tokens.
+//  fp8e4m3:per_head: element = head_scale[h] * e4m3 code (k_head_scale / v_head_scale, [heads_kv]).
+//  flashq: fq_heads[(kv * heads_kv + h) * 2 + {0, 1}] = (bits 2|4, byte offset of head h's block in a
+//  page) for kv = 0 (K) and 1 (V); page_size is kv::kFlashQBlock.
+//  softmax=unified_max (FlashDecoding++): scores in log2 units x2 are exponentiated as 2^(x2 - um_phi2)
+//  with no running max; a row's flags word (row_flags[(b * heads_q + hq) * q_len + i], zeroed by the
+//  runtime before the call) gets kUmOverflow when an unmasked x2 - um_phi2 >= um_hi2 and kUmSeen when a
+//  split saw an unmasked x2 - um_phi2 > um_lo2. A row needs the exact path unless flags == kUmSeen.
+//  fallback_only != 0 (an exact kernel run after the unified-max one): CTAs without such a row return
+//  at once, and only those rows are written.
 struct DecodeParams {
   TensorRef q, o;
   KvCacheRef k, v;
@@ -117,11 +134,22 @@ struct DecodeParams {
   float* part_o;
   float* part_lse;
   float* lse;               // optional natural-log LSE [batch, heads_q, q_len]; may be null
+  const float* k_head_scale;   // fp8e4m3: [heads_kv]
+  const float* v_head_scale;
+  const int* fq_heads;      // flashq: [2][heads_kv][2] (bits, byte offset in a page)
+  int* row_flags;           // unified_max (and its fallback): [batch * heads_q * q_len]
   int batch, heads_q, heads_kv, q_len;
   int page_size, table_stride;
-  int splits, split_tokens; // split_tokens: a multiple of the tiling's block_n
+  int splits, split_tokens; // splits: partial slots per row; split_tokens: a multiple of block_n
+  int split_base;           // slot of this launch's first CTA
+  int fallback_only;
   float softmax_scale;
+  float um_phi2, um_lo2, um_hi2;   // unified_max: phi and the window on x - phi, in log2 units
 };
+
+// Flag bits of DecodeParams::row_flags.
+constexpr int kUmOverflow = 1;
+constexpr int kUmSeen = 2;
 
 // Parameters of the combine kernel (merges the splits of DecodeParams; same fields, same meaning).
 struct DecodeCombineParams {

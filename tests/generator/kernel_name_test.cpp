@@ -14,6 +14,8 @@ TEST(KernelName, ReadableExample) {
   const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k arch=sm_90a");
   EXPECT_EQ(kernel_name(s, Tiling{128, 64, 4, 2}),
             "qattn_prefill_sm90a_qki8tok_pvi8chn_of16_d128_causal_gqa4_smoothk__bm128_bn64_w4_s2");
+  const Spec d = parse_spec("decode qk=fp8e4m3:per_head pv=fp8e4m3:per_head out=bf16 d=128 gqa=4 paged flow=gemv arch=sm_90a");
+  EXPECT_EQ(kernel_name(d, Tiling{4, 32, 4, 3}), "qattn_decode_sm90a_qke4m3hd_pve4m3hd_obf16_d128_gqa4_paged_gemv__bm4_bn32_w4_s3");
 }
 
 TEST(KernelName, BijectiveOverTheGridAndUnusualSpecs) {
@@ -23,6 +25,8 @@ TEST(KernelName, BijectiveOverTheGridAndUnusualSpecs) {
   specs.push_back(parse_spec("decode qk=int4:per_thread pv=fp8e4m3:per_channel out=bf16 d=256 gqa=5 splitk=7 "
                              "softmax=unified_max accum=two_level smooth=qkv arch=sm_89"));
   specs.push_back(parse_spec("decode qk=bf16 pv=bf16 out=bf16 d=64 softmax=sas accum=fp16 arch=sm_90"));
+  specs.push_back(parse_spec("decode qk=fp8e4m3:per_head pv=fp8e4m3:per_head out=fp16 d=64 paged flow=gemv arch=sm_89"));
+  specs.push_back(parse_spec("decode qk=flashq:per_channel pv=flashq:per_channel out=fp16 d=128 flow=gemv arch=sm_80"));
   std::set<std::string> names;
   const std::regex safe("[A-Za-z0-9_]+");
   for (const Spec& s : specs)

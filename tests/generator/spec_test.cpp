@@ -17,6 +17,8 @@ TEST(Spec, CanonicalTextRoundTrips) {
       "prefill qk=int8:per_block pv=int8:per_channel out=bf16 d=96 smooth=k arch=sm_86",
       "decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 softmax=sas smooth=kv arch=sm_90",
       "decode qk=int4:per_group pv=int4:per_group out=bf16 d=128 causal gqa=4 splitk=8 paged arch=sm_90a",
+      "decode qk=fp8e4m3:per_head pv=fp8e4m3:per_head out=fp16 d=64 paged flow=gemv arch=sm_89",
+      "decode qk=flashq:per_channel pv=flashq:per_channel out=bf16 d=128 softmax=unified_max flow=gemv",
   };
   for (const char* t : texts) {
     SCOPED_TRACE(t);

@@ -26,14 +26,20 @@ namespace qattn::decode {
 constexpr int kMaxArrayRegisters = 200;   // d 256: bm 16 and bn 16 only (bn 32 spilled on sm_90a)
 constexpr int kMaxSmemBytes = 227 * 1024;
 
-QATTN_DECODE_FN bool quantized(Fmt kv) { return kv == Fmt::int8 || kv == Fmt::int4; }
+QATTN_DECODE_FN bool quantized(Fmt kv) { return kv != Fmt::fp16 && kv != Fmt::bf16; }
+
+// Bytes of one warp chunk of K (or V): bn rows, or for flashq one block (bn == kFlashQBlock) at the
+// widest bit width (4).
+QATTN_DECODE_FN int chunk_bytes(Fmt kv, Gran g, int d, int bn) {
+  return kv == Fmt::flashq ? kv::flashq_block_bytes(4, d) : bn * kv::row_bytes(kv, g, d);
+}
 
 QATTN_DECODE_FN int array_registers(int d, int bm, int bn) {
   return (bm / 16) * (d / 8 * 4 + bn / 8 * 4 + d / 16 * 4);
 }
 
 QATTN_DECODE_FN int pipeline_bytes(Fmt kv, Gran g, int d, int bn, int warps, int stages) {
-  return warps * stages * bn * 2 * kv::row_bytes(kv, g, d);
+  return warps * stages * 2 * chunk_bytes(kv, g, d, bn);
 }
 
 QATTN_DECODE_FN int merge_bytes(int d, int bm, int warps) { return warps * bm * (d + 2) * 4; }
@@ -45,6 +51,7 @@ QATTN_DECODE_FN int smem_bytes(Fmt kv, Gran g, int d, int bm, int bn, int warps,
 
 QATTN_DECODE_FN bool tiling_ok(Fmt kv, Gran g, int d, int bm, int bn, int warps, int stages) {
   return kv::format_ok(kv, g) && (d == 64 || d == 128 || d == 256) && (bm == 16 || bm == 32) &&
+         (kv != Fmt::flashq || bn == kv::kFlashQBlock) &&
          (bn == 16 || bn == 32 || bn == 64) && (warps == 1 || warps == 2 || warps == 4 || warps == 8) &&
          stages >= 2 && stages <= 4 && array_registers(d, bm, bn) <= kMaxArrayRegisters &&
          smem_bytes(kv, g, d, bm, bn, warps, stages) <= kMaxSmemBytes;
