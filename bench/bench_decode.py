@@ -42,6 +42,10 @@ QATTN_VARIANTS = {
     "qattn_int4_token": (_DECODE.format(fmt="int4:per_token"), 0, None),
     "qattn_int4_group": (_DECODE.format(fmt="int4:per_group"), 0, None),
     "qattn_int4_token_paged": (_DECODE.format(fmt="int4:per_token") + " paged", PAGE_SIZE, (8,)),
+    "qattn_fp8": (_DECODE.format(fmt="fp8e4m3:per_head"), 0, None),
+    "qattn_flashq": (_DECODE.format(fmt="flashq:per_channel"), 0, None),
+    "qattn_int4_token_gemv": (_DECODE.format(fmt="int4:per_token") + " flow=gemv", 0, None),
+    "qattn_int8_gemv": (_DECODE.format(fmt="int8:per_token") + " flow=gemv", 0, None),
 }
 ALL_VARIANTS = list(SDPA_VARIANTS) + list(QATTN_VARIANTS)
 
@@ -52,7 +56,9 @@ TARGETS = (("qattn_int4_token", 2.5), ("qattn_int4_group", 2.5), ("qattn_int8", 
 # Bytes of one cache row (token, KV head) per variant; the qattn binary reports its own (kv_row_bytes)
 # and this table is only the dry run's estimate (templates/qattn/decode/kv_layout.h).
 ROW_BYTES = {"bf16": 2 * HEAD_DIM, "int8:per_token": 4 + HEAD_DIM, "int4:per_token": 4 + HEAD_DIM // 2,
-             "int4:per_group": 16 + HEAD_DIM // 2}
+             "int4:per_group": 16 + HEAD_DIM // 2, "fp8e4m3:per_head": HEAD_DIM,
+             # flashq: half the heads at 4 bits, half at 2, plus (16 + 2d) bytes per 64-token block
+             "flashq:per_channel": (HEAD_DIM // 2 + HEAD_DIM // 4) / 2 + (16 + 2 * HEAD_DIM) / 64}
 
 
 # ---------------------------------------------------------------- plan (pure Python, no torch)

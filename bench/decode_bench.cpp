@@ -5,8 +5,10 @@
 //                      [--iters 50] [--warmup 10] [--flush-mb 256] [--cache FILE] [--no-tune] [--seed S]
 //
 // The caches (contiguous with capacity = kv, or paged through a randomly permuted block table) are
-// filled by Runtime::append_kv from fp16/bf16 tokens with a few strongly biased K channels, every
-// sequence holds kv tokens, and each timed decode launch is bracketed by its own pair of CUDA events.
+// filled by Runtime::append_kv from fp16/bf16 tokens with a few strongly biased K channels (fp8e4m3:
+// per-head scales from the tokens' range), every sequence holds kv tokens, and each timed decode launch
+// is bracketed by its own pair of CUDA events. A flashq cache is filled by Runtime::flashq_prefill with
+// kv - q tokens (the bit widths its choice, half the heads at 2 bits) and one flashq_append of q tokens.
 // Exit status: 0 done, 1 failure (driver, runtime, memory), 2 bad arguments, 3 no GPU.
 //
 // The device helpers used here (qattn::rt, runtime/*.hpp) are exported by libqattn.so; the driver is
@@ -28,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qattn/decode.hpp"
+#include "qattn/decode/kv_layout.h"
 #include "qattn/error.hpp"
 #include "qattn/problem.hpp"
 #include "qattn/runtime.hpp"
@@ -178,7 +181,9 @@ std::vector<uint16_t> random_tokens(std::mt19937_64& rng, long long rows, int d,
 
 // The device side of one run.
 struct Buffers {
-  DeviceBuffer k_cache, v_cache, q, o, kv_lens, block_table, flush;
+  DeviceBuffer k_cache, v_cache, q, o, kv_lens, block_table, flush, k_scale, v_scale;
+  // flashq: buffers, head table, lengths, universal scales
+  DeviceBuffer k_buffer, v_buffer, fq_heads, compressed, buffered;
 };
 
 // Block table of a paged cache: every page id used once, in random order, so that neighbouring
@@ -207,12 +212,27 @@ qattn::KvCacheView cache_view(const Buffers& buf, const qattn::Problem& p, const
 // Fills both caches with kv tokens per sequence, chunk by chunk through append_kv. Each chunk's source
 // is a window of a random device pool starting at a different row, so chunks differ without
 // generating (or uploading) the whole source.
+// fp8e4m3: one scale for every head, max|x| / 448 of the source tokens.
+std::vector<float> fp8_scales(const std::vector<uint16_t>& bits, qattn::Fmt fmt, int heads_kv) {
+  float amax = 0.f;
+  for (uint16_t b : bits) amax = std::max(amax, std::fabs(qattn::rt::from_bits(fmt, b)));
+  return std::vector<float>(static_cast<size_t>(heads_kv), amax > 0.f ? amax / 448.f : 1.f);
+}
+
 void fill_caches(qattn::Runtime& runtime, const qattn::Spec& spec, const qattn::Problem& p, const Plan& plan,
-                 const qattn::KvCacheView& view, CUstream stream, std::mt19937_64& rng) {
+                 qattn::KvCacheView& view, Buffers& buf, CUstream stream, std::mt19937_64& rng) {
   const int d = spec.head_dim;
   // K gets 4 channels offset by 5..20 (the outliers that make K quantization hard); V is plain N(0,1).
-  const DeviceBuffer k_pool = DeviceBuffer::from(random_tokens(rng, plan.pool_rows, d, 4, 0, spec.out), kDevice);
-  const DeviceBuffer v_pool = DeviceBuffer::from(random_tokens(rng, plan.pool_rows, d, 0, 0, spec.out), kDevice);
+  const std::vector<uint16_t> k_host = random_tokens(rng, plan.pool_rows, d, 4, 0, spec.out);
+  const std::vector<uint16_t> v_host = random_tokens(rng, plan.pool_rows, d, 0, 0, spec.out);
+  if (spec.qk.fmt == qattn::Fmt::fp8e4m3) {
+    buf.k_scale = DeviceBuffer::from(fp8_scales(k_host, spec.out, p.heads_kv), kDevice);
+    buf.v_scale = DeviceBuffer::from(fp8_scales(v_host, spec.out, p.heads_kv), kDevice);
+    view.k_head_scale = buf.k_scale.as<const float>();
+    view.v_head_scale = buf.v_scale.as<const float>();
+  }
+  const DeviceBuffer k_pool = DeviceBuffer::from(k_host, kDevice);
+  const DeviceBuffer v_pool = DeviceBuffer::from(v_host, kDevice);
   const int chunks = (p.kv_len + plan.chunk_tokens - 1) / plan.chunk_tokens;
   // All chunks' start offsets uploaded at once: the appends are asynchronous and must not see a
   // buffer rewritten under them.
@@ -236,6 +256,76 @@ void fill_caches(qattn::Runtime& runtime, const qattn::Spec& spec, const qattn::
   }
   // The pools and starts are freed when this returns: wait for the appends that read them.
   QATTN_CU(cuStreamSynchronize, stream);
+}
+
+// flashq: kv - q prefill tokens per sequence (one [n, d] source shared by every sequence and head,
+// through zero strides), then one decode step's append of q tokens. Returns the bytes a decode reads:
+// every block of every head at its bit width, and the buffer rows.
+long long fill_flashq(qattn::Runtime& runtime, const qattn::Spec& spec, const qattn::Problem& p, const Options& o,
+                      Buffers& buf, qattn::FlashQCacheView& view, CUstream stream, std::mt19937_64& rng) {
+  const int d = spec.head_dim, n = p.kv_len - p.q_len;
+  const int max_blocks = p.kv_len / qattn::kv::kFlashQBlock + 2;
+  const long long pages = static_cast<long long>(p.batch) * max_blocks;
+  const long long page_bytes = qattn::flashq_max_page_bytes(d, p.heads_kv);
+  buf.k_cache = DeviceBuffer(static_cast<size_t>(pages * page_bytes), kDevice);
+  buf.v_cache = DeviceBuffer(static_cast<size_t>(pages * page_bytes), kDevice);
+  const long long buffer_bytes = qattn::flashq_buffer_bytes(d, p.batch, p.heads_kv);
+  buf.k_buffer = DeviceBuffer(static_cast<size_t>(buffer_bytes), kDevice);
+  buf.v_buffer = DeviceBuffer(static_cast<size_t>(buffer_bytes), kDevice);
+  buf.fq_heads = DeviceBuffer(static_cast<size_t>(4 * p.heads_kv) * sizeof(int), kDevice);
+  buf.compressed = DeviceBuffer::from(std::vector<int>(static_cast<size_t>(p.batch), 0), kDevice);
+  buf.buffered = DeviceBuffer::from(std::vector<int>(static_cast<size_t>(p.batch), 0), kDevice);
+  buf.k_scale = DeviceBuffer(static_cast<size_t>(p.heads_kv) * sizeof(float), kDevice);
+  buf.v_scale = DeviceBuffer(static_cast<size_t>(p.heads_kv) * sizeof(float), kDevice);
+  if (o.page_size > 0) buf.block_table = DeviceBuffer::from(random_block_table(static_cast<int>(pages), rng), kDevice);
+  view.k_blocks = buf.k_cache.as<void>();
+  view.v_blocks = buf.v_cache.as<void>();
+  view.k_page_stride = view.v_page_stride = page_bytes;
+  if (o.page_size > 0) {
+    view.block_table = buf.block_table.as<const int>();
+    view.table_stride = max_blocks;
+  } else {
+    view.max_blocks = max_blocks;
+  }
+  view.heads = buf.fq_heads.as<int>();
+  view.k_buffer = buf.k_buffer.as<void>();
+  view.v_buffer = buf.v_buffer.as<void>();
+  view.compressed_lens = buf.compressed.as<int>();
+  view.buffer_lens = buf.buffered.as<int>();
+  view.k_scale8 = buf.k_scale.as<float>();
+  view.v_scale8 = buf.v_scale.as<float>();
+
+  const DeviceBuffer k_src = DeviceBuffer::from(random_tokens(rng, std::max(n, p.q_len), d, 4, 0, spec.out), kDevice);
+  const DeviceBuffer v_src = DeviceBuffer::from(random_tokens(rng, std::max(n, p.q_len), d, 0, 0, spec.out), kDevice);
+  qattn::FlashQPrefillInfo info;
+  if (n > 0) {
+    qattn::FlashQPrefillCall pre;
+    pre.spec = spec;
+    pre.batch = p.batch;
+    pre.heads_kv = p.heads_kv;
+    pre.n = n;
+    pre.k = k_src.as<const void>();
+    pre.v = v_src.as<const void>();
+    pre.sb = 0, pre.sh = 0, pre.ss = d;   // every sequence and head reads the same n x d source
+    pre.cache = view;
+    info = runtime.flashq_prefill(pre, stream);
+    view.bits = info.bits;
+  }
+  qattn::FlashQAppendCall app;
+  app.spec = spec;
+  app.batch = p.batch;
+  app.heads_kv = p.heads_kv;
+  app.n_new = p.q_len;
+  app.k = k_src.as<const void>();
+  app.v = v_src.as<const void>();
+  app.sb = 0, app.sh = 0, app.ss = d;
+  app.cache = view;
+  runtime.flashq_append(app, stream);
+  QATTN_CU(cuStreamSynchronize, stream);
+  const int blocks = n / qattn::kv::kFlashQBlock;   // + at most one flushed by the append: ignored (small)
+  const long long block_bytes = qattn::flashq_layout(d, view.bits.k_bits).page_bytes + qattn::flashq_layout(d, view.bits.v_bits).page_bytes;
+  const int buffered = p.kv_len - blocks * qattn::kv::kFlashQBlock;
+  return static_cast<long long>(p.batch) * (blocks * block_bytes + 2LL * buffered * p.heads_kv * qattn::flashq_buffer_row_bytes(d));
 }
 
 long long count_non_finite(const DeviceBuffer& o, qattn::Fmt fmt) {
@@ -319,21 +409,27 @@ int run(const Options& o) {
   std::mt19937_64 rng(o.seed);
 
   Buffers buf;
-  buf.k_cache = DeviceBuffer(static_cast<size_t>(plan.cache_bytes), kDevice);
-  buf.v_cache = DeviceBuffer(static_cast<size_t>(plan.cache_bytes), kDevice);
-  // Zeroed first: rows past kv (none here) or padding never hold garbage that could read as NaN.
-  buf.k_cache.fill(0);
-  buf.v_cache.fill(0);
+  const bool flashq = spec.qk.fmt == qattn::Fmt::flashq;
+  if (!flashq) {
+    buf.k_cache = DeviceBuffer(static_cast<size_t>(plan.cache_bytes), kDevice);
+    buf.v_cache = DeviceBuffer(static_cast<size_t>(plan.cache_bytes), kDevice);
+    // Zeroed first: rows past kv (none here) or padding never hold garbage that could read as NaN.
+    buf.k_cache.fill(0);
+    buf.v_cache.fill(0);
+  }
   buf.q = DeviceBuffer::from(random_tokens(rng, plan.qo_bytes / (2 * spec.head_dim), spec.head_dim, 0, 2, spec.out),
                              kDevice);
   buf.o = DeviceBuffer(static_cast<size_t>(plan.qo_bytes), kDevice);
   buf.kv_lens = DeviceBuffer::from(std::vector<int>(static_cast<size_t>(problem.batch), problem.kv_len), kDevice);
-  if (o.page_size > 0) buf.block_table = DeviceBuffer::from(random_block_table(plan.total_pages, rng), kDevice);
+  if (o.page_size > 0 && !flashq) buf.block_table = DeviceBuffer::from(random_block_table(plan.total_pages, rng), kDevice);
   buf.flush = DeviceBuffer(static_cast<size_t>(o.flush_mb) << 20, kDevice);
-  const qattn::KvCacheView view = cache_view(buf, problem, plan, o);
+  qattn::KvCacheView view = cache_view(buf, problem, plan, o);
+  qattn::FlashQCacheView fq_view;
 
   const auto fill_start = std::chrono::steady_clock::now();
-  fill_caches(runtime, spec, problem, plan, view, stream.get(), rng);
+  long long fq_bytes = 0;
+  if (flashq) fq_bytes = fill_flashq(runtime, spec, problem, o, buf, fq_view, stream.get(), rng);
+  else fill_caches(runtime, spec, problem, plan, view, buf, stream.get(), rng);
   const double fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - fill_start).count();
 
   qattn::DecodeCall call;
@@ -343,6 +439,7 @@ int run(const Options& o) {
   call.o = buf.o.as<void>();
   call.cache = view;
   call.kv_lens = buf.kv_lens.as<const int>();
+  call.flashq = fq_view;
   call.splits = o.splits;
   if (!o.tiling_text.empty()) call.tiling = qattn::parse_tiling(o.tiling_text);
   const int splits = runtime.decode_splits(call);
@@ -357,7 +454,7 @@ int run(const Options& o) {
   non_finite = std::max(non_finite, poisoned_run(runtime, call, buf, spec, stream.get()));
 
   // Bytes a decode must move: every cached K and V row of every sequence once, plus q and o.
-  const long long cache_read = 2LL * problem.batch * problem.heads_kv * problem.kv_len * plan.row_bytes;
+  const long long cache_read = flashq ? fq_bytes : 2LL * problem.batch * problem.heads_kv * problem.kv_len * plan.row_bytes;
   const long long bytes_read = cache_read + 2 * plan.qo_bytes;
   const double median_us = percentile(timing.us, 0.5);
 
@@ -374,7 +471,11 @@ int run(const Options& o) {
   out["bytes_read"] = bytes_read;
   out["gbps"] = static_cast<double>(bytes_read) / (median_us * 1e-6) / 1e9;
   out["non_finite"] = non_finite;
-  out["kv_row_bytes"] = plan.row_bytes;
+  out["kv_row_bytes"] = flashq ? 0 : plan.row_bytes;
+  if (flashq) {
+    out["k_bits"] = fq_view.bits.k_bits;
+    out["v_bits"] = fq_view.bits.v_bits;
+  }
   out["cache_alloc_bytes"] = 2 * plan.cache_bytes;   // K + V as allocated (paged: all pages)
   out["device"] = device.name;
   out["iters"] = o.iters;

@@ -1,8 +1,9 @@
 // The main job: the attention kernels of a Llama-3-8B-like layer (32 query heads over 8 KV heads,
 // d = 128, causal), requested by spec. With a GPU: the prefill kernels tuned (or taken from the
 // cache), run, timed and checked against a float64 reference, as a table; then one decode step (one new
-// token per sequence, 8 sequences, the prompt's length of cache) over a bf16, int8 and int4 KV cache,
-// timed, each compared with the bf16 cache's output (a floor per format: its quantization error).
+// token per sequence, 8 sequences, the prompt's length of cache) over bf16, int8, int4, fp8 and FlashQ
+// KV caches, on tensor cores and on CUDA cores (flow=gemv), timed, each compared with the bf16 cache's
+// output (a floor per format: its quantization error).
 // Without a GPU: everything compiled into the cache for sm_80, sm_89 and sm_90a, so a later run (or a
 // shipped cache) starts without compiling.
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "qattn/decode/kv_layout.h"
 #include "qattn/error.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/search_space.hpp"
@@ -37,6 +39,9 @@ const char* kDecodeSpecs[] = {
     "decode qk=int8:per_token pv=int8:per_token out=bf16 d=128 gqa=4",
     "decode qk=int4:per_token pv=int4:per_token out=bf16 d=128 gqa=4",
     "decode qk=int4:per_group pv=int4:per_group out=bf16 d=128 gqa=4 paged",
+    "decode qk=fp8e4m3:per_head pv=fp8e4m3:per_head out=bf16 d=128 gqa=4",
+    "decode qk=int8:per_token pv=int8:per_token out=bf16 d=128 gqa=4 flow=gemv",
+    "decode qk=flashq:per_channel pv=flashq:per_channel out=bf16 d=128 gqa=4 paged",
 };
 
 std::uint16_t to_bf16(float x) {   // round to nearest even (finite inputs)
@@ -58,6 +63,73 @@ std::vector<std::uint16_t> random_bf16(size_t n, std::mt19937& rng, int d, doubl
   return v;
 }
 
+// fp8e4m3:per_head: one scale for every head, max|x| / 448 of the tokens.
+std::vector<float> fp8_scales(const std::vector<std::uint16_t>& bf16, int heads_kv) {
+  double amax = 0;
+  for (std::uint16_t b : bf16) amax = std::max(amax, std::fabs(from_bf16(b)));
+  return std::vector<float>(static_cast<size_t>(heads_kv), static_cast<float>(amax / 448));
+}
+
+// A FlashQ cache (paged, pages of one 64-token block of every head) filled by flashq_prefill with the
+// first kv_len - 1 tokens and one flashq_append of the last: the bit widths and scales the runtime's.
+struct FlashQCache {
+  qattn::rt::DeviceBuffer k_blocks, v_blocks, k_buffer, v_buffer, heads, compressed, buffered, table, k_scale, v_scale;
+  qattn::FlashQCacheView view;
+};
+
+void fill_flashq(qattn::Runtime& runtime, const qattn::Spec& spec, const qattn::Problem& p, const qattn::rt::DeviceBuffer& k,
+                 const qattn::rt::DeviceBuffer& v, FlashQCache& c) {
+  const int d = spec.head_dim, blocks = p.kv_len / qattn::kv::kFlashQBlock + 2;
+  const long long page = qattn::flashq_max_page_bytes(d, p.heads_kv), pages = 1LL * p.batch * blocks;
+  c.k_blocks = qattn::rt::DeviceBuffer(static_cast<size_t>(pages * page));
+  c.v_blocks = qattn::rt::DeviceBuffer(static_cast<size_t>(pages * page));
+  c.k_buffer = qattn::rt::DeviceBuffer(static_cast<size_t>(qattn::flashq_buffer_bytes(d, p.batch, p.heads_kv)));
+  c.v_buffer = qattn::rt::DeviceBuffer(static_cast<size_t>(qattn::flashq_buffer_bytes(d, p.batch, p.heads_kv)));
+  c.heads = qattn::rt::DeviceBuffer(static_cast<size_t>(4 * p.heads_kv) * sizeof(int));
+  c.compressed = qattn::rt::DeviceBuffer::from(std::vector<int>(p.batch, 0));
+  c.buffered = qattn::rt::DeviceBuffer::from(std::vector<int>(p.batch, 0));
+  std::vector<int> table(static_cast<size_t>(pages));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(table.size() - 1 - i);   // scattered pages
+  c.table = qattn::rt::DeviceBuffer::from(table);
+  c.k_scale = qattn::rt::DeviceBuffer(static_cast<size_t>(p.heads_kv) * sizeof(float));
+  c.v_scale = qattn::rt::DeviceBuffer(static_cast<size_t>(p.heads_kv) * sizeof(float));
+  qattn::FlashQCacheView& f = c.view;
+  f.k_blocks = c.k_blocks.as<void>();
+  f.v_blocks = c.v_blocks.as<void>();
+  f.k_page_stride = f.v_page_stride = page;
+  f.block_table = c.table.as<int>();
+  f.table_stride = blocks;
+  f.heads = c.heads.as<int>();
+  f.k_buffer = c.k_buffer.as<void>();
+  f.v_buffer = c.v_buffer.as<void>();
+  f.compressed_lens = c.compressed.as<int>();
+  f.buffer_lens = c.buffered.as<int>();
+  f.k_scale8 = c.k_scale.as<float>();
+  f.v_scale8 = c.v_scale.as<float>();
+  // Tokens [b, hkv, kv_len, d]: the prefill takes the first kv_len - 1 of each sequence, the append the last.
+  const long long sh = 1LL * p.kv_len * d, sb = p.heads_kv * sh;
+  qattn::FlashQPrefillCall pre;
+  pre.spec = spec;
+  pre.batch = p.batch;
+  pre.heads_kv = p.heads_kv;
+  pre.n = p.kv_len - 1;
+  pre.k = k.as<void>();
+  pre.v = v.as<void>();
+  pre.sb = sb, pre.sh = sh, pre.ss = d;
+  pre.cache = f;
+  f.bits = runtime.flashq_prefill(pre, nullptr).bits;
+  qattn::FlashQAppendCall step;
+  step.spec = spec;
+  step.batch = p.batch;
+  step.heads_kv = p.heads_kv;
+  step.n_new = 1;
+  step.k = k.as<std::uint16_t>() + (p.kv_len - 1) * d;
+  step.v = v.as<std::uint16_t>() + (p.kv_len - 1) * d;
+  step.sb = sb, step.sh = sh, step.ss = d;
+  step.cache = f;
+  runtime.flashq_append(step, nullptr);
+}
+
 // One decode step over caches of each format, filled through append_kv from the same tokens.
 int decode_step(qattn::Runtime& runtime, const qattn::Problem& prompt) {
   const qattn::Problem p{8, prompt.heads_q, prompt.heads_kv, 1, prompt.kv_len};
@@ -66,8 +138,11 @@ int decode_step(qattn::Runtime& runtime, const qattn::Problem& prompt) {
   std::printf("%-72s %7s %9s %8s %10s\n", "spec", "splits", "time_us", "GB/s", "cos_vs_bf16");
   std::mt19937 rng(std::random_device{}());
   const size_t kv_elems = static_cast<size_t>(p.batch) * p.heads_kv * p.kv_len * d;
-  qattn::rt::DeviceBuffer k_new = qattn::rt::DeviceBuffer::from(random_bf16(kv_elems, rng, d, 8.0));
-  qattn::rt::DeviceBuffer v_new = qattn::rt::DeviceBuffer::from(random_bf16(kv_elems, rng, d, 0.0));
+  const std::vector<std::uint16_t> k_host = random_bf16(kv_elems, rng, d, 8.0), v_host = random_bf16(kv_elems, rng, d, 0.0);
+  qattn::rt::DeviceBuffer k_new = qattn::rt::DeviceBuffer::from(k_host);
+  qattn::rt::DeviceBuffer v_new = qattn::rt::DeviceBuffer::from(v_host);
+  qattn::rt::DeviceBuffer k_scale = qattn::rt::DeviceBuffer::from(fp8_scales(k_host, p.heads_kv));
+  qattn::rt::DeviceBuffer v_scale = qattn::rt::DeviceBuffer::from(fp8_scales(v_host, p.heads_kv));
   qattn::rt::DeviceBuffer q = qattn::rt::DeviceBuffer::from(random_bf16(static_cast<size_t>(p.batch) * p.heads_q * d, rng, d, 0.0));
   qattn::rt::DeviceBuffer start = qattn::rt::DeviceBuffer::from(std::vector<int>(p.batch, 0));
   qattn::rt::DeviceBuffer lens = qattn::rt::DeviceBuffer::from(std::vector<int>(p.batch, p.kv_len));
@@ -79,28 +154,36 @@ int decode_step(qattn::Runtime& runtime, const qattn::Problem& prompt) {
   int failed = 0;
   for (const char* text : kDecodeSpecs) {
     const qattn::Spec spec = runtime.resolve(qattn::parse_spec(text));
-    const long long cache_bytes = qattn::kv_cache_bytes(spec, p.batch, p.heads_kv, capacity);
+    const bool flashq = spec.qk.fmt == qattn::Fmt::flashq;
+    const long long cache_bytes = flashq ? 16 : qattn::kv_cache_bytes(spec, p.batch, p.heads_kv, capacity);
     qattn::rt::DeviceBuffer k_cache(static_cast<size_t>(cache_bytes)), v_cache(static_cast<size_t>(cache_bytes));
     qattn::KvCacheView view;
     view.k = k_cache.as<void>();
     view.v = v_cache.as<void>();
-    if (spec.paged) {
+    view.k_head_scale = k_scale.as<float>();
+    view.v_head_scale = v_scale.as<float>();
+    FlashQCache fq;
+    if (flashq) {
+      fill_flashq(runtime, spec, p, k_new, v_new, fq);
+    } else if (spec.paged) {
       view.page_size = page;
       view.block_table = block_table.as<int>();
       view.table_stride = capacity / page;
     } else {
       view.capacity = capacity;
     }
-    qattn::AppendKvCall append;
-    append.spec = spec;
-    append.batch = p.batch;
-    append.heads_kv = p.heads_kv;
-    append.n_new = p.kv_len;
-    append.k = k_new.as<void>();
-    append.v = v_new.as<void>();
-    append.cache = view;
-    append.start = start.as<int>();
-    runtime.append_kv(append, nullptr);
+    if (!flashq) {
+      qattn::AppendKvCall append;
+      append.spec = spec;
+      append.batch = p.batch;
+      append.heads_kv = p.heads_kv;
+      append.n_new = p.kv_len;
+      append.k = k_new.as<void>();
+      append.v = v_new.as<void>();
+      append.cache = view;
+      append.start = start.as<int>();
+      runtime.append_kv(append, nullptr);
+    }
     qattn::DecodeCall call;
     call.spec = spec;
     call.problem = p;
@@ -108,6 +191,7 @@ int decode_step(qattn::Runtime& runtime, const qattn::Problem& prompt) {
     call.o = o.as<void>();
     call.cache = view;
     call.kv_lens = lens.as<int>();
+    call.flashq = fq.view;
     o.fill(0xff);   // NaN until written
     runtime.decode(call, nullptr);
     qattn::rt::Event begin, end;
@@ -129,13 +213,17 @@ int decode_step(qattn::Runtime& runtime, const qattn::Problem& prompt) {
     const double cosine = dot / std::sqrt(na * nb);   // NaN (a FAIL) when any output is not finite
     // The cosine against the BF16 cache is the format's quantization error on this data (K with four
     // channels biased by 8, as real K has): measured on the H100, int8 0.9998, int4 per group 0.989,
-    // int4 per token 0.970 (its one (scale, shift) per row spans the outlier channels). The floors catch
-    // a broken kernel; the float64 checks of the decode kernels are the GPU tests.
-    const double floor = spec.qk.fmt == qattn::Fmt::int4 ? 0.95 : spec.qk.fmt == qattn::Fmt::int8 ? 0.999 : 0.99999;
+    // int4 per token 0.970 (its one (scale, shift) per row spans the outlier channels). fp8 keeps 3
+    // mantissa bits (~0.999 expected); FlashQ's 2-bit heads (half of them) are the coarsest. The floors
+    // catch a broken kernel; the float64 checks of the decode kernels are the GPU tests.
+    const qattn::Fmt f = spec.qk.fmt;
+    const double floor = f == qattn::Fmt::flashq ? 0.8 : f == qattn::Fmt::int4 ? 0.95 : f == qattn::Fmt::fp8e4m3 ? 0.995
+                         : f == qattn::Fmt::int8 ? 0.999 : 0.99999;
     const bool ok = cosine >= floor;
     failed += !ok;
     std::printf("%-72s %7d %9.1f %8.0f %10.6f %s\n", text, runtime.decode_splits(call), us,
-                2.0 * p.batch * p.heads_kv * p.kv_len * qattn::kv_row_bytes(spec) / us / 1e3, cosine, ok ? "PASS" : "FAIL");
+                flashq ? 0.0 : 2.0 * p.batch * p.heads_kv * p.kv_len * qattn::kv_row_bytes(spec) / us / 1e3, cosine,
+                ok ? "PASS" : "FAIL");
   }
   return failed;
 }

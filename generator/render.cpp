@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
 #include "qattn/validate.hpp"
 
@@ -130,6 +131,38 @@ Source render_kv_append(const Spec& spec) {
                        std::string("qattn::decode::Append<") + fmt_enum(spec.qk.fmt) + ", " + gran_enum(spec.qk.gran) +
                            ", " + fmt_enum(spec.out) + ", " + d + ", " + flag(spec.paged) + ">",
                        "qattn::KvAppendParams", 128, spec.arch);
+}
+
+// qattn_flashq_<op>_<in>_d<n>[_paged]: the FlashQ cache's writers (flashq_pack.cuh).
+namespace {
+std::string flashq_args(const Spec& spec, bool paged) {
+  if (spec.qk.fmt != Fmt::flashq)
+    throw_bad_input("the flashq kernels take a flashq spec (qk=flashq:per_channel), got '" + to_string(spec) + "'");
+  require(validate(spec));
+  return std::string("<") + fmt_enum(spec.out) + ", " + std::to_string(spec.head_dim) +
+         (paged ? std::string(", ") + flag(spec.paged) : std::string()) + ">";
+}
+std::string flashq_name(const char* op, const Spec& spec, bool paged) {
+  return std::string("qattn_flashq_") + op + "_" + (spec.out == Fmt::bf16 ? "bf16" : "f16") + "_d" +
+         std::to_string(spec.head_dim) + (paged && spec.paged ? "_paged" : "");
+}
+Source flashq_source(const char* op, const char* type, const Spec& spec, bool paged) {
+  return render_helper(flashq_name(op, spec, paged), "qattn/decode/flashq_pack.cuh",
+                       std::string("qattn::decode::flashq::") + type + flashq_args(spec, paged),
+                       "qattn::FlashQPackParams", 128, spec.arch);
+}
+}  // namespace
+
+Source render_flashq_stats(const Spec& spec) { return flashq_source("stats", "Stats", spec, false); }
+Source render_flashq_prefill(const Spec& spec) { return flashq_source("prefill", "Prefill", spec, true); }
+Source render_flashq_append(const Spec& spec) { return flashq_source("append", "Append", spec, true); }
+Source render_flashq_lens(const Spec& spec) {
+  flashq_args(spec, false);
+  return render_helper("qattn_flashq_lens", "qattn/decode/flashq_pack.cuh", "qattn::decode::flashq::Lens",
+                       "qattn::FlashQPackParams", 128, spec.arch);
+}
+std::vector<Source> render_flashq_kernels(const Spec& spec) {
+  return {render_flashq_stats(spec), render_flashq_prefill(spec), render_flashq_append(spec), render_flashq_lens(spec)};
 }
 
 LaunchShape decode_launch(const Spec& spec, const Tiling& tiling, const Problem& p, int splits) {

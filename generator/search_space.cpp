@@ -22,16 +22,35 @@ std::vector<Tiling> preferred_decode(const Spec& s) {
     if (s.qk.fmt == Fmt::int4 && s.qk.gran == Gran::per_group && !bn64_fits)
       out.insert(out.end(), {{bm, 32, 4, 2}, {bm, 32, 4, 3}, {bm, 64, 4, 2}});
     else if (s.qk.fmt == Fmt::int4) out.insert(out.end(), {{bm, 64, 4, 2}, {bm, 64, 4, 3}, {bm, 32, 4, 3}, {bm, 32, 4, 2}});
-    else if (s.qk.fmt == Fmt::int8) out.insert(out.end(), {{bm, 32, 4, 3}, {bm, 32, 4, 2}, {bm, 64, 4, 2}, {bm, 16, 4, 3}});
+    else if (s.qk.fmt == Fmt::flashq)   // a chunk is a whole 64-token block; bn is the compute step
+      out.insert(out.end(), {{bm, 32, 4, 2}, {bm, 16, 4, 2}, {bm, 64, 4, 2}, {bm, 32, 2, 3}});
+    else if (s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::fp8e4m3)   // fp8: the int8 kernel path, row d bytes
+      out.insert(out.end(), {{bm, 32, 4, 3}, {bm, 32, 4, 2}, {bm, 64, 4, 2}, {bm, 16, 4, 3}});
     else out.insert(out.end(), {{bm, 16, 4, 4}, {bm, 32, 2, 3}, {bm, 32, 4, 2}});
     out.insert(out.end(), {{bm, 16, 4, 4}, {bm, 16, 2, 4}, {bm, 64, 2, 2}, {bm, 16, 8, 2}, {bm, 32, 1, 4}, {bm, 16, 1, 4}});
   }
   return out;
 }
 
+// GEMV decode (decode_gemv_shape.h: bm = query rows per CTA, 1..8, no padding). With one new token a
+// KV head has gqa rows, so the smallest bm holding them comes first; larger chunks for the smaller rows
+// of the quantized caches, as in the mma kernel.
+std::vector<Tiling> preferred_gemv(const Spec& s) {
+  int rows_bm = 1;
+  while (rows_bm < s.gqa && rows_bm < 8) rows_bm *= 2;
+  std::vector<Tiling> out;
+  for (int bm : {rows_bm, 1, 2, 4, 8}) {
+    if (s.qk.fmt == Fmt::int4) out.insert(out.end(), {{bm, 64, 4, 2}, {bm, 32, 4, 3}, {bm, 32, 4, 2}});
+    else if (s.quantized()) out.insert(out.end(), {{bm, 32, 4, 3}, {bm, 32, 4, 2}, {bm, 64, 4, 2}});
+    else out.insert(out.end(), {{bm, 32, 4, 2}, {bm, 16, 4, 4}, {bm, 16, 4, 2}});
+    out.insert(out.end(), {{bm, 32, 2, 3}, {bm, 16, 8, 2}, {bm, 64, 2, 2}, {bm, 16, 2, 4}, {bm, 16, 1, 4}});
+  }
+  return out;
+}
+
 std::vector<Tiling> preferred(const Spec& s) {
   std::vector<Tiling> out;
-  if (s.phase == Phase::decode) return preferred_decode(s);
+  if (s.phase == Phase::decode) return s.flow == Dataflow::gemv ? preferred_gemv(s) : preferred_decode(s);
   if (s.qk.fmt == Fmt::fp16 || s.qk.fmt == Fmt::bf16) {
     auto take = [&](const auto& list) {
       for (const auto& t : list) out.push_back({t.bm, t.bn, t.warps, t.stages});
@@ -114,7 +133,8 @@ std::vector<Spec> default_grid(Arch arch) {
   // Decode: every KV-cache format and head dim, contiguous and non-causal, and paged with the causal
   // mask (several new tokens per sequence), GQA 4; and each format with softmax=sas.
   const Operand kv_formats[] = {{Fmt::fp16, Gran::none}, {Fmt::bf16, Gran::none}, {Fmt::int8, Gran::per_token},
-                                {Fmt::int4, Gran::per_token}, {Fmt::int4, Gran::per_group}};
+                                {Fmt::int4, Gran::per_token}, {Fmt::int4, Gran::per_group},
+                                {Fmt::fp8e4m3, Gran::per_head}};
   for (const Operand& kv : kv_formats)
     for (int d : {64, 128, 256})
       for (bool paged_causal : {false, true}) {
@@ -129,6 +149,40 @@ std::vector<Spec> default_grid(Arch arch) {
     grid.back().phase = Phase::decode;
     grid.back().gqa = 4;
     grid.back().softmax = SoftmaxMode::sas;
+  }
+  for (int i : {1, 2, 3}) {   // softmax=unified_max: bf16, int8 (paged, causal), int4 per token
+    add(kv_formats[i], kv_formats[i], i == 2 ? Fmt::fp16 : Fmt::bf16, 128, i == 2, kSmoothNone);
+    grid.back().phase = Phase::decode;
+    grid.back().gqa = 4;
+    grid.back().paged = i == 2;
+    grid.back().softmax = SoftmaxMode::unified_max;
+  }
+  // GEMV decode (flow=gemv): every format at d 128 with GQA 1, 2, 4 and 8 among them (so the default
+  // bm is 1, 2, 4 and 8), d 64 and 256 at both ends of bm, and softmax sas and unified_max.
+  struct GemvPoint {
+    Operand kv;
+    Fmt out;
+    int d, gqa;
+    bool paged_causal;
+    SoftmaxMode softmax;
+  };
+  const Operand f16{Fmt::fp16, Gran::none}, b16{Fmt::bf16, Gran::none}, i8{Fmt::int8, Gran::per_token},
+      i4{Fmt::int4, Gran::per_token}, i4g{Fmt::int4, Gran::per_group}, e4m3{Fmt::fp8e4m3, Gran::per_head};
+  const GemvPoint gemv_points[] = {
+      {f16, Fmt::fp16, 128, 1, false, SoftmaxMode::exact},  {b16, Fmt::bf16, 128, 2, true, SoftmaxMode::exact},
+      {i8, Fmt::fp16, 128, 4, false, SoftmaxMode::exact},   {i4, Fmt::bf16, 128, 8, true, SoftmaxMode::exact},
+      {i4g, Fmt::fp16, 128, 4, true, SoftmaxMode::exact},   {e4m3, Fmt::bf16, 128, 8, false, SoftmaxMode::exact},
+      {i8, Fmt::bf16, 64, 1, true, SoftmaxMode::exact},     {i8, Fmt::fp16, 64, 8, false, SoftmaxMode::exact},
+      {i8, Fmt::fp16, 256, 1, false, SoftmaxMode::exact},   {i8, Fmt::bf16, 256, 8, true, SoftmaxMode::exact},
+      {i4, Fmt::fp16, 128, 4, false, SoftmaxMode::sas},     {i4g, Fmt::bf16, 128, 2, true, SoftmaxMode::unified_max},
+      {b16, Fmt::bf16, 128, 8, false, SoftmaxMode::unified_max}};
+  for (const GemvPoint& g : gemv_points) {
+    add(g.kv, g.kv, g.out, g.d, g.paged_causal, kSmoothNone);
+    grid.back().phase = Phase::decode;
+    grid.back().flow = Dataflow::gemv;
+    grid.back().gqa = g.gqa;
+    grid.back().paged = g.paged_causal;
+    grid.back().softmax = g.softmax;
   }
   return grid;
 }

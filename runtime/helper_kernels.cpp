@@ -52,6 +52,13 @@ Source add_scaled_source(Arch arch) {
 
 std::vector<Source> helper_sources(const Spec& spec) {
   std::vector<Source> out;
+  if (spec.phase == Phase::decode && spec.qk.fmt == Fmt::flashq) {
+    // The flashq cache's pack kernels (they write its INT8 buffer too; append_kv has no flashq form)
+    // and the combine.
+    out = render_flashq_kernels(spec);
+    out.push_back(render_decode_combine(spec));
+    return out;
+  }
   if (spec.phase == Phase::decode) return {render_decode_combine(spec), render_kv_append(spec)};
   if (!spec.quantized()) return out;
   const Problem nominal{1, spec.gqa, 1, 128, 128};

@@ -54,7 +54,7 @@ struct Runtime::Impl {
   TuningResult tune(const Spec& spec, const Problem& problem);
   // Tiling, loaded kernel and split count of a decode call (decode_call.cpp).
   struct DecodePlan;
-  DecodePlan plan_decode(const Spec& spec, const DecodeCall& call);
+  DecodePlan plan_decode(const Spec& spec, const Problem& problem, const Tiling& requested, int requested_splits);
 
   RuntimeOptions options;
   Runtime* self = nullptr;   // the public object, for the runner's high-level calls
@@ -68,6 +68,14 @@ struct Runtime::Impl {
   std::mutex workspace_mutex;
   std::map<void*, rt::DeviceBuffer> workspaces;   // attention()'s workspace per stream
   std::map<void*, rt::DeviceBuffer> decode_workspaces;   // decode()'s split partials per stream
+  // decode()'s unified-max row flags per stream: the workspace, and where the last call's flags went
+  // (the workspace or the caller's DecodeCall::row_flags) with their row count.
+  struct DecodeFlags {
+    rt::DeviceBuffer workspace;
+    int* last = nullptr;
+    long long rows = 0;
+  };
+  std::map<void*, DecodeFlags> decode_flags;
   std::optional<rt::DeviceInfo> device_info;
 };
 

@@ -4,14 +4,16 @@
 // contiguous or paged) is written down in templates/qattn/decode/kv_layout.h.
 //
 // Spec: `decode qk=<kv fmt> pv=<kv fmt> out=<fp16|bf16> d=<64|128|256> [causal] [gqa=N] [splitk=N]
-//        [softmax=exact|sas] [paged]`
-// with the same format for K and V: fp16, bf16 (out equal to it), int8:per_token, int4:per_token or
-// int4:per_group. Queries and outputs have element type `out`.
+//        [softmax=exact|sas|unified_max] [paged]`
+// with the same format for K and V: fp16, bf16 (out equal to it), int8:per_token, int4:per_token,
+// int4:per_group or fp8e4m3:per_head. Queries and outputs have element type `out`.
 #pragma once
 #include "qattn/abi.h"
+#include "qattn/flashq.hpp"
 #include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
+#include "qattn/unified_max.hpp"
 
 namespace qattn {
 
@@ -26,6 +28,9 @@ struct KvCacheView {
   int page_size = 0;                 // paged (spec `paged`): tokens per page, a multiple of 4
   const int* block_table = nullptr;  // paged: device int [batch][table_stride], page ids
   int table_stride = 0;              // paged: entries per block-table row (pages per sequence at most)
+  // fp8e4m3:per_head: device fp32 [heads_kv] scales of the K and the V cache (element = scale * e4m3).
+  const float* k_head_scale = nullptr;
+  const float* v_head_scale = nullptr;
 };
 
 // How the runtime splits a decode call's cache (split_tokens is a multiple of block_n; no split is
@@ -51,12 +56,25 @@ struct DecodeCall {
   long long q_sb = 0, q_sh = 0, q_ss = 0;   // 0,0,0: contiguous [b, hq, q_len, d]
   void* o = nullptr;              // same shape and element type (spec.out)
   long long o_sb = 0, o_sh = 0, o_ss = 0;
-  KvCacheView cache;
+  KvCacheView cache;              // every format but flashq
   const int* kv_lens = nullptr;   // device int [batch], each in [q_len, capacity or table_stride*page_size]
+  // flashq: the cache instead of `cache` and `kv_lens` (its lengths are compressed_lens + buffer_lens;
+  // problem.kv_len bounds their sum). The blocks are computed with the flow's kernel, the INT8 buffer
+  // (which holds the new tokens, and the causal mask) with the int8:per_token one, into one combine.
+  FlashQCacheView flashq;
   float softmax_scale = 0;        // 0: 1/sqrt(d)
   float* lse = nullptr;           // optional device fp32 [batch, heads_q, q_len], natural log
   int splits = 0;                 // 0: spec.split_k when set, else the runtime's choice
   Tiling tiling = Tiling{0, 0, 0, 0};   // block_m 0: the runtime's choice (decode_shape.h lists the valid ones)
+  // softmax=unified_max (FlashDecoding++; include/qattn/unified_max.hpp): phi and the window, natural-log
+  // units of x = softmax_scale * q.k (calibrate_unified_max gives them). decode() runs the unified-max
+  // kernel, then the exact kernel of the same tiling on the rows it flagged, then the combine; with
+  // unified_max.enabled = false, the exact kernel alone.
+  UnifiedMax unified_max;
+  // Optional device int [batch * heads_q * q_len]: each row's flags (kUmOverflow | kUmSeen; != kUmSeen:
+  // recomputed exactly, 0 for every row when unified_max is disabled). Null: a per-stream workspace
+  // (Runtime::decode_fallback_rows reads either).
+  int* row_flags = nullptr;
 };
 
 // Appends n_new tokens per sequence (fp16/bf16 of type spec.out, [batch, heads_kv, n_new, d] with the

@@ -35,6 +35,16 @@ LaunchShape decode_launch(const Spec& spec, const Tiling& tiling, const Problem&
 Source render_decode_combine(const Spec& spec);
 Source render_kv_append(const Spec& spec);
 
+// FlashQ caches (spec qk=flashq:per_channel; templates/qattn/decode/flashq_pack.cuh, FlashQPackParams,
+// 128 threads): per-channel statistics and quantization of the prefill tokens (grid (ceil(n/64),
+// heads_kv, 2 batch)), the decode step's flush + append (grid (heads_kv, 2, batch)) and its length
+// update (grid ceil(batch/128)). Names qattn_flashq_<op>_<in>_d<n>[_paged], qattn_flashq_lens.
+Source render_flashq_stats(const Spec& spec);
+Source render_flashq_prefill(const Spec& spec);
+Source render_flashq_append(const Spec& spec);
+Source render_flashq_lens(const Spec& spec);
+std::vector<Source> render_flashq_kernels(const Spec& spec);   // the four above
+
 // A helper kernel (quantization pass, LSE correction): `body` names a type with
 // `static __device__ void run(const <params_type>&)`, declared in `header`.
 Source render_helper(const std::string& kernel_name, const std::string& header, const std::string& body,

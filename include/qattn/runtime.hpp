@@ -11,6 +11,7 @@
 
 #include "qattn/abi.h"
 #include "qattn/decode.hpp"
+#include "qattn/flashq.hpp"
 #include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
@@ -127,6 +128,16 @@ class Runtime {
   void append_kv(const AppendKvCall& call, void* stream);
   // The split count decode() uses for `call` (call.splits, else spec.split_k, else the heuristic).
   int decode_splits(const DecodeCall& call);
+  // Rows the last softmax=unified_max decode() on `stream` recomputed with the exact kernel (its flags
+  // != kUmSeen; every row when unified_max was disabled). Synchronizes the stream and reads the flags
+  // back: for monitoring the fallback rate, not for the hot path. bad_input when no such call ran.
+  long long decode_fallback_rows(void* stream);
+
+  // The FlashQ KV cache (include/qattn/flashq.hpp): fills an empty cache with the prefill tokens
+  // (choosing the head bit widths and universal scales unless given; then it waits for the stream), and
+  // one decode step's flush + append, on the device without a host sync.
+  FlashQPrefillInfo flashq_prefill(const FlashQPrefillCall& call, void* stream);
+  void flashq_append(const FlashQAppendCall& call, void* stream);
 
   // Kernel-only timing of kernel(spec, problem) on random inputs rotated through L2: microseconds per
   // launch, one sample per timed launch (warm-up excluded).

@@ -152,6 +152,9 @@ constexpr int kUmOverflow = 1;
 constexpr int kUmSeen = 2;
 
 // Parameters of the combine kernel (merges the splits of DecodeParams; same fields, same meaning).
+// The slots read per row: those of the splits holding tokens, ceil(kv_lens[b] / split_tokens) of the
+// first splits - tail_slot, plus with tail_slot = 1 the last slot always (flashq: its INT8 buffer,
+// which holds at least the new tokens).
 struct DecodeCombineParams {
   TensorRef o;
   const float* part_o;
@@ -159,6 +162,7 @@ struct DecodeCombineParams {
   float* lse;
   const int* kv_lens;
   int batch, heads_q, q_len, splits, split_tokens;
+  int tail_slot;
 };
 
 // Parameters of the append kernel: writes n_new tokens per sequence of x (fp16/bf16,
@@ -169,6 +173,7 @@ struct KvAppendParams {
   KvCacheRef cache;
   const int* block_table;
   const int* start;         // [batch] first cache token written per sequence
+  const float* head_scale;  // fp8e4m3:per_head: [heads_kv] scales (x is stored as e4m3(x / scale))
   int batch, heads_kv, n_new;
   int page_size, table_stride;
 };

@@ -8,6 +8,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "qattn/decode/fp8_e4m3.h"
 #include "tests/common/random_data.hpp"
 #include "tests/common/reference_attention.hpp"
 
@@ -116,6 +117,7 @@ HostKvCache make_cache(Fmt f, Gran g, int d, int batch, int heads_kv) {
   c.d = d;
   c.batch = batch;
   c.heads_kv = heads_kv;
+  c.head_scale.assign(static_cast<size_t>(heads_kv), 1.f);
   return c;
 }
 
@@ -183,14 +185,31 @@ std::vector<KvFormat> all_kv_formats() {
           {Fmt::int4, Gran::per_group}};
 }
 
+KvFormat fp8_kv_format() { return {Fmt::fp8e4m3, Gran::per_head}; }
+
+std::vector<float> fp8_head_scales(const std::vector<float>& x, int heads_kv, int tokens, int d) {
+  if (x.size() != static_cast<size_t>(heads_kv) * tokens * d) throw std::invalid_argument("fp8_head_scales: size mismatch");
+  std::vector<float> s(static_cast<size_t>(heads_kv), 1.f);
+  for (int h = 0; h < heads_kv; ++h) {
+    float amax = 0.f;
+    for (size_t i = 0; i < static_cast<size_t>(tokens) * d; ++i) amax = std::max(amax, std::fabs(x[h * static_cast<size_t>(tokens) * d + i]));
+    if (amax > 0.f) s[static_cast<size_t>(h)] = amax / kv::kFp8Max;
+  }
+  return s;
+}
+
 std::string kv_format_name(Fmt f, Gran g) {
   const char* fmt = f == Fmt::fp16   ? "fp16"
                     : f == Fmt::bf16 ? "bf16"
                     : f == Fmt::int8 ? "int8"
                     : f == Fmt::int4 ? "int4"
+                    : f == Fmt::fp8e4m3 ? "fp8e4m3"
                                      : "fmt?";
   if (g == Gran::none) return fmt;
-  const char* gran = g == Gran::per_token ? "per_token" : g == Gran::per_group ? "per_group" : "gran?";
+  const char* gran = g == Gran::per_token   ? "per_token"
+                     : g == Gran::per_group ? "per_group"
+                     : g == Gran::per_head  ? "per_head"
+                                            : "gran?";
   return std::string(fmt) + ":" + gran;
 }
 
@@ -199,15 +218,24 @@ int kv_row_bytes(Fmt f, Gran g, int d) {
   return kv::row_bytes(f, g, d);
 }
 
-void quantize_kv_row(Fmt f, Gran g, int d, const float* x, unsigned char* row) {
+void quantize_kv_row(Fmt f, Gran g, int d, const float* x, unsigned char* row, float head_scale) {
   require_kv_format(f, g, d);
+  if (f == Fmt::fp8e4m3) {
+    const float inv = 1.f / head_scale;   // the append kernel's __fdiv_rn(1, scale), then one product each
+    for (int e = 0; e < d; ++e) row[e] = fp8::encode_e4m3(x[e] * inv);
+    return;
+  }
   if (f == Fmt::int8) return quantize_int8_row(d, x, row);
   if (f == Fmt::int4) return quantize_int4_row(g, d, x, row);
   quantize_half_row(f, d, x, row);
 }
 
-void dequantize_kv_row(Fmt f, Gran g, int d, const unsigned char* row, double* out) {
+void dequantize_kv_row(Fmt f, Gran g, int d, const unsigned char* row, double* out, float head_scale) {
   require_kv_format(f, g, d);
+  if (f == Fmt::fp8e4m3) {
+    for (int e = 0; e < d; ++e) out[e] = static_cast<double>(head_scale) * fp8::decode_e4m3(row[e]);
+    return;
+  }
   if (f == Fmt::int4) return dequantize_int4_row(g, d, row, out);
   if (f == Fmt::int8) {
     const double scale = load_f32(row);
@@ -254,11 +282,13 @@ long long row_offset(const HostKvCache& c, int b, int h, int t) {
 }
 
 void write_token(HostKvCache& c, int b, int h, int t, const float* x) {
-  quantize_kv_row(c.fmt, c.gran, c.d, x, &c.bytes[static_cast<size_t>(row_offset(c, b, h, t))]);
+  quantize_kv_row(c.fmt, c.gran, c.d, x, &c.bytes[static_cast<size_t>(row_offset(c, b, h, t))],
+                  c.head_scale[static_cast<size_t>(h)]);
 }
 
 void read_token(const HostKvCache& c, int b, int h, int t, double* out) {
-  dequantize_kv_row(c.fmt, c.gran, c.d, &c.bytes[static_cast<size_t>(row_offset(c, b, h, t))], out);
+  dequantize_kv_row(c.fmt, c.gran, c.d, &c.bytes[static_cast<size_t>(row_offset(c, b, h, t))], out,
+                    c.head_scale[static_cast<size_t>(h)]);
 }
 
 std::vector<double> reference_decode(const std::vector<double>& q, const HostKvCache& k, const HostKvCache& v,

@@ -17,20 +17,26 @@
 namespace qattn {
 namespace test {
 
-// A KV-cache element format: fp16/bf16 with Gran::none, int8 per_token, int4 per_token or per_group.
+// A KV-cache element format: fp16/bf16 with Gran::none, int8 per_token, int4 per_token or per_group, or
+// fp8e4m3 per_head (rows of codes; the scale is the head's, HostKvCache::head_scale).
 struct KvFormat {
   Fmt fmt;
   Gran gran;
 };
-std::vector<KvFormat> all_kv_formats();   // the five formats decode supports
+std::vector<KvFormat> all_kv_formats();   // the five formats whose rows carry their own parameters
+KvFormat fp8_kv_format();                 // fp8e4m3:per_head (its scale lives outside the rows)
 std::string kv_format_name(Fmt f, Gran g);   // the spec token: "fp16", "int8:per_token", "int4:per_group", ...
 
 // Bytes of one row (token, KV head); throws std::invalid_argument for a format kv_layout.h lacks.
 int kv_row_bytes(Fmt f, Gran g, int d);
 
 // One row of d elements, x -> row (kv_row_bytes bytes) and back.
-void quantize_kv_row(Fmt f, Gran g, int d, const float* x, unsigned char* row);
-void dequantize_kv_row(Fmt f, Gran g, int d, const unsigned char* row, double* out);
+// head_scale: fp8e4m3 only (x is stored as e4m3(x * (1 / head_scale)), read back as head_scale * value).
+void quantize_kv_row(Fmt f, Gran g, int d, const float* x, unsigned char* row, float head_scale = 1.f);
+void dequantize_kv_row(Fmt f, Gran g, int d, const unsigned char* row, double* out, float head_scale = 1.f);
+
+// fp8e4m3:per_head scales: per KV head, max |x| / 448 over x [heads_kv][tokens][d] (1 for an all-zero head).
+std::vector<float> fp8_head_scales(const std::vector<float>& x, int heads_kv, int tokens, int d);
 
 // A K or V cache in host memory, addressed like the device one (all strides in bytes).
 struct HostKvCache {
@@ -44,6 +50,7 @@ struct HostKvCache {
   std::vector<int> block_table;   // paged only: [batch][table_stride] page ids
   long long page_stride = 0, head_stride = 0;
   std::vector<unsigned char> bytes;
+  std::vector<float> head_scale;   // fp8e4m3: [heads_kv] (make_* fill it with 1)
 
   int row_bytes() const { return kv_row_bytes(fmt, gran, d); }
 };

@@ -1,5 +1,5 @@
 // Decode over a KV cache on the GPU: every cache format (fp16, bf16, int8:per_token, int4:per_token,
-// int4:per_group), contiguous and paged, against the float64 reference on the dequantized cache.
+// int4:per_group, fp8e4m3:per_head), contiguous and paged, against the float64 reference on the dequantized cache.
 //
 // Each run fills the cache with the library's append kernel (whose bytes must equal the host quantizer's
 // from kv_layout.h, byte for byte), re-poisons every row past a sequence's length (NaN bit patterns:
@@ -108,6 +108,19 @@ DecodeResult run_case(Runtime& rt, const DecodeCase& c, std::uint64_t seed) {
   for (test::HostTensor* t : {&k_in, &v_in, &q_in}) test::round_to(*t, io);
 
   HostKvCache k_host = make_cache(s, c, capacity, seed + 3), v_host = make_cache(s, c, capacity, seed + 3);
+  // fp8: per-head scales max|x| / 448 over every token of the head (the host model and the device share them).
+  for (int which = 0; which < 2 && s.qk.fmt == Fmt::fp8e4m3; ++which) {
+    const test::HostTensor& in = which == 0 ? k_in : v_in;
+    HostKvCache& host = which == 0 ? k_host : v_host;
+    for (int h = 0; h < c.heads_kv; ++h) {
+      double amax = 0;
+      for (int b = 0; b < batch; ++b)
+        for (int t = 0; t < max_len; ++t)
+          for (int ch = 0; ch < d; ++ch) amax = std::max(amax, std::fabs(in.at(b, h, t, ch)));
+      host.head_scale[static_cast<size_t>(h)] = static_cast<float>(amax) / kv::kFp8Max;
+    }
+  }
+  rt::DeviceBuffer k_scale = rt::DeviceBuffer::from(k_host.head_scale), v_scale = rt::DeviceBuffer::from(v_host.head_scale);
   rt::DeviceBuffer k_cache = rt::DeviceBuffer::from(k_host.bytes), v_cache = rt::DeviceBuffer::from(v_host.bytes);
   rt::DeviceBuffer table = rt::DeviceBuffer::from(c.page_size ? k_host.block_table : std::vector<int>{0});
   KvCacheView view;
@@ -115,6 +128,10 @@ DecodeResult run_case(Runtime& rt, const DecodeCase& c, std::uint64_t seed) {
   view.v = v_cache.as<void>();
   view.head_stride = k_host.head_stride;
   view.page_stride = k_host.page_stride;
+  if (s.qk.fmt == Fmt::fp8e4m3) {
+    view.k_head_scale = k_scale.as<float>();
+    view.v_head_scale = v_scale.as<float>();
+  }
   if (c.page_size) {
     view.page_size = c.page_size;
     view.block_table = table.as<int>();
@@ -205,7 +222,8 @@ void expect_accurate(const DecodeResult& r, const std::string& what) {
 }
 
 const char* kFormats[] = {"fp16 pv=fp16 out=fp16", "bf16 pv=bf16 out=bf16", "int8:per_token pv=int8:per_token out=fp16",
-                          "int4:per_token pv=int4:per_token out=bf16", "int4:per_group pv=int4:per_group out=fp16"};
+                          "int4:per_token pv=int4:per_token out=bf16", "int4:per_group pv=int4:per_group out=fp16",
+                          "fp8e4m3:per_head pv=fp8e4m3:per_head out=bf16"};
 
 std::string decode_spec(const std::string& fmt, int d, int gqa, bool causal) {
   return "decode qk=" + fmt + " d=" + std::to_string(d) + " gqa=" + std::to_string(gqa) + (causal ? " causal" : "");
@@ -237,7 +255,7 @@ TEST_F(DecodeGpu, HeadDimsAndGqaRatios) {
   const std::uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(test::seed_note(seed));
   for (int d : {64, 256})
-    for (const char* fmt : {kFormats[1], kFormats[3], kFormats[4]}) {
+    for (const char* fmt : {kFormats[1], kFormats[3], kFormats[4], kFormats[5]}) {
       DecodeCase c{decode_spec(fmt, d, 8, true), 2, 2, {33, 1000}, d == 64 ? 32 : 0};
       expect_accurate(run_case(rt, c, seed), c.spec);
     }
@@ -264,7 +282,7 @@ TEST_F(DecodeGpu, SplitCountsAgree) {
 TEST_F(DecodeGpu, PagedAndContiguousGiveIdenticalBits) {
   const std::uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(test::seed_note(seed));
-  for (const char* fmt : {kFormats[0], kFormats[2], kFormats[4]}) {
+  for (const char* fmt : {kFormats[0], kFormats[2], kFormats[4], kFormats[5]}) {
     // One tiling for both: the default may differ between the two (int4 per_group on sm_90a).
     DecodeCase c{decode_spec(fmt, 128, 4, true), 2, 2, {17, 700, 4097}, 0, 7, Tiling{16, 32, 4, 2}};
     const DecodeResult contiguous = run_case(rt, c, seed);

@@ -1,5 +1,6 @@
 // Merges the split partials of the decode kernel: one warp per output row (b, query head, new token).
-// Only the splits that hold tokens of the row's sequence are read (a split past kv_len writes nothing);
+// Only the splits that hold tokens of the row's sequence are read (a split past kv_len writes nothing),
+// and the tail slot when there is one (DecodeCombineParams);
 // a split whose tokens the row may not see (causal) carries log2-sum -inf and weighs 0.
 #pragma once
 #include "qattn/abi.h"
@@ -20,19 +21,23 @@ struct Combine {
     const int b = int(row / ((long long)p.heads_q * p.q_len));
     const int hq = int(row / p.q_len % p.heads_q), i = int(row % p.q_len);
     const int len = p.kv_lens[b];
-    const int used = min(p.splits, (len + p.split_tokens - 1) / p.split_tokens);
+    const int head = p.splits - p.tail_slot;
+    const int used = min(head, (len + p.split_tokens - 1) / p.split_tokens);
     const float* lse = p.part_lse + row * p.splits;
+    // Slot s of the i-th slot read: the first `used`, then the tail slot.
+    auto slot = [&](int i) { return i < used ? i : head; };
+    const int n = used + p.tail_slot;
     float m = dev::neg_inf();
-    for (int s = 0; s < used; ++s) m = fmaxf(m, lse[s]);
+    for (int i = 0; i < n; ++i) m = fmaxf(m, lse[slot(i)]);
     float acc[kPerLane];
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) acc[k] = 0.f;
     float sum = 0.f;
     if (m != dev::neg_inf())
-      for (int s = 0; s < used; ++s) {
-        const float w = dev::exp2_approx(lse[s] - m);
+      for (int i = 0; i < n; ++i) {
+        const float w = dev::exp2_approx(lse[slot(i)] - m);
         sum += w;
-        const float* po = p.part_o + (row * p.splits + s) * D;
+        const float* po = p.part_o + (row * p.splits + slot(i)) * D;
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k) acc[k] += w * po[lane + 32 * k];
       }

@@ -10,7 +10,9 @@
 //                   32-bit word (int8: 4 channels, int4: 8) or 8 bytes (fp16/bf16: 4 channels) of its
 //                   token's row instead, and the Q fragment is gathered with the same channel order
 //                   (a dot product does not care about the order of its terms).
-//   online softmax  in base 2, per warp (no inter-warp traffic inside the loop)
+//   online softmax  in base 2, per warp (no inter-warp traffic inside the loop); softmax=unified_max
+//                   (FlashDecoding++): 2^(x2 - phi2) with one constant phi2, no max and no rescale,
+//                   and per row flags for the exact fallback (abi.h, DecodeParams; finish())
 //   O += P V        P from the S registers (C layout == A layout); V fragments by ldmatrix.trans from
 //                   the fp16/bf16 chunk or, for quantized caches, decoded straight from the raw rows
 //                   into registers (each lane reads whole words of its tokens' rows; the channel order
@@ -24,6 +26,7 @@
 #include "qattn/abi.h"
 #include "qattn/common/common.cuh"
 #include "qattn/decode/decode_shape.h"
+#include "qattn/decode/flashq_dequant.cuh"
 #include "qattn/decode/kv_dequant.cuh"
 #include "qattn/decode/sas.h"
 
@@ -34,7 +37,9 @@ template <Fmt KV, Gran G, Fmt OUT, int D, bool CAUSAL, bool PAGED, SoftmaxMode S
 struct Kernel {
   static_assert(tiling_ok(KV, G, D, BM, BN, WARPS, STAGES), "decode: unsupported format or tiling (decode_shape.h)");
   static_assert(OUT == Fmt::fp16 || OUT == Fmt::bf16, "decode: queries and outputs are fp16 or bf16");
-  static_assert(SMX == SoftmaxMode::exact || SMX == SoftmaxMode::sas, "decode: softmax exact or sas");
+  static_assert(KV != Fmt::flashq || !CAUSAL, "decode: flashq blocks are never masked (the new tokens are in the buffer)");
+  static_assert(SMX == SoftmaxMode::exact || SMX == SoftmaxMode::sas || SMX == SoftmaxMode::unified_max,
+                "decode: softmax exact, sas or unified_max");
 
   static constexpr int kThreads = WARPS * 32;
   static constexpr int kSmemBytes = smem_bytes(KV, G, D, BM, BN, WARPS, STAGES);
@@ -66,9 +71,11 @@ struct Kernel {
 
   struct Softmax {
     float o[kMT][kOC][4];
-    float m[kMT][2];   // running max (log2 units; -inf until a visible token)
+    float m[kMT][2];   // running max (log2 units; -inf until a visible token); unified_max: the lane's
+                       // largest score, for the flags only (exponents use phi2)
     float l[kMT][2];   // this lane's partial row sum
     float v_shift[kMT][2];   // this lane's partial sum_t P shift_t (int4 per-token V), in O's scale
+    float phi2;              // unified_max: the unified max (log2 units)
   };
 
   // Channel of Q that A-fragment slot `slot` (a0.lo, a0.hi, a2.lo, a2.hi) of k-step `s` holds for a
@@ -92,7 +99,7 @@ struct Kernel {
   // Output column (n tile c, position p) -> channel; see pv_product_quant for the quantized order.
   static __device__ __forceinline__ int column_channel(int col) {
     if constexpr (kQuant) {
-      constexpr int W = KV == Fmt::int4 ? 8 : 4;   // kVWordChannels (declared further down)
+      constexpr int W = (KV == Fmt::int4 || KV == Fmt::flashq) ? 8 : 4;   // channels per V word (pv_product_*)
       const int c = col / 8, p = col % 8;
       return (c / W) * 8 * W + p * W + c % W;
     } else {
@@ -196,6 +203,8 @@ struct Kernel {
       }
     } else if constexpr (KV == Fmt::int8) {
       dev::int8x4_to_half2(load<u32>(row + kHdr + (4 * s + t) * 4), bk[0], bk[1]);
+    } else if constexpr (KV == Fmt::fp8e4m3) {   // 2^-8 x the codes' values; the head scale folds in later
+      dev::e4m3x4_to_half2(load<u32>(row + (4 * s + t) * 4), bk[0], bk[1]);
     } else {
       // Row r of a swizzled tile starts at r * kRow; its chunk c sits at c ^ (r % 8).
       const dev::U32x2 v = load<dev::U32x2>(row + ((2 * s + t / 2) ^ (r & 7)) * 16 + (t % 2) * 8);
@@ -278,6 +287,29 @@ struct Kernel {
   }
 
   static __device__ __forceinline__ void softmax_update(float (&s)[kMT][kNT][4], Softmax& st) {
+    if constexpr (SMX == SoftmaxMode::unified_max) {
+      // FlashDecoding++: p = 2^(x2 - phi2) against one constant phi2 and l += p; nothing to rescale, no
+      // shuffle. The lane's largest score is kept for the row flags (finish()); masked scores are -inf
+      // (p = 0, and they never raise the maximum).
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float mx = st.m[mt][half], sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float& x = s[mt][nt][half * 2 + e];
+              mx = fmaxf(mx, x);
+              x = dev::exp2_approx(x - st.phi2);
+              sum += x;
+            }
+          st.m[mt][half] = mx;
+          st.l[mt][half] += sum;
+        }
+      return;
+    }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -404,6 +436,10 @@ struct Kernel {
             b[1][half] = int8_pair(lo, 1);
             b[2][half] = int8_pair(hi, 0);
             b[3][half] = int8_pair(hi, 1);
+          } else if constexpr (KV == Fmt::fp8e4m3) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k)   // byte k of a and c into bytes 1 and 3: channel k of both tokens
+              b[k][half] = dev::e4m3_bytes13_to_half2(dev::prmt(a, c, 0x4000u + 0x1111u * k));
           } else {
 #pragma unroll
             for (int k = 0; k < 4; ++k) {   // byte k of a and c: channels 2k, 2k + 1
@@ -464,8 +500,161 @@ struct Kernel {
     }
   }
 
+  // ---- FlashQ (KV == flashq): a chunk is one 64-token block of K and one of V (kv_layout.h), computed
+  // on in steps of BN tokens; KB / VB are the head's bit widths (2 or 4; run() dispatches on them). The
+  // codes decode to the block's INT8 values s_c * code + m_c (exact fp16 integers) through the block's
+  // parameter table (flashq_dequant.cuh); the blocks' alphas scale S (K) and fold into P (V). Blocks
+  // hold whole blocks of valid tokens, and the new tokens are in the INT8 buffer (decoded by the int8
+  // kernel), so nothing here is masked.
+  static constexpr int kFqStage = kv::flashq_block_bytes(4, D);   // the K (or V) area of a stage
+
+  // Channel of Q that A-fragment slot `slot` of k-step s holds for quad position t, the channel the
+  // lane's B fragment decodes from a KB-bit code row: int4 words give (c_k, c_k+4), int2 words (c_k, c_k+8).
+  template <int KB>
+  static __device__ __forceinline__ constexpr int fq_q_channel(int s, int t, int slot) {
+    if constexpr (KB == 4) {
+      constexpr int kNibble[4] = {0, 4, 1, 5};
+      return 32 * (s / 2) + 8 * t + 2 * (s % 2) + kNibble[slot];
+    } else {
+      constexpr int kCrumb[4] = {0, 8, 1, 9};
+      return 64 * (s / 4) + 16 * t + 2 * (s % 4) + kCrumb[slot];
+    }
+  }
+
+  // Copies block `blk` of sequence b (K at byte off_k of its page, V at off_v) into a stage.
+  template <int KB, int VB>
+  static __device__ __forceinline__ void fq_load_block(const DecodeParams& p, u32 dst_k, u32 dst_v, int b, int blk,
+                                                       int off_k, int off_v, int lane) {
+    // Contiguous caches are pages b * max_blocks + blk (max_blocks in table_stride).
+    const long long page = PAGED ? p.block_table[(long long)b * p.table_stride + blk] : (long long)b * p.table_stride + blk;
+    const unsigned char* k = p.k.ptr + page * p.k.page_stride + off_k;
+    const unsigned char* v = p.v.ptr + page * p.v.page_stride + off_v;
+    constexpr int kUnitsK = kv::flashq_block_bytes(KB, D) / 16, kUnitsV = kv::flashq_block_bytes(VB, D) / 16;
+#pragma unroll 4
+    for (int u = lane; u < kUnitsK; u += 32) dev::cp_async_16(dst_k + u * 16, k + u * 16, true);
+#pragma unroll 4
+    for (int u = lane; u < kUnitsV; u += 32) dev::cp_async_16(dst_v + u * 16, v + u * 16, true);
+  }
+
+  // S = Q K^T for block tokens [r0, r0 + BN), times scale_log2 * alpha_k. Steps outer, tokens inner, so
+  // each step's (s, m) pairs are fetched once.
+  template <int KB>
+  static __device__ __forceinline__ void fq_qk_product(float (&s)[kMT][kNT][4], const u32 (&qa)[kMT][kSteps][4],
+                                                       const char* block, const u32* table, int r0, float scale_log2,
+                                                       int lane) {
+    constexpr int kCodeRow = kv::flashq_code_row_bytes(KB, D);
+    const char* codes = block + kv::flashq_codes_offset(D);
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      u32 sc[2], mc[2];
+      dev::flashq_pair_params(table, fq_q_channel<KB>(st, t, 0), fq_q_channel<KB>(st, t, 1), sc[0], mc[0]);
+      dev::flashq_pair_params(table, fq_q_channel<KB>(st, t, 2), fq_q_channel<KB>(st, t, 3), sc[1], mc[1]);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const char* row = codes + (r0 + nt * 8 + g) * kCodeRow;
+        u32 bk[2];
+        if constexpr (KB == 4) {
+          const u32 w = load<u32>(row + (4 * (st / 2) + t) * 4);
+          bk[0] = dev::int4_pair(w, 2 * (st % 2));
+          bk[1] = dev::int4_pair(w, 2 * (st % 2) + 1);
+        } else {
+          const u32 w = load<u32>(row + (4 * (st / 4) + t) * 4);
+          bk[0] = dev::int2_pair(w, 2 * (st % 4));
+          bk[1] = dev::int2_pair(w, 2 * (st % 4) + 1);
+        }
+        bk[0] = dev::hfma2(bk[0], sc[0], mc[0]);
+        bk[1] = dev::hfma2(bk[1], sc[1], mc[1]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) dev::mma_m16n8k16_f32<kMma>(s[mt][nt], qa[mt][st], bk);
+      }
+    }
+    const float f = scale_log2 * dev::flashq_alpha(block);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] *= f;
+  }
+
+  // O += P V for block tokens [r0, r0 + BN) (P already times alpha_v). Lane g reads, per token, the
+  // 8 channels [J * 64 + g * 8, +8) of its tokens' code rows (a 32-bit word of int4, 16 bits of int2),
+  // the layout of pv_product_quant's int4 path, so column_channel() maps the output back the same way.
+  template <int VB>
+  static __device__ __forceinline__ void fq_pv_product(const float (&s)[kMT][kNT][4], Softmax& st, const char* block,
+                                                       const u32* table, int r0, int lane) {
+    constexpr int kCodeRow = kv::flashq_code_row_bytes(VB, D);
+    const char* codes = block + kv::flashq_codes_offset(D);
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int J = 0; J < D / 64; ++J) {
+      u32 sd[8], md[8];   // (s, s) and (m, m) of the lane's 8 channels
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const u32 e = table[J * 64 + g * 8 + j];
+        sd[j] = dev::dup_low_half(e);
+        md[j] = dev::dup_high_half(e);
+      }
+#pragma unroll
+      for (int kk = 0; kk < kPVSteps; ++kk) {
+        u32 pa[kMT][4];
+        p_fragments(s, kk, pa);
+        const int r[4] = {r0 + 16 * kk + 2 * t, r0 + 16 * kk + 2 * t + 1, r0 + 16 * kk + 2 * t + 8,
+                          r0 + 16 * kk + 2 * t + 9};
+        u32 w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (VB == 4) w[e] = load<u32>(codes + r[e] * kCodeRow + 4 * (J * 8 + g));
+          else w[e] = load<u16>(codes + r[e] * kCodeRow + 2 * (J * 8 + g));
+        }
+        u32 bv[8][2];   // [channel j][b0 | b1]
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const u32 a = w[2 * half], c = w[2 * half + 1];
+#pragma unroll
+          for (int k = 0; k < VB; ++k) {   // byte k of a and c: channels 8k/VB .. of both tokens
+            const u32 y = dev::prmt(a, c, 0x4400u + 0x1111u * k);   // [a.bk, a.bk, c.bk, c.bk]
+            if constexpr (VB == 4) {
+              bv[2 * k][half] = dev::hsub2((y & 0x000F000Fu) | dev::kHalf2_1024, dev::kHalf2_1024);
+              bv[2 * k + 1][half] = dev::hsub2(((y >> 4) & 0x000F000Fu) | dev::kHalf2_1024, dev::kHalf2_1024);
+            } else {
+#pragma unroll
+              for (int i = 0; i < 4; ++i)
+                bv[4 * k + i][half] = dev::hsub2(((y >> (2 * i)) & 0x00030003u) | dev::kHalf2_1024, dev::kHalf2_1024);
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < 8; ++j) bv[j][half] = dev::hfma2(bv[j][half], sd[j], md[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) dev::mma_m16n8k16_f32<kMma>(st.o[mt][J * 8 + j], pa[mt], bv[j]);
+      }
+    }
+  }
+
+  // O *= f (a per-head V scale factored out of the whole product).
+  static __device__ __forceinline__ void scale_output(Softmax& st, float f) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int c = 0; c < kOC; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st.o[mt][c][e] *= f;
+  }
+
   // The A fragments of this CTA's query rows, in the channel order of k_fragment.
   // q_sum: per row, the sum of the (rounded) Q elements, for the factored-out int4 K shift.
+  // KB: flashq's K bit width (its own channel order), 0 otherwise.
+  template <int KB = 0>
   static __device__ __forceinline__ void load_q(const DecodeParams& p, u32 (&qa)[kMT][kSteps][4],
                                                 float (&q_sum)[kMT][2], int b, int h, int row0, int rows, int lane) {
     const int gqa = p.heads_q / p.heads_kv;
@@ -484,7 +673,7 @@ struct Kernel {
           float x[4];
 #pragma unroll
           for (int slot = 0; slot < 4; ++slot)
-            x[slot] = valid ? dev::to_float<OUT>(q[q_channel(st, t, slot)]) : 0.f;
+            x[slot] = valid ? dev::to_float<OUT>(q[KB ? fq_q_channel<KB>(st, t, slot) : q_channel(st, t, slot)]) : 0.f;
           qa[mt][st][half] = dev::pack2<kMma>(x[0], x[1]);
           qa[mt][st][2 + half] = dev::pack2<kMma>(x[2], x[3]);
           float lo, hi;
@@ -497,7 +686,11 @@ struct Kernel {
       }
   }
 
-  // Merges the warps' states and writes the output (one split) or the split's partial.
+  // Merges the warps' states and writes the output (one split) or the split's partial (slot
+  // split_base + split). unified_max: every warp's partial is against phi2, so the merge is a plain sum,
+  // and one thread per row ORs the row's flags (its largest score against the window) into row_flags:
+  // one atomic per row and CTA. fallback_only (the exact pass after a unified-max one): only the rows
+  // whose flags are not exactly kUmSeen are written.
   static __device__ void finish(const DecodeParams& p, Softmax& st, char* smem, int b, int h, int split, int row0,
                                 int rows, int warp, int lane) {
     float* mo = reinterpret_cast<float*>(smem);   // [WARPS][BM][D]
@@ -518,8 +711,10 @@ struct Kernel {
             st.o[mt][c][half * 2 + 1] += shift;
           }
         }
+        float m_row = st.m[mt][half];
+        if constexpr (SMX == SoftmaxMode::unified_max) m_row = dev::quad_max(m_row);   // per lane until here
         if (t == 0) {
-          mm[warp * BM + row] = st.m[mt][half];
+          mm[warp * BM + row] = m_row;
           ml[warp * BM + row] = l;
         }
 #pragma unroll
@@ -536,50 +731,102 @@ struct Kernel {
       float m = dev::neg_inf();
 #pragma unroll
       for (int w = 0; w < WARPS; ++w) m = fmaxf(m, mm[w * BM + row]);
+      const int hq = h * gqa + (row0 + row) % gqa, i = (row0 + row) / gqa;
+      const long long out_row = ((long long)b * p.heads_q + hq) * p.q_len + i;
+      if constexpr (SMX == SoftmaxMode::exact)
+        if (p.fallback_only && p.row_flags[out_row] == kUmSeen) continue;   // the unified-max result stands
+      if constexpr (SMX == SoftmaxMode::unified_max) {
+        // x - phi >= hi for the largest score <=> for some score (subtraction is monotone); -inf: no flag.
+        if (col == 0) {
+          const float top = m - st.phi2;
+          const int flags = (top >= p.um_hi2 ? kUmOverflow : 0) | (top > p.um_lo2 ? kUmSeen : 0);
+          if (flags != 0) atomicOr(p.row_flags + out_row, flags);
+        }
+        m = st.phi2;
+      }
       float acc = 0.f, sum = 0.f;
       if (m != dev::neg_inf())
 #pragma unroll
         for (int w = 0; w < WARPS; ++w) {
-          const float f = dev::exp2_approx(mm[w * BM + row] - m);
+          const float f = SMX == SoftmaxMode::unified_max ? 1.f : dev::exp2_approx(mm[w * BM + row] - m);
           acc += f * mo[(w * BM + row) * D + col];
           sum += f * ml[w * BM + row];
         }
       const float value = sum > 0.f ? acc / sum : 0.f;
       const float lse2 = sum > 0.f ? m + dev::log2_approx(sum) : dev::neg_inf();
-      const int hq = h * gqa + (row0 + row) % gqa, i = (row0 + row) / gqa;
       const int ch = column_channel(col);
-      const long long out_row = ((long long)b * p.heads_q + hq) * p.q_len + i;
+      const int slot = p.split_base + split;
       if (p.splits == 1) {
         u16* o = static_cast<u16*>(p.o.ptr) + (long long)b * p.o.sb + (long long)hq * p.o.sh + (long long)i * p.o.ss;
         o[ch] = dev::from_float<OUT>(value);
         if (col == 0 && p.lse != nullptr) p.lse[out_row] = lse2 * dev::kLn2;
       } else {
-        p.part_o[(out_row * p.splits + split) * D + ch] = value;
-        if (col == 0) p.part_lse[out_row * p.splits + split] = lse2;
+        p.part_o[(out_row * p.splits + slot) * D + ch] = value;
+        if (col == 0) p.part_lse[out_row * p.splits + slot] = lse2;
       }
     }
   }
 
- public:
-  static __device__ void run(const DecodeParams& p, char* smem) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int split = blockIdx.x, b = blockIdx.z;
-    const int row_blocks = (p.heads_q / p.heads_kv * p.q_len + BM - 1) / BM;
-    const int h = blockIdx.y / row_blocks, row0 = (blockIdx.y % row_blocks) * BM;
-    const int gqa = p.heads_q / p.heads_kv;
-    const int rows = gqa * p.q_len;
-    const int len = p.kv_lens[b];
-    const int start = split * p.split_tokens;
-    if (start >= len) return;   // the combine kernel reads only the splits that hold tokens
-    const int end = min(len, start + p.split_tokens);
-    const int n_chunks = (end - start + BN - 1) / BN;
+ // The CTA's place in the grid (abi.h, DecodeParams): split x, KV head and row block y, sequence z.
+  struct Cta {
+    int warp, lane, split, b, h, row0, gqa, rows, len, start, end;
+  };
+
+  // Fills c; false when the CTA has nothing to do: its split starts past the sequence (the combine
+  // kernel reads only the splits that hold tokens), or it is the exact pass after a unified-max one
+  // (fallback_only) and none of its rows is flagged.
+  static __device__ __forceinline__ bool setup(const DecodeParams& p, Cta& c) {
+    c.warp = threadIdx.x / 32;
+    c.lane = threadIdx.x % 32;
+    c.split = blockIdx.x;
+    c.b = blockIdx.z;
+    c.gqa = p.heads_q / p.heads_kv;
+    c.rows = c.gqa * p.q_len;
+    const int row_blocks = (c.rows + BM - 1) / BM;
+    c.h = blockIdx.y / row_blocks;
+    c.row0 = (blockIdx.y % row_blocks) * BM;
+    c.len = p.kv_lens[c.b];
+    c.start = c.split * p.split_tokens;
+    if (c.start >= c.len) return false;
+    c.end = min(c.len, c.start + p.split_tokens);
+    if constexpr (SMX == SoftmaxMode::exact)
+      if (p.fallback_only) {
+        const int r = c.row0 + int(threadIdx.x);
+        bool flagged = false;
+        if (threadIdx.x < BM && r < c.rows)
+          flagged = p.row_flags[((long long)c.b * p.heads_q + c.h * c.gqa + r % c.gqa) * p.q_len + r / c.gqa] != kUmSeen;
+        if (!__syncthreads_or(flagged)) return false;
+      }
+    return true;
+  }
+
+  static __device__ __forceinline__ void init_state(const DecodeParams& p, Softmax& st) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int c = 0; c < kOC; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st.o[mt][c][e] = 0.f;
+      st.m[mt][0] = st.m[mt][1] = dev::neg_inf();
+      st.l[mt][0] = st.l[mt][1] = 0.f;
+      st.v_shift[mt][0] = st.v_shift[mt][1] = 0.f;
+    }
+    st.phi2 = p.um_phi2;
+  }
+
+  // Every format but flashq: chunks of BN cache rows.
+  static __device__ void run_rows(const DecodeParams& p, char* smem) {
+    Cta c;
+    if (!setup(p, c)) return;
+    const int warp = c.warp, lane = c.lane, b = c.b, h = c.h, row0 = c.row0, gqa = c.gqa, len = c.len;
+    const int n_chunks = (c.end - c.start + BN - 1) / BN;
     const int my_chunks = warp < n_chunks ? (n_chunks - warp + WARPS - 1) / WARPS : 0;
     // Tokens every row of this CTA may see; chunks reaching past it need the mask.
     const int seen_by_all = CAUSAL ? min(len, len - p.q_len + 1 + row0 / gqa) : len;
 
     const u32 pipe = dev::smem_addr(smem) + warp * kWarpPipeBytes;
     const char* pipe_ptr = smem + warp * kWarpPipeBytes;   // the same memory, for plain loads
-    auto chunk_t0 = [&](int i) { return start + (warp + i * WARPS) * BN; };
+    auto chunk_t0 = [&](int i) { return c.start + (warp + i * WARPS) * BN; };
 #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) {
       if (i < my_chunks) load_chunk(p, pipe + i * 2 * kChunkBytes, pipe + i * 2 * kChunkBytes + kChunkBytes, b, h,
@@ -589,8 +836,9 @@ struct Kernel {
 
     u32 qa[kMT][kSteps][4];
     float q_sum[kMT][2];
-    load_q(p, qa, q_sum, b, h, row0, rows, lane);
-    const float scale_log2 = p.softmax_scale * dev::kLog2e;
+    load_q(p, qa, q_sum, b, h, row0, c.rows, lane);
+    float scale_log2 = p.softmax_scale * dev::kLog2e;
+    if constexpr (KV == Fmt::fp8e4m3) scale_log2 *= p.k_head_scale[h] * dev::kE4m3HalfFactor;
 
     // ldmatrix.trans row addresses of the V tiles (see prefill_fp16.cuh): lanes 8i..8i+7 address
     // tile i = (tokens 0-7 | 8-15) x (channels 0-7 | 8-15).
@@ -602,17 +850,7 @@ struct Kernel {
     }
 
     Softmax st;
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-      for (int c = 0; c < kOC; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) st.o[mt][c][e] = 0.f;
-      st.m[mt][0] = st.m[mt][1] = dev::neg_inf();
-      st.l[mt][0] = st.l[mt][1] = 0.f;
-      st.v_shift[mt][0] = st.v_shift[mt][1] = 0.f;
-    }
-
+    init_state(p, st);
     for (int i = 0; i < my_chunks; ++i) {
       {
         const int next = i + STAGES - 1;
@@ -641,8 +879,89 @@ struct Kernel {
       __syncwarp();   // every lane is done with this stage before it is refilled
     }
     dev::cp_async_wait_all();
+    if constexpr (KV == Fmt::fp8e4m3) scale_output(st, p.v_head_scale[h] * dev::kE4m3HalfFactor);
     __syncthreads();   // the pipeline memory becomes the merge area
-    finish(p, st, smem, b, h, split, row0, rows, warp, lane);
+    finish(p, st, smem, b, h, c.split, row0, c.rows, warp, lane);
+  }
+
+  // flashq: chunks of one 64-token block (split_tokens and kv_lens are multiples of 64), KB / VB bits.
+  template <int KB, int VB>
+  static __device__ void run_blocks(const DecodeParams& p, char* smem) {
+    Cta c;
+    if (!setup(p, c)) return;
+    const int warp = c.warp, lane = c.lane, b = c.b, h = c.h;
+    constexpr int kBlock = kv::kFlashQBlock;
+    const int first_block = c.start / kBlock, n_chunks = (c.end - c.start) / kBlock;
+    const int my_chunks = warp < n_chunks ? (n_chunks - warp + WARPS - 1) / WARPS : 0;
+    const int off_k = p.fq_heads[2 * h + 1], off_v = p.fq_heads[2 * (p.heads_kv + h) + 1];
+
+    constexpr int kStage = 2 * kFqStage, kPipe = STAGES * kStage;
+    const u32 pipe = dev::smem_addr(smem) + warp * kPipe;
+    const char* pipe_ptr = smem + warp * kPipe;
+    u32* table_k = reinterpret_cast<u32*>(smem + WARPS * kPipe + warp * 2 * D * 4);
+    u32* table_v = table_k + D;
+    auto block_of = [&](int i) { return first_block + warp + i * WARPS; };
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) {
+      if (i < my_chunks) fq_load_block<KB, VB>(p, pipe + i * kStage, pipe + i * kStage + kFqStage, b, block_of(i), off_k, off_v, lane);
+      dev::cp_async_commit();
+    }
+
+    u32 qa[kMT][kSteps][4];
+    float q_sum[kMT][2];
+    load_q<KB>(p, qa, q_sum, b, h, c.row0, c.rows, lane);
+    const float scale_log2 = p.softmax_scale * dev::kLog2e;
+
+    Softmax st;
+    init_state(p, st);
+    for (int i = 0; i < my_chunks; ++i) {
+      {
+        const int next = i + STAGES - 1;
+        const u32 dst = pipe + (next % STAGES) * kStage;
+        if (next < my_chunks) fq_load_block<KB, VB>(p, dst, dst + kFqStage, b, block_of(next), off_k, off_v, lane);
+        dev::cp_async_commit();
+      }
+      dev::cp_async_wait<STAGES - 1>();
+      __syncwarp();
+      const char* k_block = pipe_ptr + (i % STAGES) * kStage;
+      const char* v_block = k_block + kFqStage;
+      dev::flashq_param_table<D>(k_block, table_k, lane);
+      dev::flashq_param_table<D>(v_block, table_v, lane);
+      __syncwarp();
+      const float alpha_v = dev::flashq_alpha(v_block);
+#pragma unroll 1
+      for (int r0 = 0; r0 < kBlock; r0 += BN) {
+        float s[kMT][kNT][4];
+        fq_qk_product<KB>(s, qa, k_block, table_k, r0, scale_log2, lane);
+        softmax_update(s, st);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] *= alpha_v;
+        fq_pv_product<VB>(s, st, v_block, table_v, r0, lane);
+      }
+      __syncwarp();   // every lane is done with this stage and the tables before they are refilled
+    }
+    dev::cp_async_wait_all();
+    __syncthreads();   // the pipeline memory becomes the merge area
+    finish(p, st, smem, b, h, c.split, c.row0, c.rows, warp, lane);
+  }
+
+ public:
+  static __device__ void run(const DecodeParams& p, char* smem) {
+    if constexpr (KV == Fmt::flashq) {
+      // The head's bit widths pick one of four specialisations (uniform over the CTA).
+      const int h = blockIdx.y / ((p.heads_q / p.heads_kv * p.q_len + BM - 1) / BM);
+      const int kb = p.fq_heads[2 * h], vb = p.fq_heads[2 * (p.heads_kv + h)];
+      if (kb == 4 && vb == 4) run_blocks<4, 4>(p, smem);
+      else if (kb == 4) run_blocks<4, 2>(p, smem);
+      else if (vb == 4) run_blocks<2, 4>(p, smem);
+      else run_blocks<2, 2>(p, smem);
+    } else {
+      run_rows(p, smem);
+    }
   }
 };
 

@@ -5,6 +5,7 @@
 #pragma once
 #include "qattn/abi.h"
 #include "qattn/common/common.cuh"
+#include "qattn/decode/fp8_e4m3.h"
 #include "qattn/decode/kv_layout.h"
 
 namespace qattn::decode {
@@ -12,7 +13,9 @@ namespace qattn::decode {
 template <Fmt KV, Gran G, Fmt IN, int D, bool PAGED>
 struct Append {
   static_assert(kv::format_ok(KV, G), "kv append: unsupported cache format");
-  static_assert(KV == Fmt::int8 || KV == Fmt::int4 || KV == IN, "kv append: fp16/bf16 caches take their own type");
+  static_assert(KV == Fmt::int8 || KV == Fmt::int4 || KV == Fmt::fp8e4m3 || KV == IN,
+                "kv append: fp16/bf16 caches take their own type");
+  static_assert(KV != Fmt::flashq, "kv append: flashq caches are written by flashq_pack.cuh");
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
 
@@ -73,6 +76,10 @@ struct Append {
         const int q = min(127, max(-127, __float2int_rn(__fmul_rn(v[k], inv))));
         row[kHdr + lane * kPer + k] = static_cast<u8>(static_cast<signed char>(q));
       }
+    } else if constexpr (KV == Fmt::fp8e4m3) {
+      const float inv = __fdiv_rn(1.f, p.head_scale[h]);
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) row[lane * kPer + k] = fp8::encode_e4m3(__fmul_rn(v[k], inv));
     } else {   // int4, asymmetric per group, codes computed with the fp16-rounded scale and shift
       float mn = v[0], mx = v[0];
 #pragma unroll

@@ -46,6 +46,20 @@ __device__ __forceinline__ u32 int4_pair(u32 w, int k) {
   return hsub2(((w >> (4 * k)) & 0x000F000Fu) | kHalf2_1024, kHalf2_1024);
 }
 
+// e4m3 bytes 1 and 3 of t (bytes 0 and 2 are ignored) as the fp16 pair (lo from byte 1, hi from byte
+// 3), each 2^-8 times the e4m3 value, exact: sign bits stay, exponent and mantissa move down by one bit
+// into fp16's fields (the exponent biases differ by 8, which the 2^-8 absorbs; e4m3 subnormals land on
+// fp16 subnormals with the same factor).
+__device__ __forceinline__ u32 e4m3_bytes13_to_half2(u32 t) {
+  return (t & 0x80008000u) | ((t >> 1) & 0x3F803F80u);
+}
+// Four e4m3 codes (bytes 0..3 of w) as the pairs (c0, c1), (c2, c3), each 2^-8 times the value.
+__device__ __forceinline__ void e4m3x4_to_half2(u32 w, u32& lo, u32& hi) {
+  lo = e4m3_bytes13_to_half2(prmt(w, w, 0x1000u));
+  hi = e4m3_bytes13_to_half2(prmt(w, w, 0x3222u));
+}
+constexpr float kE4m3HalfFactor = 256.f;   // value = kE4m3HalfFactor * the decoded fp16
+
 // (scale, shift) stored as one fp16 pair (scale in the low half) -> both halves scale / both shift.
 __device__ __forceinline__ u32 dup_low_half(u32 pair) { return prmt(pair, pair, 0x1010u); }
 __device__ __forceinline__ u32 dup_high_half(u32 pair) { return prmt(pair, pair, 0x3232u); }
