@@ -59,7 +59,10 @@ Body decode_body(const Spec& s, const Tiling& t) {
   std::ostringstream os;
   const bool gemv = s.flow == Dataflow::gemv;
   os << (gemv ? "qattn::decode::GemvKernel<" : "qattn::decode::Kernel<") << fmt_enum(s.qk.fmt) << ", "
-     << gran_enum(s.qk.gran) << ", " << fmt_enum(s.out) << ", " << s.head_dim << ", " << flag(s.causal) << ", "
+     // flashq: the kernel covers the cache's blocks, which are never masked (the new tokens, and so the
+     // causal mask, are in its INT8 buffer, decoded by the int8:per_token kernel).
+     << gran_enum(s.qk.gran) << ", " << fmt_enum(s.out) << ", " << s.head_dim << ", "
+     << flag(s.causal && s.qk.fmt != Fmt::flashq) << ", "
      << flag(s.paged) << ", " << softmax_enum(s.softmax) << ", " << t.block_m << ", " << t.block_n << ", " << t.warps
      << ", " << t.stages << ">";
   return {gemv ? "qattn/decode/decode_gemv.cuh" : "qattn/decode/decode_mma.cuh", os.str(), "qattn::DecodeParams"};

@@ -64,10 +64,12 @@ TEST(GemvShape, UnitsStayAlignedAndInsideOneScaleGroup) {
         const int group_channels = d / kv::groups(f.fmt, f.gran);
         EXPECT_EQ(group_channels % (unit * 8 / bits), 0) << "a unit never straddles two (scale, shift) groups";
       }
-  // Rows of 4 + d bytes (int8, int4 per token) allow 4-byte units only; fp16 rows take 16-byte units.
+  // Rows of 4 + d bytes (int8, int4 per token) allow 4-byte units only; fp16/bf16 take 8-byte units
+  // (4 channels: fewer registers for the decoded values), the other formats up to 16 bytes.
   EXPECT_EQ(gemv_unit_bytes(Fmt::int8, Gran::per_token, 128, 4), 4);
   EXPECT_EQ(gemv_unit_bytes(Fmt::int4, Gran::per_token, 128, 1), 4);
-  EXPECT_EQ(gemv_unit_bytes(Fmt::fp16, Gran::none, 128, 8), 16);
+  EXPECT_EQ(gemv_unit_bytes(Fmt::fp16, Gran::none, 128, 8), 8);
+  EXPECT_EQ(gemv_unit_bytes(Fmt::bf16, Gran::none, 64, 1), 8);
   EXPECT_EQ(gemv_unit_bytes(Fmt::int4, Gran::per_group, 128, 1), 16);
   EXPECT_EQ(gemv_unit_bytes(Fmt::int4, Gran::per_group, 64, 1), 8);   // 16 channels per group
   EXPECT_EQ(gemv_unit_bytes(Fmt::fp8e4m3, Gran::per_head, 128, 8), 8);
@@ -86,7 +88,8 @@ TEST(GemvShape, ValidTilings) {
   EXPECT_FALSE(gemv_tiling_ok(Fmt::int8, Gran::per_token, 128, 4, 32, 4, 5));
   EXPECT_FALSE(gemv_tiling_ok(Fmt::int8, Gran::per_token, 96, 4, 32, 4, 2));
   EXPECT_FALSE(gemv_tiling_ok(Fmt::int8, Gran::per_group, 128, 4, 32, 4, 2)) << "not a cache format";
-  EXPECT_FALSE(gemv_tiling_ok(Fmt::flashq, Gran::per_channel, 128, 4, 64, 4, 2)) << "flashq takes flow=mma";
+  EXPECT_TRUE(gemv_tiling_ok(Fmt::flashq, Gran::per_channel, 128, 4, 64, 4, 2));
+  EXPECT_FALSE(gemv_tiling_ok(Fmt::flashq, Gran::per_channel, 128, 4, 32, 4, 2)) << "a flashq chunk is a 64-token block";
   // fp16 at d 256: 512-byte rows; 8 warps x 4 stages x (K + V) x 64 rows is 2 MB.
   EXPECT_FALSE(gemv_tiling_ok(Fmt::fp16, Gran::none, 256, 1, 64, 8, 4));
 }
@@ -148,9 +151,11 @@ TEST(GemvShape, CandidatesAreValidGemvTilingsWithTheGqaRowsFirst) {
   EXPECT_FALSE(validate(s, Tiling{16, 32, 4, 3}, default_limits(s.arch)));
   s.flow = Dataflow::mma;
   EXPECT_FALSE(validate(s, Tiling{4, 32, 4, 3}, default_limits(s.arch)));
-  // flashq has no gemv kernel: no tiling is valid.
+  // flashq: only block-sized chunks (bn 64).
   s = gemv_spec({Fmt::flashq, Gran::per_channel}, 128, 4, Arch::sm_90a);
-  EXPECT_TRUE(candidate_tilings(s, default_limits(s.arch)).empty());
+  const std::vector<Tiling> fq = candidate_tilings(s, default_limits(s.arch));
+  ASSERT_FALSE(fq.empty());
+  for (const Tiling& t : fq) EXPECT_EQ(t.block_n, 64) << to_string(t);
 }
 
 TEST(GemvShape, DefaultGridCompilesEveryFormatAndBlockShape) {
@@ -168,7 +173,7 @@ TEST(GemvShape, DefaultGridCompilesEveryFormatAndBlockShape) {
       modes.insert(s.softmax);
       paged |= s.paged && s.causal;
     }
-    EXPECT_EQ(formats.size(), 6u) << to_string(arch);
+    EXPECT_EQ(formats.size(), 7u) << to_string(arch);
     EXPECT_EQ(bms, (std::set<int>{1, 2, 4, 8})) << to_string(arch);
     EXPECT_EQ(dims, (std::set<int>{64, 128, 256})) << to_string(arch);
     EXPECT_EQ(modes.size(), 3u) << "exact, sas and unified_max";

@@ -5,8 +5,9 @@
 // The caches are built by the host model (prefill, then a decode step's append, which may flush), so
 // this test checks the decode alone; the pack kernels are checked against the same model byte for byte
 // in flashq_pack_gpu_test.cpp, and the last test here runs the whole device path (prefill, appends with
-// flushes, decode). Mixed bit widths per head (K and V differ), contiguous and paged, causal with
-// several new tokens, ragged lengths around the 64-token block, d 64 / 128 / 256, split counts.
+// flushes, decode). Both dataflows (mma, gemv), mixed bit widths per head (K and V differ), contiguous
+// and paged, causal with several new tokens, ragged lengths around the 64-token block, d 64 / 128 / 256,
+// split counts.
 // Thresholds as for the other caches (decode_gpu_test.cpp): the reference sees the values the cache
 // holds, and every code enters the tensor cores as an exact integer with the block scales in fp32.
 #include <gtest/gtest.h>
@@ -36,12 +37,15 @@ struct FqCase {
   bool paged = false;
   bool gemv = false;
   int splits = 0;
+  double softmax_scale = 0;   // 0: 1/sqrt(d)
+  UnifiedMax unified_max;     // softmax=unified_max
 };
 
 struct FqResult {
   std::vector<double> out, lse, ref, ref_lse;
   test::ErrorMetrics metrics;
   double lse_max_abs = 0;
+  long long fallback_rows = -1;   // softmax=unified_max: rows the exact kernel recomputed
 };
 
 std::vector<float> as_floats(const test::HostTensor& t) {
@@ -106,13 +110,16 @@ FqResult decode_and_compare(Runtime& rt, const Spec& s, const FqCase& c, const H
   call.flashq = view;
   call.lse = lse.as<float>();
   call.splits = c.splits;
+  call.softmax_scale = static_cast<float>(c.softmax_scale);
+  call.unified_max = c.unified_max;
   rt.decode(call, nullptr);
 
   FqResult r;
+  if (s.softmax == SoftmaxMode::unified_max) r.fallback_rows = rt.decode_fallback_rows(nullptr);
   for (std::uint16_t bits : o.to_vector<std::uint16_t>()) r.out.push_back(test::half_bits_to_double(bits, s.out));
   for (float v : lse.to_vector<float>()) r.lse.push_back(v);
   r.ref = test::reference_decode_flashq(q_in.logical(), host, host.compressed_lens, host.buffer_lens, heads_q, c.q_len,
-                                        s.causal, 0.0, &r.ref_lse);
+                                        s.causal, static_cast<double>(static_cast<float>(c.softmax_scale)), &r.ref_lse);
   r.metrics = test::compare(r.ref, r.out);
   for (size_t i = 0; i < r.lse.size(); ++i) {
     const double diff = std::fabs(r.lse[i] - r.ref_lse[i]);
@@ -199,23 +206,25 @@ class FlashQDecodeGpu : public test::GpuTest {
   }()};
 };
 
-TEST_F(FlashQDecodeGpu, MixedBitsContiguousAndPagedMatchReference) {
+TEST_F(FlashQDecodeGpu, MixedBitsBothFlowsContiguousAndPagedMatchReference) {
   const std::uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(test::seed_note(seed));
-  for (bool paged : {false, true})
-    for (bool causal : {false, true}) {
-      FqCase c{fq_spec(128, causal ? 4 : 5, causal), kKBits, kVBits, causal ? 4 : 1, kLens, paged};
-      expect_accurate(run_case(rt, c, seed), to_string(spec_of(c)));
-    }
+  for (bool gemv : {false, true})
+    for (bool paged : {false, true})
+      for (bool causal : {false, true}) {
+        FqCase c{fq_spec(128, causal ? 4 : 5, causal), kKBits, kVBits, causal ? 4 : 1, kLens, paged, gemv};
+        expect_accurate(run_case(rt, c, seed), to_string(spec_of(c)));
+      }
 }
 
 TEST_F(FlashQDecodeGpu, HeadDimsAndSplits) {
   const std::uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(test::seed_note(seed));
-  for (int d : {64, 256}) {
-    FqCase c{fq_spec(d, 8, true, "fp16"), {2, 4}, {4, 2}, 2, {100, 1000}, d == 64};
-    expect_accurate(run_case(rt, c, seed), to_string(spec_of(c)));
-  }
+  for (int d : {64, 256})
+    for (bool gemv : {false, true}) {
+      FqCase c{fq_spec(d, gemv ? 1 : 8, true, "fp16"), {2, 4}, {4, 2}, 2, {100, 1000}, d == 64, gemv};
+      expect_accurate(run_case(rt, c, seed), to_string(spec_of(c)));
+    }
   std::vector<double> first;
   for (int splits : {1, 2, 7, 32}) {
     FqCase c{fq_spec(128, 4, false), kKBits, kVBits, 1, kLens, false, false, splits};
@@ -223,6 +232,48 @@ TEST_F(FlashQDecodeGpu, HeadDimsAndSplits) {
     expect_accurate(r, to_string(spec_of(c)) + " splits=" + std::to_string(splits));
     if (first.empty()) first = r.out;
     else EXPECT_LE(test::compare(first, r.out).rel_l2, 5e-3) << "splits=" << splits;
+  }
+}
+
+// softmax=sas and unified_max over the blocks and the buffer, on both flows. SAS: as close to the exact
+// softmax as for the other caches (decode_gpu_test.cpp), its LSE never above the exact one by more than
+// the cubic's error. Unified max: phi calibrated from an exact run's LSE (scores scaled by 0.1 / sqrt(d)
+// so that the row maxima fit the fp16 P window, see decode_umax_gpu_test.cpp): no row falls back and
+// the result matches the reference as the exact mode does.
+TEST_F(FlashQDecodeGpu, SasAndUnifiedMaxOnBothFlows) {
+  const std::uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  for (bool gemv : {false, true}) {
+    FqCase sas{fq_spec(128, 4, true) + " softmax=sas", kKBits, kVBits, 2, kLens, !gemv, gemv};
+    const FqResult r = run_case(rt, sas, seed);
+    SCOPED_TRACE(to_string(spec_of(sas)) + ": " + r.metrics.report());
+    EXPECT_EQ(r.metrics.nonfinite, 0);
+    EXPECT_GE(r.metrics.cosine, 0.9999);
+    EXPECT_LE(r.metrics.rel_l2, 1e-2);
+    double most_above = -1;
+    for (size_t i = 0; i < r.lse.size(); ++i) most_above = std::max(most_above, r.lse[i] - r.ref_lse[i]);
+    EXPECT_LE(most_above, 5e-3) << "SAS added mass";
+
+    FqCase exact{fq_spec(128, 4, true), kKBits, kVBits, 2, kLens, gemv, gemv};
+    exact.softmax_scale = 0.1 / std::sqrt(128.0);
+    const FqResult e = run_case(rt, exact, seed);
+    // Each row's maximum lies in [lse - ln(keys), lse]; keys: its sequence's length (an upper bound).
+    std::vector<int> row_keys;
+    for (int len : kLens)
+      for (int r = 0; r < static_cast<int>(kKBits.size()) * 4 * 2; ++r) row_keys.push_back(len + 2);
+    UnifiedMaxCalibrationOptions co;
+    co.sample = ScoreSample::row_lse;
+    co.row_keys = row_keys.data();
+    ASSERT_EQ(row_keys.size(), e.lse.size());
+    const UnifiedMaxCalibration cal = calibrate_unified_max(e.lse, co);
+    ASSERT_TRUE(cal.enabled) << cal.reason;
+    FqCase um = exact;
+    um.spec += " softmax=unified_max";
+    um.unified_max = cal.params;
+    const FqResult u = run_case(rt, um, seed);
+    expect_accurate(u, to_string(spec_of(um)));
+    EXPECT_EQ(u.fallback_rows, 0);
+    EXPECT_LE(test::compare(e.out, u.out).rel_l2, 5e-3) << "unified max vs exact";
   }
 }
 

@@ -14,9 +14,11 @@
 //                 shuffles, one exponential per lane and token (its own row's).
 //   O += P V      the P of every row is broadcast within the group, the lane decodes its channels of
 //                 the V row once and accumulates BM x kCh products.
-// Per-token scales are applied once per token instead of per element (K: S = scale (Q . codes) +
-// shift sum(Q); V: P scale, and sum P shift added at the end); int4 per_group dequantizes element-wise;
-// fp8 e4m3 codes decode to fp16 (2^-8 x their value) and both head scales fold into S and O.
+// Codes become fp32 with integer tricks (int8: a byte next to the exponent of 2^23; int4: a nibble in
+// the mantissa of 128, kInt4Bias), never an I2F. Per-token scales are applied once per token instead
+// of per element (K: S = scale (Q . codes) + shift sum(Q); V: P scale, and sum P shift added at the
+// end); int4 per_group dequantizes element-wise; fp8 e4m3 codes decode to fp16 (2^-8 x their value)
+// and both head scales fold into S and O.
 // Chunks travel by cp.async in 16-byte units, STAGES per warp in flight (as in the mma kernel). At the
 // end every group of every warp is one softmax state; they are merged through shared memory, and the
 // output or the split's partial is written as the mma kernel's finish() does (natural channel order).
@@ -25,6 +27,7 @@
 #include "qattn/abi.h"
 #include "qattn/common/common.cuh"
 #include "qattn/decode/decode_gemv_shape.h"
+#include "qattn/decode/flashq_dequant.cuh"
 #include "qattn/decode/kv_dequant.cuh"
 #include "qattn/decode/sas.h"
 
@@ -33,7 +36,7 @@ namespace qattn::decode {
 template <Fmt KV, Gran G, Fmt OUT, int D, bool CAUSAL, bool PAGED, SoftmaxMode SMX, int BM, int BN, int WARPS,
           int STAGES>
 struct GemvKernel {
-  static_assert(KV != Fmt::flashq, "decode gemv: flashq caches are not supported by the gemv dataflow; use flow=mma");
+  static_assert(KV != Fmt::flashq || !CAUSAL, "decode gemv: flashq blocks are never masked (the new tokens are in the buffer)");
   static_assert(gemv_tiling_ok(KV, G, D, BM, BN, WARPS, STAGES),
                 "decode gemv: unsupported format or tiling (decode_gemv_shape.h)");
   static_assert(OUT == Fmt::fp16 || OUT == Fmt::bf16, "decode: queries and outputs are fp16 or bf16");
@@ -53,14 +56,16 @@ struct GemvKernel {
   static constexpr int kCh = gemv_lane_channels(BM);       // channels per lane
   static constexpr int kGroups = 32 / kLanes;              // tokens per step
   static constexpr int kSteps = BN / kGroups;              // steps per chunk
-  static constexpr int kBlockMax = BM >= 4 ? 4 : 8;        // (registers: s and the loads in flight)
+  static constexpr int kBlockMax = BM == 8 ? 2 : BM == 4 ? 4 : 8;       // (registers: s and the loads in flight)
   static constexpr int kBlock = kSteps < kBlockMax ? kSteps : kBlockMax;   // steps per softmax update
   static constexpr int kUnitBytes = gemv_unit_bytes(KV, G, D, BM);
   static constexpr int kUnitCh = kUnitBytes * 8 / gemv_element_bits(KV);
   static constexpr int kUnits = kCh / kUnitCh;             // units per lane
   static constexpr int kWords = kUnitBytes / 4;
   static constexpr int kRowBits = BM == 1 ? 0 : BM == 2 ? 1 : BM == 4 ? 2 : 3;
-  static constexpr int kChunkBytes = BN * kRow;
+  // flashq: a chunk is one 64-token block (BN == 64) of the widest bit width; see fq_* below.
+  static constexpr bool kFq = KV == Fmt::flashq;
+  static constexpr int kChunkBytes = kFq ? kv::flashq_block_bytes(4, D) : BN * kRow;
   static constexpr int kUnitsPerChunk = kChunkBytes / 16;
   static constexpr int kWarpPipeBytes = STAGES * 2 * kChunkBytes;
   static constexpr int kStates = WARPS * kGroups;          // softmax states merged at the end
@@ -391,8 +396,13 @@ struct GemvKernel {
   // Merges the groups' states (every group of every warp) and writes the output (one split) or the
   // split's partial (slot split_base + split); unified_max: ORs the row flags, one atomic per row and
   // CTA; fallback_only: writes only the rows whose flags are not exactly kUmSeen.
-  static __device__ void finish(const DecodeParams& p, State& st, char* smem, int b, int h, int split, int row0,
-                                int rows, int warp, int lane) {
+  // The CTA's coordinates are recomputed here rather than kept live across the main loop.
+  static __device__ void finish(const DecodeParams& p, State& st, char* smem) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int split = blockIdx.x, b = blockIdx.z;
+    const int gqa = p.heads_q / p.heads_kv, rows = gqa * p.q_len;
+    const int row_blocks = (rows + BM - 1) / BM;
+    const int h = blockIdx.y / row_blocks, row0 = (blockIdx.y % row_blocks) * BM;
     float* mo = reinterpret_cast<float*>(smem);   // [kStates][BM][D]
     float* mm = mo + kStates * BM * D;            // [kStates][BM]
     float* ml = mm + kStates * BM;                // [kStates][BM]
@@ -419,7 +429,6 @@ struct GemvKernel {
       ml[state * BM + own_row(j)] = st.l;
     }
     __syncthreads();
-    const int gqa = p.heads_q / p.heads_kv;
     for (int idx = threadIdx.x; idx < BM * D; idx += kThreads) {
       const int row = idx / D, col = idx % D;
       if (row0 + row >= rows) continue;
@@ -459,8 +468,81 @@ struct GemvKernel {
     }
   }
 
- public:
-  static __device__ void run(const DecodeParams& p, char* smem) {
+ // ---- FlashQ (KV == flashq; kv_layout.h): a chunk is one block of K and one of V with the head's
+  // bit widths KB / VB; its per-channel (s_c, m_c) become a float table in shared memory once per block
+  // (the lane reads its channels' entries), and each code decodes to the INT8 value s_c * code + m_c
+  // (exact in fp32); alpha scales the score (K) and P (V). The lane's channels are those of load_q:
+  // units of kUnitCh = 8 channels (gemv_unit_bytes for flashq), i.e. KB bytes of codes per unit.
+  static_assert(!kFq || (kUnitCh == 8 && BN == kv::kFlashQBlock), "decode gemv: flashq units are 8 channels, chunks one block");
+
+  // The block's (s_c, m_c) as floats: table[2c], table[2c + 1].
+  static __device__ __forceinline__ void fq_table(const char* block, float* table, int lane) {
+    const unsigned char* s = reinterpret_cast<const unsigned char*>(block) + kv::kFlashQHeaderBytes;
+    const signed char* m = reinterpret_cast<const signed char*>(s + D);
+    for (int c = lane; c < D; c += 32) {
+      table[2 * c] = float(s[c]);
+      table[2 * c + 1] = float(m[c]);
+    }
+  }
+
+  // Channels [unit * 8, unit * 8 + 8) of code row r of a BITS-bit block, as INT8 values.
+  template <int BITS>
+  static __device__ __forceinline__ void fq_decode_unit(const char* block, int r, int unit, const float* table,
+                                                        float (&x)[kUnitCh]) {
+    const char* codes = block + kv::flashq_codes_offset(D) + r * kv::flashq_code_row_bytes(BITS, D) + unit * BITS;
+    const u32 w = BITS == 4 ? load<u32>(codes) : u32(load<u16>(codes));
+    const float4* t = reinterpret_cast<const float4*>(table + 16 * unit);
+#pragma unroll
+    for (int e2 = 0; e2 < 4; ++e2) {   // channels 2 e2, 2 e2 + 1
+      const float4 sm = t[e2];         // (s, m) of both
+      const int c0 = int((w >> (BITS * 2 * e2)) & ((1u << BITS) - 1u));
+      const int c1 = int((w >> (BITS * (2 * e2 + 1))) & ((1u << BITS) - 1u));
+      x[2 * e2] = fmaf(float(c0), sm.x, sm.y);
+      x[2 * e2 + 1] = fmaf(float(c1), sm.z, sm.w);
+    }
+  }
+
+  // Score (log2 units, times scale = scale_log2 * alpha_k) of the group's token at block row r.
+  template <int KB>
+  static __device__ __forceinline__ float fq_score(const char* k_block, int r, const float (&q)[BM][kCh], float scale,
+                                                   const float* table, int j) {
+    float dot[BM];
+#pragma unroll
+    for (int m = 0; m < BM; ++m) dot[m] = 0.f;
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      float x[kUnitCh];
+      fq_decode_unit<KB>(k_block, r, j + k * kLanes, table, x);
+#pragma unroll
+      for (int e = 0; e < kUnitCh; ++e)
+#pragma unroll
+        for (int m = 0; m < BM; ++m) dot[m] = fmaf(q[m][k * kUnitCh + e], x[e], dot[m]);
+    }
+    return reduce_rows(dot, j) * scale;
+  }
+
+  // O += P V for the group's token at block row r (p: the own row's P times alpha_v).
+  template <int VB>
+  static __device__ __forceinline__ void fq_pv_step(const char* v_block, int r, float p, State& st, const float* table,
+                                                    int lane, int j) {
+    float pm[BM];
+#pragma unroll
+    for (int m = 0; m < BM; ++m)
+      pm[m] = BM == 1 ? p : __shfl_sync(0xffffffffu, p, (lane & ~(kLanes - 1)) | lane_of_row(m));
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      float x[kUnitCh];
+      fq_decode_unit<VB>(v_block, r, j + k * kLanes, table, x);
+#pragma unroll
+      for (int e = 0; e < kUnitCh; ++e)
+#pragma unroll
+        for (int m = 0; m < BM; ++m) st.o[m][k * kUnitCh + e] = fmaf(pm[m], x[e], st.o[m][k * kUnitCh + e]);
+    }
+  }
+
+
+  template <int KB, int VB>
+  static __device__ void run_impl(const DecodeParams& p, char* smem) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int j = lane % kLanes, g = lane / kLanes;
     const int split = blockIdx.x, b = blockIdx.z;
@@ -490,10 +572,17 @@ struct GemvKernel {
     const u32 pipe = dev::smem_addr(smem) + warp * kWarpPipeBytes;
     char* pipe_ptr = smem + warp * kWarpPipeBytes;   // the same memory, for plain loads and stores
     auto chunk_t0 = [&](int i) { return start + (warp + i * WARPS) * BN; };
+    // flashq: the head's block offsets in a page, and the warp's (s, m) tables after the pipelines.
+    const int off_k = kFq ? p.fq_heads[2 * h + 1] : 0, off_v = kFq ? p.fq_heads[2 * (p.heads_kv + h) + 1] : 0;
+    float* table_k = reinterpret_cast<float*>(smem + WARPS * kWarpPipeBytes) + warp * 4 * D;
+    float* table_v = table_k + 2 * D;
+    auto load = [&](int i, u32 dst) {
+      if constexpr (kFq) dev::flashq_load_block<D, PAGED, KB, VB>(p, dst, dst + kChunkBytes, b, chunk_t0(i) / BN, off_k, off_v, lane);
+      else load_chunk(p, dst, dst + kChunkBytes, b, h, chunk_t0(i), len, lane);
+    };
 #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) {
-      if (i < my_chunks)
-        load_chunk(p, pipe + i * 2 * kChunkBytes, pipe + i * 2 * kChunkBytes + kChunkBytes, b, h, chunk_t0(i), len, lane);
+      if (i < my_chunks) load(i, pipe + i * 2 * kChunkBytes);
       dev::cp_async_commit();
     }
 
@@ -516,7 +605,7 @@ struct GemvKernel {
       {
         const int next = i + STAGES - 1;
         const u32 dst = pipe + (next % STAGES) * 2 * kChunkBytes;
-        if (next < my_chunks) load_chunk(p, dst, dst + kChunkBytes, b, h, chunk_t0(next), len, lane);
+        if (next < my_chunks) load(next, dst);
         dev::cp_async_commit();
       }
       dev::cp_async_wait<STAGES - 1>();
@@ -529,25 +618,52 @@ struct GemvKernel {
         __syncwarp();   // zeroed rows visible to the whole warp
       }
       const bool masked = t0 + BN > seen_by_all;
+      float fq_scale = 0.f, alpha_v = 0.f;
+      if constexpr (kFq) {
+        fq_table(k_tile, table_k, lane);
+        fq_table(v_tile, table_v, lane);
+        __syncwarp();
+        fq_scale = scale_log2 * dev::flashq_alpha(k_tile);
+        alpha_v = dev::flashq_alpha(v_tile);
+      }
 #pragma unroll 1
       for (int blk = 0; blk < kSteps; blk += kBlock) {
         float s[kBlock];
 #pragma unroll
         for (int ii = 0; ii < kBlock; ++ii) {
           const int r = g * kSteps + blk + ii;
-          s[ii] = score(k_tile, r, q, q_sum, scale_log2, j);
+          if constexpr (kFq) s[ii] = fq_score<KB>(k_tile, r, q, fq_scale, table_k, j);
+          else s[ii] = score(k_tile, r, q, q_sum, scale_log2, j);
           // A select, so garbage or NaN in unused rows of a straddling group never survives.
           if (masked && t0 + r >= limit) s[ii] = dev::neg_inf();
         }
         softmax_block(s, st, p.um_phi2, lane);
 #pragma unroll
-        for (int ii = 0; ii < kBlock; ++ii) pv_step(v_tile, g * kSteps + blk + ii, s[ii], st, lane, j);
+        for (int ii = 0; ii < kBlock; ++ii) {
+          if constexpr (kFq) fq_pv_step<VB>(v_tile, g * kSteps + blk + ii, s[ii] * alpha_v, st, table_v, lane, j);
+          else pv_step(v_tile, g * kSteps + blk + ii, s[ii], st, lane, j);
+        }
       }
       __syncwarp();   // every lane is done with this stage before it is refilled
     }
     dev::cp_async_wait_all();
     __syncthreads();   // the pipeline memory becomes the merge area
-    finish(p, st, smem, b, h, split, row0, rows, warp, lane);
+    finish(p, st, smem);
+  }
+
+ public:
+  static __device__ void run(const DecodeParams& p, char* smem) {
+    if constexpr (kFq) {
+      // The head's bit widths pick one of four specialisations (uniform over the CTA).
+      const int h = blockIdx.y / ((p.heads_q / p.heads_kv * p.q_len + BM - 1) / BM);
+      const int kb = p.fq_heads[2 * h], vb = p.fq_heads[2 * (p.heads_kv + h)];
+      if (kb == 4 && vb == 4) run_impl<4, 4>(p, smem);
+      else if (kb == 4) run_impl<4, 2>(p, smem);
+      else if (vb == 4) run_impl<2, 4>(p, smem);
+      else run_impl<2, 2>(p, smem);
+    } else {
+      run_impl<0, 0>(p, smem);
+    }
   }
 };
 

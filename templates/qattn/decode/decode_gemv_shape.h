@@ -40,7 +40,7 @@ QATTN_GEMV_FN int gemv_element_bits(Fmt kv) {
 QATTN_GEMV_FN int gemv_unit_bytes(Fmt kv, Gran g, int d, int bm) {
   const int row = kv::row_bytes(kv, g, d), hdr = kv::header_bytes(kv, g);
   const int lane_bytes = gemv_lane_channels(bm) * gemv_element_bits(kv) / 8;
-  int u = 16;
+  int u = kv == Fmt::fp16 || kv == Fmt::bf16 ? 8 : 16;   // fp16/bf16: 4 channels a unit (registers)
   while (u > 4 && (row % u != 0 || hdr % u != 0)) u /= 2;
   if (u > lane_bytes) u = lane_bytes;
   const int group_bytes = d / kv::groups(kv, g) * gemv_element_bits(kv) / 8;
@@ -51,14 +51,16 @@ QATTN_GEMV_FN int gemv_merge_bytes(int d, int bm, int warps) {
   return warps * gemv_step_tokens(d, bm) * bm * (d + 3) * 4;
 }
 
+// flashq: the pipeline is followed by each warp's (s, m) float tables of its K and V block.
 QATTN_GEMV_FN int gemv_smem_bytes(Fmt kv, Gran g, int d, int bm, int bn, int warps, int stages) {
-  const int a = pipeline_bytes(kv, g, d, bn, warps, stages), b = gemv_merge_bytes(d, bm, warps);
+  const int a = pipeline_bytes(kv, g, d, bn, warps, stages) + (kv == Fmt::flashq ? warps * 4 * d * 4 : 0);
+  const int b = gemv_merge_bytes(d, bm, warps);
   return a > b ? a : b;
 }
 
-// flashq is not a GEMV format yet (its blocks are per-channel over 64 tokens, not rows).
+// flashq: a chunk is one 64-token block (bn 64).
 QATTN_GEMV_FN bool gemv_tiling_ok(Fmt kv, Gran g, int d, int bm, int bn, int warps, int stages) {
-  return kv::format_ok(kv, g) && kv != Fmt::flashq && (d == 64 || d == 128 || d == 256) &&
+  return kv::format_ok(kv, g) && (kv != Fmt::flashq || bn == kv::kFlashQBlock) && (d == 64 || d == 128 || d == 256) &&
          (bm == 1 || bm == 2 || bm == 4 || bm == 8) && (bn == 16 || bn == 32 || bn == 64) &&
          bn >= gemv_step_tokens(d, bm) && (warps == 1 || warps == 2 || warps == 4 || warps == 8) && stages >= 2 &&
          stages <= 4 && gemv_smem_bytes(kv, g, d, bm, bn, warps, stages) <= kMaxSmemBytes;

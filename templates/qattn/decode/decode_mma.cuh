@@ -521,20 +521,6 @@ struct Kernel {
     }
   }
 
-  // Copies block `blk` of sequence b (K at byte off_k of its page, V at off_v) into a stage.
-  template <int KB, int VB>
-  static __device__ __forceinline__ void fq_load_block(const DecodeParams& p, u32 dst_k, u32 dst_v, int b, int blk,
-                                                       int off_k, int off_v, int lane) {
-    // Contiguous caches are pages b * max_blocks + blk (max_blocks in table_stride).
-    const long long page = PAGED ? p.block_table[(long long)b * p.table_stride + blk] : (long long)b * p.table_stride + blk;
-    const unsigned char* k = p.k.ptr + page * p.k.page_stride + off_k;
-    const unsigned char* v = p.v.ptr + page * p.v.page_stride + off_v;
-    constexpr int kUnitsK = kv::flashq_block_bytes(KB, D) / 16, kUnitsV = kv::flashq_block_bytes(VB, D) / 16;
-#pragma unroll 4
-    for (int u = lane; u < kUnitsK; u += 32) dev::cp_async_16(dst_k + u * 16, k + u * 16, true);
-#pragma unroll 4
-    for (int u = lane; u < kUnitsV; u += 32) dev::cp_async_16(dst_v + u * 16, v + u * 16, true);
-  }
 
   // S = Q K^T for block tokens [r0, r0 + BN), times scale_log2 * alpha_k. Steps outer, tokens inner, so
   // each step's (s, m) pairs are fetched once.
@@ -903,7 +889,7 @@ struct Kernel {
     auto block_of = [&](int i) { return first_block + warp + i * WARPS; };
 #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) {
-      if (i < my_chunks) fq_load_block<KB, VB>(p, pipe + i * kStage, pipe + i * kStage + kFqStage, b, block_of(i), off_k, off_v, lane);
+      if (i < my_chunks) dev::flashq_load_block<D, PAGED, KB, VB>(p, pipe + i * kStage, pipe + i * kStage + kFqStage, b, block_of(i), off_k, off_v, lane);
       dev::cp_async_commit();
     }
 
@@ -918,7 +904,7 @@ struct Kernel {
       {
         const int next = i + STAGES - 1;
         const u32 dst = pipe + (next % STAGES) * kStage;
-        if (next < my_chunks) fq_load_block<KB, VB>(p, dst, dst + kFqStage, b, block_of(next), off_k, off_v, lane);
+        if (next < my_chunks) dev::flashq_load_block<D, PAGED, KB, VB>(p, dst, dst + kFqStage, b, block_of(next), off_k, off_v, lane);
         dev::cp_async_commit();
       }
       dev::cp_async_wait<STAGES - 1>();

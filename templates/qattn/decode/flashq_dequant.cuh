@@ -7,6 +7,7 @@
 // The per-channel (s_c, m_c) of a block are turned once per block into a table of fp16 pairs in shared
 // memory, so a fragment's parameters are two 4-byte loads and a byte permute.
 #pragma once
+#include "qattn/abi.h"
 #include "qattn/common/common.cuh"
 #include "qattn/decode/kv_dequant.cuh"
 #include "qattn/decode/kv_layout.h"
@@ -33,6 +34,22 @@ __device__ __forceinline__ void flashq_pair_params(const u32* table, int c1, int
   const u32 e1 = table[c1], e2 = table[c2];
   s = prmt(e1, e2, 0x5410u);
   m = prmt(e1, e2, 0x7632u);
+}
+
+// Copies block `blk` of sequence b into a pipeline stage (cp.async, 16-byte units, the warp's lanes in
+// turn): K from byte off_k of its page to dst_k, V from off_v to dst_v, blocks of KB / VB bits.
+// Contiguous caches are pages b * max_blocks + blk (max_blocks in table_stride), paged ones the table's.
+template <int D, bool PAGED, int KB, int VB>
+__device__ __forceinline__ void flashq_load_block(const DecodeParams& p, u32 dst_k, u32 dst_v, int b, int blk, int off_k,
+                                                  int off_v, int lane) {
+  const long long page = PAGED ? p.block_table[(long long)b * p.table_stride + blk] : (long long)b * p.table_stride + blk;
+  const unsigned char* k = p.k.ptr + page * p.k.page_stride + off_k;
+  const unsigned char* v = p.v.ptr + page * p.v.page_stride + off_v;
+  constexpr int kUnitsK = kv::flashq_block_bytes(KB, D) / 16, kUnitsV = kv::flashq_block_bytes(VB, D) / 16;
+#pragma unroll 4
+  for (int u = lane; u < kUnitsK; u += 32) cp_async_16(dst_k + u * 16, k + u * 16, true);
+#pragma unroll 4
+  for (int u = lane; u < kUnitsV; u += 32) cp_async_16(dst_v + u * 16, v + u * 16, true);
 }
 
 // The block's alpha (bytes 0..3).
