@@ -105,7 +105,12 @@ Tiling decode_tiling(const Spec& spec, const Tiling& requested, const Problem& p
     require(validate(spec, requested, limits));
     return requested;
   }
-  const int want_bm = rows_per_kv_head(spec, problem) <= 16 ? 16 : 32;
+  // mma: one m16 tile when the rows fit; gemv: the smallest of 1/2/4/8 rows per CTA that holds them (each
+  // extra row block reads the head's K and V again).
+  const int rows = rows_per_kv_head(spec, problem);
+  int want_bm = rows <= 16 ? 16 : 32;
+  if (spec.flow == Dataflow::gemv)
+    for (want_bm = 1; want_bm < rows && want_bm < 8;) want_bm *= 2;
   const std::vector<Tiling> c = candidate_tilings(spec, limits);
   for (const Tiling& t : c)
     if (t.block_m == want_bm) return t;

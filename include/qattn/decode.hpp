@@ -65,7 +65,8 @@ struct DecodeCall {
   float softmax_scale = 0;        // 0: 1/sqrt(d)
   float* lse = nullptr;           // optional device fp32 [batch, heads_q, q_len], natural log
   int splits = 0;                 // 0: spec.split_k when set, else the runtime's choice
-  Tiling tiling = Tiling{0, 0, 0, 0};   // block_m 0: the runtime's choice (decode_shape.h lists the valid ones)
+  Tiling tiling = Tiling{0, 0, 0, 0};   // block_m 0: the runtime's choice (decode_shape.h, for flow=gemv
+                                        // decode_gemv_shape.h, list the valid ones)
   // softmax=unified_max (FlashDecoding++; include/qattn/unified_max.hpp): phi and the window, natural-log
   // units of x = softmax_scale * q.k (calibrate_unified_max gives them). decode() runs the unified-max
   // kernel, then the exact kernel of the same tiling on the rows it flagged, then the combine; with

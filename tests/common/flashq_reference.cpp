@@ -23,20 +23,6 @@ void require_block_args(int bits, int d) {
   if (d <= 0 || d % 32 != 0) throw std::invalid_argument("flashq: d must be a positive multiple of 32, got " + std::to_string(d));
 }
 
-// Little endian whatever the host is.
-void store_f32(unsigned char* p, float f) {
-  std::uint32_t v;
-  std::memcpy(&v, &f, sizeof v);
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>((v >> (8 * i)) & 0xFF);
-}
-float load_f32(const unsigned char* p) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
-  float f;
-  std::memcpy(&f, &v, sizeof f);
-  return f;
-}
-
 // rint((n) / s) for 0 <= n, 1 <= s, half to even, in integers (what the device computes).
 int round_div(int n, int s) {
   int q = n / s;

@@ -31,19 +31,6 @@ void store_u16(unsigned char* p, std::uint16_t v) {
 }
 std::uint16_t load_u16(const unsigned char* p) { return static_cast<std::uint16_t>(p[0] | (p[1] << 8)); }
 
-void store_f32(unsigned char* p, float f) {
-  std::uint32_t v;
-  std::memcpy(&v, &f, sizeof v);
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>((v >> (8 * i)) & 0xFF);
-}
-float load_f32(const unsigned char* p) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
-  float f;
-  std::memcpy(&f, &v, sizeof f);
-  return f;
-}
-
 // Half rounding from fp32 goes through float64, which holds every float exactly: one rounding, RNE,
 // the same result as the device's __float2half_rn / __float2bfloat16_rn.
 void quantize_half_row(Fmt f, int d, const float* x, unsigned char* row) {
@@ -176,6 +163,19 @@ double attend_row(const double* qi, const std::vector<double>& kh, const std::ve
 }
 
 }  // namespace
+
+void store_f32(unsigned char* p, float f) {
+  std::uint32_t v;
+  std::memcpy(&v, &f, sizeof v);
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>((v >> (8 * i)) & 0xFF);
+}
+float load_f32(const unsigned char* p) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
+  float f;
+  std::memcpy(&f, &v, sizeof f);
+  return f;
+}
 
 std::vector<KvFormat> all_kv_formats() {
   return {{Fmt::fp16, Gran::none},

@@ -27,6 +27,10 @@ std::vector<KvFormat> all_kv_formats();   // the five formats whose rows carry t
 KvFormat fp8_kv_format();                 // fp8e4m3:per_head (its scale lives outside the rows)
 std::string kv_format_name(Fmt f, Gran g);   // the spec token: "fp16", "int8:per_token", "int4:per_group", ...
 
+// The layouts are little endian whatever the host is: fp32 values stored and loaded byte by byte.
+void store_f32(unsigned char* p, float f);
+float load_f32(const unsigned char* p);
+
 // Bytes of one row (token, KV head); throws std::invalid_argument for a format kv_layout.h lacks.
 int kv_row_bytes(Fmt f, Gran g, int d);
 

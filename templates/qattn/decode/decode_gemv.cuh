@@ -56,7 +56,9 @@ struct GemvKernel {
   static constexpr int kCh = gemv_lane_channels(BM);       // channels per lane
   static constexpr int kGroups = 32 / kLanes;              // tokens per step
   static constexpr int kSteps = BN / kGroups;              // steps per chunk
-  static constexpr int kBlockMax = BM == 8 ? 2 : BM == 4 ? 4 : 8;       // (registers: s and the loads in flight)
+  // Steps per softmax update: more steps give more independent loads and products in flight, fewer
+  // steps fewer registers (fp16/bf16 at bm 8 spilled with 4 on sm_80).
+  static constexpr int kBlockMax = BM == 8 && !quantized(KV) ? 2 : BM >= 4 ? 4 : 8;
   static constexpr int kBlock = kSteps < kBlockMax ? kSteps : kBlockMax;   // steps per softmax update
   static constexpr int kUnitBytes = gemv_unit_bytes(KV, G, D, BM);
   static constexpr int kUnitCh = kUnitBytes * 8 / gemv_element_bits(KV);
