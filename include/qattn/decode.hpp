@@ -1,12 +1,14 @@
 // Decode attention over a KV cache: the few newest tokens of each sequence attend to its whole cache,
 // which is split across CTAs (split-K) and merged by a combine kernel. The cache's byte layout (rows of
 // an optional quantization header + codes, one row per token and KV head, heads' rows contiguous,
-// contiguous or paged) is written down in templates/qattn/decode/kv_layout.h.
+// contiguous or paged; FlashQ's blocks and INT8 buffer) is written down in
+// templates/qattn/decode/kv_layout.h.
 //
 // Spec: `decode qk=<kv fmt> pv=<kv fmt> out=<fp16|bf16> d=<64|128|256> [causal] [gqa=N] [splitk=N]
-//        [softmax=exact|sas|unified_max] [paged]`
+//        [softmax=exact|sas|unified_max] [paged] [flow=mma|gemv]`
 // with the same format for K and V: fp16, bf16 (out equal to it), int8:per_token, int4:per_token,
-// int4:per_group or fp8e4m3:per_head. Queries and outputs have element type `out`.
+// int4:per_group, fp8e4m3:per_head or flashq:per_channel (include/qattn/flashq.hpp). Queries and
+// outputs have element type `out`.
 #pragma once
 #include "qattn/abi.h"
 #include "qattn/flashq.hpp"

@@ -4,10 +4,11 @@
 //
 // Per warp and chunk (every operand in registers, fp32 accumulators):
 //   S = Q K^T       mma.sync m16n8k16, Q as the A operand with the M rows padded to 16 (the scores
-//                   are scaled by softmax_scale * log2 e in fp32 afterwards), K as the B operand decoded straight from the raw cache
-//                   rows in shared memory (int8 / int4 codes -> fp16 in registers, no staging).
+//                   are scaled by softmax_scale * log2 e in fp32 afterwards), K as the B operand
+//                   decoded straight from the raw cache rows in shared memory (int8 / int4 / fp8 codes
+//                   -> fp16 in registers, no staging).
 //                   A B-fragment wants, per lane, consecutive k pairs of one token; the lane reads one
-//                   32-bit word (int8: 4 channels, int4: 8) or 8 bytes (fp16/bf16: 4 channels) of its
+//                   32-bit word (int8, fp8: 4 channels, int4: 8) or 8 bytes (fp16/bf16: 4 channels) of its
 //                   token's row instead, and the Q fragment is gathered with the same channel order
 //                   (a dot product does not care about the order of its terms).
 //   online softmax  in base 2, per warp (no inter-warp traffic inside the loop); softmax=unified_max
@@ -22,6 +23,8 @@
 // page because 4 rows are a 16-byte multiple and pages hold a multiple of 4 rows.
 // At the end the warps' (max, sum, O) are merged through shared memory; with one split the CTA writes
 // the output, otherwise its normalised partial and log2-sum-exp2 for the combine kernel.
+// fp8e4m3: the head's K scale folds into the softmax scale and its V scale into O. flashq: run_blocks()
+// below (a chunk is one 64-token block, codes through the block's parameter table).
 #pragma once
 #include "qattn/abi.h"
 #include "qattn/common/common.cuh"
