@@ -216,18 +216,31 @@ struct Kernel {
     }
   }
 
+  // Every score register set to v, or multiplied by f.
+  static __device__ __forceinline__ void fill_scores(float (&s)[kMT][kNT][4], float v) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = v;
+  }
+  static __device__ __forceinline__ void scale_scores(float (&s)[kMT][kNT][4], float f) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] *= f;
+  }
+
   // S = Q K^T for one chunk, times scale_log2 = softmax_scale * log2 e (and the int8 token scales) in
   // fp32: Q enters the product exactly as given, no second rounding of a pre-scaled copy.
   static __device__ __forceinline__ void qk_product(float (&s)[kMT][kNT][4], const u32 (&qa)[kMT][kSteps][4],
                                                     const char* k_tile, float scale_log2, const float (&q_sum)[kMT][2],
                                                     int lane) {
     const int g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+    fill_scores(s, 0.f);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
       const int r = nt * 8 + g;
@@ -534,12 +547,7 @@ struct Kernel {
     constexpr int kCodeRow = kv::flashq_code_row_bytes(KB, D);
     const char* codes = block + kv::flashq_codes_offset(D);
     const int g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+    fill_scores(s, 0.f);
 #pragma unroll
     for (int st = 0; st < kSteps; ++st) {
       u32 sc[2], mc[2];
@@ -564,13 +572,7 @@ struct Kernel {
         for (int mt = 0; mt < kMT; ++mt) dev::mma_m16n8k16_f32<kMma>(s[mt][nt], qa[mt][st], bk);
       }
     }
-    const float f = scale_log2 * dev::flashq_alpha(block);
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] *= f;
+    scale_scores(s, scale_log2 * dev::flashq_alpha(block));
   }
 
   // O += P V for block tokens [r0, r0 + BN) (P already times alpha_v). Lane g reads, per token, the
@@ -923,12 +925,7 @@ struct Kernel {
         float s[kMT][kNT][4];
         fq_qk_product<KB>(s, qa, k_block, table_k, r0, scale_log2, lane);
         softmax_update(s, st);
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[mt][nt][e] *= alpha_v;
+        scale_scores(s, alpha_v);
         fq_pv_product<VB>(s, st, v_block, table_v, r0, lane);
       }
       __syncwarp();   // every lane is done with this stage and the tables before they are refilled
