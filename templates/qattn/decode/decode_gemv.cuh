@@ -26,6 +26,7 @@
 #pragma once
 #include "qattn/abi.h"
 #include "qattn/common/common.cuh"
+#include "qattn/decode/chunk_loader.cuh"
 #include "qattn/decode/decode_gemv_shape.h"
 #include "qattn/decode/flashq_dequant.cuh"
 #include "qattn/decode/kv_dequant.cuh"
@@ -68,7 +69,7 @@ struct GemvKernel {
   // flashq: a chunk is one 64-token block (BN == 64) of the widest bit width; see fq_* below.
   static constexpr bool kFq = KV == Fmt::flashq;
   static constexpr int kChunkBytes = kFq ? kv::flashq_block_bytes(4, D) : BN * kRow;
-  static constexpr int kUnitsPerChunk = kChunkBytes / 16;
+  using Loader = ChunkLoader<kRow, BN, PAGED, false>;   // chunk copies (chunk_loader.cuh), rows in place
   static constexpr int kWarpPipeBytes = STAGES * 2 * kChunkBytes;
   static constexpr int kStates = WARPS * kGroups;          // softmax states merged at the end
   static_assert(kLanes >= BM && kLanes <= 32 && kCh % kUnitCh == 0 && kUnits >= 1 && kSteps % kBlock == 0,
@@ -134,71 +135,6 @@ struct GemvKernel {
   template <class T>
   static __device__ __forceinline__ T load(const char* p) {
     return *reinterpret_cast<const T*>(p);
-  }
-
-  // ---- chunk copies (as decode_mma.cuh's, without the swizzle: rows are read in place)
-
-  static __device__ __forceinline__ void slot_offsets(const DecodeParams& p, long long page, int h, long long slot,
-                                                      long long& ok, long long& ov) {
-    ok = page * p.k.page_stride + h * p.k.head_stride + slot * kRow;
-    ov = page * p.v.page_stride + h * p.v.head_stride + slot * kRow;
-  }
-
-  static __device__ __forceinline__ void row_offsets(const DecodeParams& p, int b, int h, int t, long long& ok,
-                                                     long long& ov) {
-    if constexpr (PAGED)
-      slot_offsets(p, p.block_table[(long long)b * p.table_stride + t / p.page_size], h, t % p.page_size, ok, ov);
-    else
-      slot_offsets(p, b, h, t, ok, ov);
-  }
-
-  // `units` 16-byte units of contiguous cache bytes from byte offsets ok / ov into the stage, from unit
-  // `first` on.
-  static __device__ __forceinline__ void copy_run(const DecodeParams& p, u32 dst_k, u32 dst_v, long long ok,
-                                                  long long ov, int first, int units, int lane) {
-    const unsigned char* src_k = p.k.ptr + ok;
-    const unsigned char* src_v = p.v.ptr + ov;
-#pragma unroll 4
-    for (int u = lane; u < units; u += 32) {
-      dev::cp_async_16(dst_k + (first + u) * 16, src_k + u * 16, true);
-      dev::cp_async_16(dst_v + (first + u) * 16, src_v + u * 16, true);
-    }
-  }
-
-  // Tokens [t0, t0 + BN) of K and V into a stage; groups of 4 rows at or past len are zero-filled (a
-  // group straddling len is copied whole; its extra rows are masked (K) and zeroed (V) before use).
-  static __device__ __forceinline__ void load_chunk(const DecodeParams& p, u32 dst_k, u32 dst_v, int b, int h,
-                                                    int t0, int len, int lane) {
-    if (t0 + BN <= len && (!PAGED || t0 / p.page_size == (t0 + BN - 1) / p.page_size)) {
-      long long ok, ov;
-      row_offsets(p, b, h, t0, ok, ov);
-      copy_run(p, dst_k, dst_v, ok, ov, 0, kUnitsPerChunk, lane);
-      return;
-    }
-    if (PAGED && t0 + BN <= len && BN % p.page_size == 0) {   // one run per page, page ids in one round
-      const int pages = BN / p.page_size;
-      const int run_units = p.page_size * kRow / 16;
-      const int my_page =
-          lane < pages ? p.block_table[(long long)b * p.table_stride + t0 / p.page_size + lane] : 0;
-      for (int i = 0; i < pages; ++i) {
-        long long ok, ov;
-        slot_offsets(p, __shfl_sync(0xffffffffu, my_page, i), h, 0, ok, ov);
-        copy_run(p, dst_k, dst_v, ok, ov, i * run_units, run_units, lane);
-      }
-      return;
-    }
-#pragma unroll 4
-    for (int u = lane; u < kUnitsPerChunk; u += 32) {
-      const int byte = u * 16;
-      const int group = byte / (4 * kRow);
-      const int within = byte - group * 4 * kRow;
-      const int t = t0 + 4 * group;
-      const bool valid = t < len;
-      long long ok = 0, ov = 0;
-      if (valid) row_offsets(p, b, h, t, ok, ov);
-      dev::cp_async_16(dst_k + byte, p.k.ptr + ok + (valid ? within : 0), valid);
-      dev::cp_async_16(dst_v + byte, p.v.ptr + ov + (valid ? within : 0), valid);
-    }
   }
 
   // V rows at or past len (inside a straddling group) become zero bytes, which every format decodes
@@ -580,7 +516,7 @@ struct GemvKernel {
     float* table_v = table_k + 2 * D;
     auto load = [&](int i, u32 dst) {
       if constexpr (kFq) dev::flashq_load_block<D, PAGED, KB, VB>(p, dst, dst + kChunkBytes, b, chunk_t0(i) / BN, off_k, off_v, lane);
-      else load_chunk(p, dst, dst + kChunkBytes, b, h, chunk_t0(i), len, lane);
+      else Loader::load_chunk(p, dst, dst + kChunkBytes, b, h, chunk_t0(i), len, lane);
     };
 #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) {
