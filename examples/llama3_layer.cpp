@@ -221,8 +221,10 @@ int decode_step(qattn::Runtime& runtime, const qattn::Problem& prompt) {
                          : f == qattn::Fmt::int8 ? 0.999 : 0.99999;
     const bool ok = cosine >= floor;
     failed += !ok;
-    std::printf("%-72s %7d %9.1f %8.0f %10.6f %s\n", text, runtime.decode_splits(call), us,
-                flashq ? 0.0 : 2.0 * p.batch * p.heads_kv * p.kv_len * qattn::kv_row_bytes(spec) / us / 1e3, cosine,
+    // FlashQ's bytes depend on each head's bit choice: the decode benchmark counts them, not this table.
+    const std::string gbps = flashq ? "-" : std::to_string(static_cast<long long>(
+        2.0 * p.batch * p.heads_kv * p.kv_len * qattn::kv_row_bytes(spec) / us / 1e3));
+    std::printf("%-72s %7d %9.1f %8s %10.6f %s\n", text, runtime.decode_splits(call), us, gbps.c_str(), cosine,
                 ok ? "PASS" : "FAIL");
   }
   return failed;

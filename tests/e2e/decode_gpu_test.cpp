@@ -279,6 +279,26 @@ TEST_F(DecodeGpu, SplitCountsAgree) {
   }
 }
 
+// The ends of the shape range: batch 512 (ragged lengths 1..96, every CTA row of the grid busy) and one
+// sequence of 256k tokens (splits of thousands of tokens each; offsets past 2^31 bytes would be wrong in
+// 32-bit arithmetic only at larger batches, but a 256k row index times the row stride is exercised here).
+TEST_F(DecodeGpu, Batch512AndA256kCache) {
+  const std::uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  std::vector<int> lens(512);
+  for (size_t i = 0; i < lens.size(); ++i) lens[i] = 1 + static_cast<int>((i * 37 + seed % 97) % 96);
+  for (const char* fmt : {kFormats[2], kFormats[3]}) {
+    DecodeCase wide{decode_spec(fmt, 128, 4, false), 2, 1, lens, 0};
+    expect_accurate(run_case(rt, wide, seed), wide.spec + " batch=512");
+    DecodeCase wide_gemv{decode_spec(fmt, 128, 4, false) + " flow=gemv", 2, 1, lens, 16};
+    expect_accurate(run_case(rt, wide_gemv, seed), wide_gemv.spec + " paged16 batch=512");
+  }
+  for (const char* fmt : {kFormats[1], kFormats[3]}) {
+    DecodeCase longest{decode_spec(fmt, 128, 8, false), 1, 1, {262144}, 0};
+    expect_accurate(run_case(rt, longest, seed), longest.spec + " kv=262144");
+  }
+}
+
 TEST_F(DecodeGpu, PagedAndContiguousGiveIdenticalBits) {
   const std::uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(test::seed_note(seed));
