@@ -104,6 +104,33 @@ void migrate_v0_to_v1(Database& db) {
   db.exec("DROP TABLE binaries; DROP TABLE tuned;", "drop the schema v0 tables");
 }
 
+// --- v2 ---------------------------------------------------------------------------------------------
+// Adds `decision`: small choices other parts of qattn make per device and toolchain (decode dataflow,
+// split count, quant format, ...), each with its evidence as owner-defined JSON. Only a new table, so
+// a v1 reader can keep using a v2 file (it never sees the table): compatible_version stays 1.
+void add_v2_decision_table(Database& db) {
+  db.exec(R"sql(
+    CREATE TABLE decision (
+      kind           TEXT NOT NULL,     -- e.g. "decode_dataflow", "decode_splits", "quant_format"
+      key            TEXT NOT NULL,     -- owner-defined, e.g. a canonical spec text
+      device         TEXT NOT NULL,     -- DeviceKey::str(); the fields below rebuild the DeviceKey
+      toolchain      TEXT NOT NULL,
+      device_name    TEXT NOT NULL,
+      cc_major       INTEGER NOT NULL,
+      cc_minor       INTEGER NOT NULL,
+      sm_count       INTEGER NOT NULL,
+      driver_version INTEGER NOT NULL,
+      json           TEXT NOT NULL,     -- the decision and its evidence
+      created_at     INTEGER NOT NULL,  -- unix seconds
+      PRIMARY KEY (kind, key, device, toolchain));
+  )sql", "create the schema v2 decision table");
+}
+
+void create_v2_tables(Database& db) {
+  create_v1_tables(db);
+  add_v2_decision_table(db);
+}
+
 struct Migration {
   int from;
   int to;
@@ -111,9 +138,11 @@ struct Migration {
 };
 
 // Ordered; each step goes forward. Appending a version means appending a row here.
+// An empty file goes straight to the newest layout; older files step forward one version at a time.
 const Migration kMigrations[] = {
-    {SchemaInfo::kEmpty, 1, create_v1_tables},
+    {SchemaInfo::kEmpty, 2, create_v2_tables},
     {0, 1, migrate_v0_to_v1},
+    {1, 2, add_v2_decision_table},
 };
 
 std::set<std::string> user_tables(Database& db) {
@@ -128,7 +157,8 @@ int read_meta(Database& db, const char* key) {
   query.bind(1, key);
   if (!query.step() || query.column_is_null(0)) {
     throw CacheError("qattn cache: " + db.path() + ": the meta table lacks " + key +
-                     ": not a qattn cache, or a damaged one; it was left untouched");
+                         ": not a qattn cache, or a damaged one; it was left untouched",
+                     0, CacheError::Kind::damaged);
   }
   return static_cast<int>(query.column_int64(0));
 }
@@ -157,14 +187,16 @@ SchemaInfo inspect_schema(Database& db) {
     std::string names;
     for (const auto& name : tables) names += (names.empty() ? "" : ", ") + name;
     throw CacheError("qattn cache: " + db.path() + ": holds tables (" + names +
-                     ") but no qattn meta table: not a qattn cache; it was left untouched, choose another cache path");
+                         ") but no qattn meta table: not a qattn cache; it was left untouched, choose another cache path",
+                     0, CacheError::Kind::damaged);
   }
   if (info.compatible_version > kSchemaVersion) {
     throw CacheError("qattn cache: " + db.path() + ": schema v" + std::to_string(info.schema_version) +
                      " (needs a reader of v" + std::to_string(info.compatible_version) +
                      " or later) was written by a newer qattn; this one understands v" +
                      std::to_string(kSchemaVersion) +
-                     ". The file was left untouched: upgrade qattn or use another cache path");
+                         ". The file was left untouched: upgrade qattn or use another cache path",
+                     0, CacheError::Kind::future_schema);
   }
   return info;
 }
@@ -172,6 +204,9 @@ SchemaInfo inspect_schema(Database& db) {
 SchemaInfo migrate_to_current(Database& db) {
   SchemaInfo info = inspect_schema(db);
   if (info.schema_version >= kSchemaVersion) return info;   // current, or newer but compatible
+  // A read-only reader of an older layout it can read (v1: only the decision table is missing) uses it
+  // as it is, so that a shipped cache made by an older qattn keeps working; missing tables read as empty.
+  if (db.read_only() && info.schema_version >= kOldestReadOnlyVersion) return info;
   if (db.read_only()) {
     throw CacheError("qattn cache: " + db.path() + ": the database is " + version_text(info) +
                      " and needs schema v" + std::to_string(kSchemaVersion) +

@@ -67,7 +67,7 @@ std::string one_line(std::string_view text, std::size_t max_chars = 400) {
 std::string describe_sql(std::string_view sql) { return "`" + one_line(sql, 60) + "`"; }
 
 [[noreturn]] void throw_error(const std::string& path, std::string_view operation, std::string_view detail,
-                              int code) {
+                              int code, CacheError::Kind kind = CacheError::Kind::other) {
   std::string message = "qattn cache: " + path + ": " + std::string(operation) + " failed";
   if (!detail.empty()) message += ": " + one_line(detail);
   if (code == SQLITE_BUSY_SNAPSHOT) {
@@ -75,7 +75,7 @@ std::string describe_sql(std::string_view sql) { return "`" + one_line(sql, 60) 
   } else if (code != 0) {
     if (const char* cause = likely_cause(code & 0xff)) message += " (" + std::string(cause) + ")";
   }
-  throw CacheError(message, code);
+  throw CacheError(message, code, kind);
 }
 
 // SQLite's own messages for these cases are vague ("unable to open database file"), and a
@@ -104,7 +104,8 @@ void check_path_before_open(const std::string& path, const Database::Options& op
   }
   if (!options.read_only && ::access(path.c_str(), W_OK) != 0) {
     throw_error(path, "open for writing",
-                "the file is not writable (permission denied); open the cache read-only instead", 0);
+                "the file is not writable (permission denied); open the cache read-only instead", 0,
+                CacheError::Kind::unwritable);
   }
 }
 
@@ -151,6 +152,24 @@ std::string immutable_uri(const std::string& path) {
 bool CacheError::is_busy() const {
   int primary = sqlite_code_ & 0xff;
   return primary == SQLITE_BUSY || primary == SQLITE_LOCKED;
+}
+
+CacheError::Kind CacheError::kind() const {
+  if (kind_ != Kind::other) return kind_;
+  switch (sqlite_code_ & 0xff) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return Kind::damaged;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return Kind::busy;
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_CANTOPEN:
+      return Kind::unwritable;
+    default:
+      return Kind::other;
+  }
 }
 
 Database::Database(const std::string& path, const Options& options) : path_(path), read_only_(options.read_only) {

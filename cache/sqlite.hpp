@@ -18,15 +18,26 @@ namespace qattn::cache {
 
 class CacheError : public std::runtime_error {
  public:
-  explicit CacheError(const std::string& message, int sqlite_code = 0)
-      : std::runtime_error(message), sqlite_code_(sqlite_code) {}
+  // What kind of trouble, for callers that decide what to do about an unusable file (open_layer.hpp).
+  enum class Kind {
+    other,
+    damaged,         // corrupt, truncated, not SQLite, or SQLite but not a qattn cache
+    future_schema,   // written by a newer qattn this one cannot read safely
+    busy,            // locked by another connection past the busy timeout
+    unwritable,      // read-only file or directory, permission denied
+  };
+  explicit CacheError(const std::string& message, int sqlite_code = 0, Kind kind = Kind::other)
+      : std::runtime_error(message), sqlite_code_(sqlite_code), kind_(kind) {}
   // The extended SQLite result code behind the error, 0 when it did not come from SQLite.
   int sqlite_code() const { return sqlite_code_; }
   // SQLITE_BUSY / SQLITE_LOCKED: another connection held a lock past the busy timeout; retrying may help.
   bool is_busy() const;
+  // The kind given at the throw, else the one the SQLite code implies.
+  Kind kind() const;
 
  private:
   int sqlite_code_;
+  Kind kind_;
 };
 
 // A connection. Opening checks the path (directory, missing, unreadable, unwritable), reads the file

@@ -2,8 +2,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <stdexcept>
 #include <system_error>
@@ -11,6 +14,7 @@
 #include <unistd.h>
 
 #include "cache/digest.hpp"
+#include "cache/log.hpp"
 
 namespace qattn::cache {
 namespace {
@@ -39,19 +43,53 @@ void create_parent_directories(const std::string& path) {
   }
 }
 
+std::uint32_t big_endian_32(const unsigned char* bytes) {
+  return (std::uint32_t(bytes[0]) << 24) | (std::uint32_t(bytes[1]) << 16) | (std::uint32_t(bytes[2]) << 8) | bytes[3];
+}
+
+// SQLite reads pages lazily, so a file cut short (an interrupted copy, a full disk) can open fine and
+// fail at some later query. Its header records the page count (valid while bytes 92..95 equal the change
+// counter at 24..27): a file shorter than that is truncated. Skipped while a WAL holds pages.
+void check_not_truncated(const std::string& path) {
+  std::error_code ec;
+  if (fs::file_size(path + "-wal", ec) > 0 && !ec) return;
+  std::ifstream in(path, std::ios::binary);
+  unsigned char header[100];
+  if (!in.read(reinterpret_cast<char*>(header), sizeof header)) return;   // new or tiny: SQLite judges it
+  if (std::memcmp(header, "SQLite format 3", 16) != 0) return;
+  const std::uint32_t page_size = header[16] == 0 && header[17] == 1 ? 65536u : (header[16] << 8) | header[17];
+  const std::uint32_t pages = big_endian_32(header + 28);
+  if (pages == 0 || big_endian_32(header + 24) != big_endian_32(header + 92)) return;
+  const unsigned long long expected = static_cast<unsigned long long>(pages) * page_size;
+  const auto actual = fs::file_size(path, ec);
+  if (!ec && actual < expected) {
+    throw CacheError("qattn cache: " + path + ": the file is truncated: its header counts " + std::to_string(pages) +
+                         " pages of " + std::to_string(page_size) + " bytes, the file has " + std::to_string(actual) +
+                         " bytes; it was left untouched",
+                     0, CacheError::Kind::damaged);
+  }
+}
+
 const char* kSelectTuned =
     "SELECT spec, bucket, device_name, cc_major, cc_minor, sm_count, driver_version, toolchain, kernel_name, "
     "binary_key, time_us, candidates_json, created_at FROM tuned_kernel";
+
+// The five DeviceKey columns (name, cc_major, cc_minor, sm_count, driver_version) from `first` on.
+DeviceKey read_device(const Statement& row, int first) {
+  DeviceKey device;
+  device.name = row.column_text(first);
+  device.cc_major = static_cast<int>(row.column_int64(first + 1));
+  device.cc_minor = static_cast<int>(row.column_int64(first + 2));
+  device.sm_count = static_cast<int>(row.column_int64(first + 3));
+  device.driver_version = static_cast<int>(row.column_int64(first + 4));
+  return device;
+}
 
 TunedRecord read_tuned_row(const Statement& row) {
   TunedRecord record;
   record.spec = row.column_text(0);
   record.bucket = row.column_text(1);
-  record.device.name = row.column_text(2);
-  record.device.cc_major = static_cast<int>(row.column_int64(3));
-  record.device.cc_minor = static_cast<int>(row.column_int64(4));
-  record.device.sm_count = static_cast<int>(row.column_int64(5));
-  record.device.driver_version = static_cast<int>(row.column_int64(6));
+  record.device = read_device(row, 2);
   record.toolchain = row.column_text(7);
   record.kernel_name = row.column_text(8);
   record.binary_key = row.column_text(9);
@@ -61,7 +99,90 @@ TunedRecord read_tuned_row(const Statement& row) {
   return record;
 }
 
+const char* kSelectDecision =
+    "SELECT kind, key, device_name, cc_major, cc_minor, sm_count, driver_version, toolchain, json, created_at "
+    "FROM decision";
+
+DecisionRecord read_decision_row(const Statement& row) {
+  DecisionRecord record;
+  record.kind = row.column_text(0);
+  record.key = row.column_text(1);
+  record.device = read_device(row, 2);
+  record.toolchain = row.column_text(7);
+  record.json = row.column_text(8);
+  record.created_at = row.column_int64(9);
+  return record;
+}
+
+bool has_table(Database& db, const char* name) {
+  Statement query(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?");
+  query.bind(1, name);
+  return query.step();
+}
+
+bool same_model(const DeviceKey& a, const DeviceKey& b) {
+  return a.name == b.name && a.cc_major == b.cc_major && a.cc_minor == b.cc_minor && a.sm_count == b.sm_count;
+}
+
+// Sorts the stored rows of one spec and bucket (newest first) into the most useful answer: an exact hit,
+// then the same device under another driver (its tiling can be re-validated), then the reasons to re-tune.
+TunedLookup classify_tuned(const std::vector<TunedRecord>& rows, const std::string& spec, const std::string& bucket,
+                           const DeviceKey& device, const std::string& toolchain) {
+  TunedLookup lookup;
+  const std::string what = "tuned winner of " + spec + " for " + bucket;
+  const TunedRecord* other_driver = nullptr;
+  const TunedRecord* other_toolchain = nullptr;
+  for (const TunedRecord& row : rows) {
+    if (row.device == device && row.toolchain == toolchain) {
+      lookup.status = TunedLookup::Status::hit;
+      lookup.record = row;
+      return lookup;
+    }
+    if (!same_model(row.device, device)) continue;
+    if (row.toolchain == toolchain) {
+      if (!other_driver) other_driver = &row;
+    } else if (!other_toolchain) {
+      other_toolchain = &row;
+    }
+  }
+  if (other_driver) {
+    lookup.status = TunedLookup::Status::other_driver;
+    lookup.record = *other_driver;
+    lookup.reason = what + " was measured under driver " + std::to_string(other_driver->device.driver_version) +
+                    ", this device runs driver " + std::to_string(device.driver_version);
+  } else if (other_toolchain) {
+    lookup.status = TunedLookup::Status::other_toolchain;
+    lookup.reason = what + " on this device was made by toolchain '" + other_toolchain->toolchain +
+                    "', this is '" + toolchain + "'";
+  } else if (!rows.empty()) {
+    lookup.status = TunedLookup::Status::other_device;
+    lookup.reason = what + " exists only for other devices (" + std::to_string(rows.size()) + ", e.g. " +
+                    rows.front().device.str() + "), this is " + device.str();
+  } else {
+    lookup.reason = "no " + what + " on any device";
+  }
+  return lookup;
+}
+
+void require_non_empty(const DecisionRecord& record) {
+  if (record.kind.empty() || record.key.empty() || record.toolchain.empty() || record.json.empty()) {
+    throw std::invalid_argument("put_decision: kind, key, toolchain and json must all be non-empty (kind '" +
+                                record.kind + "', key '" + record.key + "')");
+  }
+}
+
 }  // namespace
+
+const char* to_string(TunedLookup::Status status) {
+  switch (status) {
+    case TunedLookup::Status::hit: return "hit";
+    case TunedLookup::Status::other_driver: return "other_driver";
+    case TunedLookup::Status::other_toolchain: return "other_toolchain";
+    case TunedLookup::Status::other_device: return "other_device";
+    case TunedLookup::Status::absent: return "absent";
+  }
+  return "unknown";
+}
 
 // SQLITE_BUSY can still come back after the busy timeout (or without it, e.g. while another
 // connection recovers a WAL); a bounded number of retries with jittered, doubling delays absorbs
@@ -87,6 +208,7 @@ auto Store::with_busy_retry(Body&& body) -> decltype(body()) {
 Store::Store(const std::string& path, Options options) : path_(path), options_(options) {
   if (path_.empty()) throw CacheError("qattn cache: empty database path");
   if (!options_.read_only) create_parent_directories(path_);
+  check_not_truncated(path_);
   std::lock_guard<std::mutex> lock(mutex_);
   with_busy_retry([&] {
     Database::Options open_options;
@@ -97,6 +219,7 @@ Store::Store(const std::string& path, Options options) : path_(path), options_(o
     inspect_schema(*db);
     journal_mode_ = db->enable_wal() + (db->immutable() ? " (immutable snapshot: directory not writable)" : "");
     schema_ = migrate_to_current(*db);
+    has_decision_table_ = has_table(*db, "decision");
     db_ = std::move(db);
   });
 }
@@ -110,6 +233,7 @@ void Store::require_writable(const char* operation) const {
 }
 
 void Store::warn(std::string message) {
+  log_once(message);
   if (warnings_.size() == kMaxWarnings) warnings_.erase(warnings_.begin());
   warnings_.push_back(std::move(message));
 }
@@ -253,6 +377,72 @@ std::vector<TunedRecord> Store::list_tuned() {
   });
 }
 
+TunedLookup Store::lookup_tuned(const std::string& spec, const std::string& bucket, const DeviceKey& device,
+                                const std::string& toolchain) {
+  std::vector<TunedRecord> rows;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rows = with_busy_retry([&] {
+      std::vector<TunedRecord> found;
+      Statement query(*db_, std::string(kSelectTuned) +
+                                " WHERE spec = ? AND bucket = ? ORDER BY created_at DESC, device, toolchain");
+      query.bind(1, spec).bind(2, bucket);
+      while (query.step()) found.push_back(read_tuned_row(query));
+      return found;
+    });
+  }
+  TunedLookup lookup = classify_tuned(rows, spec, bucket, device, toolchain);
+  lookup.source = path_;
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++(lookup.status == TunedLookup::Status::hit ? counters_.tuned_hits : counters_.tuned_misses);
+  return lookup;
+}
+
+std::optional<DecisionRecord> Store::get_decision(const std::string& kind, const std::string& key,
+                                                  const DeviceKey& device, const std::string& toolchain) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!has_decision_table_) return std::nullopt;
+  return with_busy_retry([&]() -> std::optional<DecisionRecord> {
+    Statement query(*db_, std::string(kSelectDecision) +
+                              " WHERE kind = ? AND key = ? AND device = ? AND toolchain = ?");
+    query.bind(1, kind).bind(2, key).bind(3, device.str()).bind(4, toolchain);
+    if (!query.step()) return std::nullopt;
+    return read_decision_row(query);
+  });
+}
+
+void Store::put_decision(const DecisionRecord& record) {
+  require_writable("put_decision");
+  require_non_empty(record);
+  const long long created_at = record.created_at != 0 ? record.created_at : unix_now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  with_busy_retry([&] {
+    Transaction transaction(*db_);
+    Statement upsert(*db_, "INSERT OR REPLACE INTO decision (kind, key, device, toolchain, device_name, cc_major, "
+                           "cc_minor, sm_count, driver_version, json, created_at) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    upsert.bind(1, record.kind).bind(2, record.key).bind(3, record.device.str()).bind(4, record.toolchain);
+    upsert.bind(5, record.device.name).bind(6, record.device.cc_major).bind(7, record.device.cc_minor);
+    upsert.bind(8, record.device.sm_count).bind(9, record.device.driver_version);
+    upsert.bind(10, record.json).bind(11, created_at);
+    upsert.run();
+    transaction.commit();
+  });
+}
+
+std::vector<DecisionRecord> Store::list_decisions(const std::string& kind) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!has_decision_table_) return {};
+  return with_busy_retry([&] {
+    std::vector<DecisionRecord> records;
+    Statement query(*db_, std::string(kSelectDecision) + (kind.empty() ? "" : " WHERE kind = ?") +
+                              " ORDER BY kind, key, device, toolchain");
+    if (!kind.empty()) query.bind(1, kind);
+    while (query.step()) records.push_back(read_decision_row(query));
+    return records;
+  });
+}
+
 Store::Stats Store::stats() {
   std::lock_guard<std::mutex> lock(mutex_);
   Stats stats = counters_;
@@ -270,6 +460,11 @@ Store::Stats Store::stats() {
     Statement tuned(*db_, "SELECT count(*) FROM tuned_kernel");
     tuned.step();
     stats.tuned_count = tuned.column_int64(0);
+    if (has_decision_table_) {
+      Statement decisions(*db_, "SELECT count(*) FROM decision");
+      decisions.step();
+      stats.decision_count = decisions.column_int64(0);
+    }
   });
   stats.file_bytes = file_size_or_zero(path_) + file_size_or_zero(path_ + "-wal");
   return stats;
@@ -280,7 +475,7 @@ void Store::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   with_busy_retry([&] {
     Transaction transaction(*db_);
-    db_->exec("DELETE FROM kernel_binary; DELETE FROM tuned_kernel;", "clear the cache tables");
+    db_->exec("DELETE FROM kernel_binary; DELETE FROM tuned_kernel; DELETE FROM decision;", "clear the cache tables");
     transaction.commit();
   });
 }

@@ -38,6 +38,35 @@ struct TunedRecord {
   long long created_at = 0;      // unix seconds; 0 on put means "now"
 };
 
+// A small per-device choice made by another part of qattn (schema v2 table `decision`), e.g. which
+// decode dataflow or split count won on this GPU, with the evidence that decided it.
+struct DecisionRecord {
+  std::string kind;          // e.g. "decode_dataflow", "decode_splits", "quant_format"
+  std::string key;           // owner-defined, e.g. a canonical spec text without flow=
+  DeviceKey device;
+  std::string toolchain;
+  std::string json;          // the decision and its evidence (owner-defined JSON)
+  long long created_at = 0;  // unix seconds; 0 on put means "now"
+};
+
+// The answer of a tuned-winner lookup that also says why it missed, so that a mismatch is never
+// silent. For other_driver, `record` is the entry measured on the same model/cc/SM count under another
+// driver: its tiling is worth re-validating on this device instead of re-tuning from scratch.
+struct TunedLookup {
+  enum class Status {
+    hit,              // exact match: record is the winner
+    other_driver,     // same device model, cc, SM count and toolchain, another driver: record set
+    other_toolchain,  // entries for this device under another NVRTC/qattn/templates toolchain only
+    other_device,     // entries for this spec and bucket on other devices only
+    absent,           // nothing for this spec and bucket
+  };
+  Status status = Status::absent;
+  std::optional<TunedRecord> record;
+  std::string reason;   // one line for every status but hit: what was found instead
+  std::string source;   // path of the database that answered (LayeredStore: the layer the record is from)
+};
+const char* to_string(TunedLookup::Status status);
+
 // Declared outside Store so that `Options = {}` can be a default argument of Store's constructor
 // (a nested struct with member initializers is incomplete there).
 struct StoreOptions {
@@ -56,7 +85,7 @@ class Store {
     // directory this user cannot write says "... (immutable snapshot: directory not writable)".
     std::string journal_mode;
     bool read_only = false;
-    long long binary_count = 0, tuned_count = 0;
+    long long binary_count = 0, tuned_count = 0, decision_count = 0;
     long long binary_bytes = 0;   // sum of stored cubin sizes
     long long file_bytes = 0;     // database file plus its WAL, on disk
     // Counters of this Store object since it was opened.
@@ -85,12 +114,25 @@ class Store {
   // was stored. time_us must be finite and >= 0.
   bool put_tuned(const TunedRecord& record);
   std::vector<TunedRecord> list_tuned();   // ordered by spec, bucket, device, toolchain
+  // get_tuned that explains a miss (see TunedLookup); counts a hit or a miss like get_tuned.
+  TunedLookup lookup_tuned(const std::string& spec, const std::string& bucket, const DeviceKey& device,
+                           const std::string& toolchain);
+
+  // Decisions (schema v2). A read-only v1 file has no decision table: get finds nothing, list is empty.
+  std::optional<DecisionRecord> get_decision(const std::string& kind, const std::string& key,
+                                             const DeviceKey& device, const std::string& toolchain);
+  // Replaces an existing row of the same (kind, key, device, toolchain), in one transaction. kind, key,
+  // toolchain and json must be non-empty; json is stored as given (its owner defines and parses it).
+  void put_decision(const DecisionRecord& record);
+  // Every decision, or those of one kind; ordered by kind, key, device, toolchain.
+  std::vector<DecisionRecord> list_decisions(const std::string& kind = "");
 
   Stats stats();
-  void clear();   // removes every binary and tuned row (schema and meta stay)
+  void clear();   // removes every binary, tuned and decision row (schema and meta stay)
   // Warnings recorded so far (e.g. dropped corrupt binaries), oldest first; at most the last 100.
   std::vector<std::string> warnings() const;
   const std::string& path() const { return path_; }
+  bool read_only() const { return options_.read_only; }
 
  private:
   template <class Body>
@@ -103,6 +145,7 @@ class Store {
   mutable std::mutex mutex_;   // guards everything below
   std::unique_ptr<Database> db_;
   SchemaInfo schema_;
+  bool has_decision_table_ = false;   // false only for a v1 file opened read-only
   std::string journal_mode_;
   Stats counters_;             // only the counter fields are used
   std::vector<std::string> warnings_;

@@ -8,6 +8,9 @@ int doctor(int argc, char** argv);
 int compile(int argc, char** argv);
 int run(int argc, char** argv);
 int tune(int argc, char** argv);
+int pretune(int argc, char** argv);   // pretune_cmd.cpp
 int cache(int argc, char** argv);
+int calibrate(int argc, char** argv);
+int report(int argc, char** argv);
 
 }  // namespace qattn::cli

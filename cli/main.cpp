@@ -16,7 +16,10 @@ const char* kUsage =
     "  compile --grid default --arch sm_80,sm_89,sm_90a [--filter REGEX] [--jobs N] [--json]\n"
     "  run --spec S --shape b=1,hq=32,hkv=8,q=4096,kv=4096 [--layout bshd|bhsd] [--repeats N] [--no-tune]\n"
     "  tune --spec S --shape SHAPE\n"
-    "  cache list|stats|clear [--db F]\n"
+    "  pretune [--grid default|FILE] [--devices all|0,2] [--db F] [--jobs N] [--kind all|prefill|decode] [--json] [--dry-run] [--print-grid]\n"
+    "  report [--db F] [--out DIR] [--kind all|decode_dataflow|decode_splits]   decode decisions: table, SVG curves\n"
+    "  cache list|stats|clear|verify [--db F] | export --db F --json OUT | import --json IN --db F | merge A B -o OUT | prune --db F [--keep-driver N] [--keep-toolchain T]\n"
+    "  calibrate --spec-family F --layer KEY [--shape SHAPE | --inputs FILE] [--min-cos 0.999] [--max-rel-l1 0.05] [--force] [--json]\n"
     "common: --db F (cache file; default $QATTN_CACHE_DIR/qattn.db or ~/.cache/qattn/qattn.db), --no-cache\n"
     "exit codes: 0 ok, 1 failure, 2 bad input, 3 a GPU is needed and there is none\n";
 
@@ -33,8 +36,11 @@ int main(int argc, char** argv) {
     if (cmd == "compile") return qattn::cli::compile(argc, argv);
     if (cmd == "run") return qattn::cli::run(argc, argv);
     if (cmd == "tune") return qattn::cli::tune(argc, argv);
+    if (cmd == "pretune") return qattn::cli::pretune(argc, argv);
     if (cmd == "cache") return qattn::cli::cache(argc, argv);
-    std::fprintf(stderr, "qattn: unknown command '%s'; accepted: doctor, compile, run, tune, cache (see qattn --help)\n",
+    if (cmd == "calibrate") return qattn::cli::calibrate(argc, argv);
+    if (cmd == "report") return qattn::cli::report(argc, argv);
+    std::fprintf(stderr, "qattn: unknown command '%s'; accepted: doctor, compile, run, tune, pretune, cache, report, calibrate (see qattn --help)\n",
                  cmd.c_str());
     return 2;
   } catch (const qattn::Error& e) {

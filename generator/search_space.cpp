@@ -1,5 +1,7 @@
 #include "qattn/search_space.hpp"
 
+#include <utility>
+
 #include "qattn/attention/prefill_fp16_shape.h"
 #include "qattn/error.hpp"
 
@@ -64,6 +66,11 @@ std::vector<Tiling> preferred(const Spec& s) {
       for (const auto& t : list) out.push_back({t.bm, t.bn, t.warps, t.stages});
     };
     if (s.head_dim <= 64) take(prefill_fp16::kTilingsD64);
+    else if (s.head_dim <= 96) {
+      take(prefill_fp16::kTilingsD96);
+      // sm_90: 1 stage spills 12 bytes at d 96 (non-causal), 2 stages do not (prefill_fp16_shape.h).
+      if (s.arch == Arch::sm_90 || s.arch == Arch::sm_90a) std::swap(out[0], out[1]);
+    }
     else if (s.head_dim <= 128) take(prefill_fp16::kTilingsD128);
     else take(prefill_fp16::kTilingsD256);
     return out;
@@ -72,13 +79,17 @@ std::vector<Tiling> preferred(const Spec& s) {
   // d = 64 before the other changes; bench/results/dev_int8_*). The first entry of each list was the
   // fastest of its list on every measured shape (N = 4k, 16k, causal or not).
   // At d = 64, 4 blocks per SM (128 registers) beat the 3 that ptxas picks unasked by 8-10%.
+  // d = 96 and 256 are not measured yet: d = 96 follows d = 128; at d = 256 the int32 O is 128
+  // registers, so the register rule of prefill_int8_shape.h leaves bn 64 to wgmma and bn 32 to mma.sync.
   if (s.arch == Arch::sm_90a) {
     if (s.head_dim <= 64)
       out = {{64, 128, 4, 3, true, 4}, {64, 128, 4, 2, true, 4}, {64, 128, 4, 2, true}, {128, 128, 8, 2, true}};
-    else out = {{64, 128, 4, 2, true}, {128, 64, 8, 2, true}, {64, 64, 4, 3, true}};
+    else if (s.head_dim <= 128) out = {{64, 128, 4, 2, true}, {128, 64, 8, 2, true}, {64, 64, 4, 3, true}};
+    else out = {{64, 64, 4, 2, true}, {128, 64, 8, 2, true}, {64, 64, 4, 3, true}};
   }
   if (s.head_dim <= 64) out.insert(out.end(), {{64, 64, 4, 3}, {64, 128, 4, 3}, {64, 64, 4, 2}, {128, 64, 4, 2}});
-  else out.insert(out.end(), {{64, 128, 4, 2}, {64, 128, 4, 3}, {64, 64, 4, 2}, {128, 128, 8, 3}});
+  else if (s.head_dim <= 128) out.insert(out.end(), {{64, 128, 4, 2}, {64, 128, 4, 3}, {64, 64, 4, 2}, {128, 128, 8, 3}});
+  else out.insert(out.end(), {{64, 32, 4, 2}, {64, 32, 4, 3}, {128, 32, 8, 2}});
   return out;
 }
 
@@ -137,6 +148,15 @@ std::vector<Spec> default_grid(Arch arch) {
           add({Fmt::int8, qg}, {Fmt::int8, vg}, Fmt::fp16, d, causal,
               vg == Gran::per_channel ? kSmoothK | kSmoothV : kSmoothK);
       add({Fmt::int8, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, d, causal, kSmoothK | kSmoothV);
+    }
+  // d 96 and 256 (issue #3): each kernel family once per mask: fp16, bf16, and int8 with per-channel V
+  // (fp16 out) and per-tensor V (bf16 out), whose Q/K granularities pick different quantization passes.
+  for (int d : {96, 256})
+    for (bool causal : {false, true}) {
+      for (Fmt f : {Fmt::fp16, Fmt::bf16}) add({f, Gran::none}, {f, Gran::none}, f, d, causal, kSmoothNone);
+      add({Fmt::int8, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::fp16, d, causal, kSmoothK | kSmoothV);
+      add({Fmt::int8, causal ? Gran::per_block : Gran::per_tensor}, {Fmt::int8, Gran::per_tensor}, Fmt::bf16, d, causal,
+          kSmoothK);
     }
   // Decode: every KV-cache format and head dim, contiguous and non-causal, and paged with the causal
   // mask (several new tokens per sequence), GQA 4; and each format with softmax=sas.

@@ -30,7 +30,7 @@ const Named<Gran> kGrans[] = {{Gran::none, "none"},           {Gran::per_tensor,
 const Named<SoftmaxMode> kSoftmax[] = {{SoftmaxMode::exact, "exact"},
                                        {SoftmaxMode::unified_max, "unified_max"},
                                        {SoftmaxMode::sas, "sas"}};
-const Named<Dataflow> kFlows[] = {{Dataflow::mma, "mma"}, {Dataflow::gemv, "gemv"}};
+const Named<Dataflow> kFlows[] = {{Dataflow::mma, "mma"}, {Dataflow::gemv, "gemv"}, {Dataflow::automatic, "auto"}};
 const Named<Accum> kAccums[] = {{Accum::fp32, "fp32"}, {Accum::fp16, "fp16"}, {Accum::two_level, "two_level"}};
 
 template <class E, size_t N>
@@ -143,7 +143,7 @@ std::string to_string(const Spec& s) {
   if (s.accum != Accum::fp32) os << " accum=" << to_string(s.accum);
   if (s.smooth != kSmoothNone) os << " smooth=" << smooth_to_string(s.smooth);
   if (s.paged) os << " paged";
-  if (s.flow != Dataflow::mma) os << " flow=" << to_string(s.flow);
+  if (s.flow != Dataflow::automatic) os << " flow=" << to_string(s.flow);
   if (s.arch != Arch::unset) os << " arch=" << to_string(s.arch);
   return os.str();
 }

@@ -80,9 +80,9 @@ DeviceLimits default_limits(Arch arch) {
 Verdict validate(const Spec& s) {
   if (s.phase == Phase::decode) return validate_decode(s);
   if (s.paged) return Verdict::no("paged applies to a decode KV cache; accepted for prefill: no paged token");
-  if (s.flow != Dataflow::mma) return Verdict::no("flow= picks a decode dataflow; accepted for prefill: no flow token");
-  if (s.head_dim != 64 && s.head_dim != 128)
-    return Verdict::no("d=" + std::to_string(s.head_dim) + " is not supported yet (issue #3 adds 96 and 256); accepted: 64, 128");
+  if (s.flow != Dataflow::automatic) return Verdict::no("flow= picks a decode dataflow; accepted for prefill: no flow token");
+  if (s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128 && s.head_dim != 256)
+    return Verdict::no("d=" + std::to_string(s.head_dim) + " is not supported by prefill; accepted: 64, 96, 128, 256");
   if (s.split_k != 0) return Verdict::no("splitk applies to decode only; accepted for prefill: no splitk");
   if (s.softmax != SoftmaxMode::exact)
     return Verdict::no(std::string("softmax=") + to_string(s.softmax) +

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/store.hpp"
+#include "cache/layered_store.hpp"
 #include "qattn/render.hpp"
 
 namespace qattn::rt {
@@ -23,7 +23,7 @@ struct Binary {
 
 class BinaryProvider {
  public:
-  BinaryProvider(cache::Store* store, bool writable) : store_(store), writable_(writable) {}
+  BinaryProvider(cache::LayeredStore* store, bool writable) : store_(store), writable_(writable) {}
   // One binary per source, in order; never throws for a single failed compile (see Binary::error).
   // want_ptx bypasses the cache (PTX is not stored).
   std::vector<Binary> get(const std::vector<Source>& sources, bool want_ptx = false);
@@ -31,7 +31,7 @@ class BinaryProvider {
   long long cache_hits() const { return cache_hits_; }
 
  private:
-  cache::Store* store_;   // may be null (cache disabled)
+  cache::LayeredStore* store_;   // may be null (cache disabled); reads both layers, writes the user one
   bool writable_;
   std::atomic<long long> compiles_{0}, cache_hits_{0};
 };

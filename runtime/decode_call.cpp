@@ -235,9 +235,13 @@ struct DecodePart {
 
 }  // namespace
 
-int Runtime::decode_splits(const DecodeCall& call) {
-  const Spec spec = resolve(call.spec);
-  return impl_->plan_decode(blocks_spec(first_kernel_spec(spec, call)), call.problem, call.tiling, call.splits).splits.splits;
+int Runtime::decode_splits(const DecodeCall& call) { return decode_route(call).splits; }
+
+Runtime::DecodeRouteInfo Runtime::decode_route(const DecodeCall& call) {
+  const Runtime::Impl::DecodeRoute route = impl_->route_decode(resolve(call.spec), call.problem, call.tiling, call.splits);
+  const Spec spec = blocks_spec(first_kernel_spec(route.spec, call));
+  const Runtime::Impl::DecodePlan plan = impl_->plan_decode(spec, call.problem, route.tiling, route.splits);
+  return DecodeRouteInfo{plan.kernel->name(), spec.flow, plan.tiling, plan.splits.splits};
 }
 
 long long Runtime::decode_fallback_rows(void* stream) {
@@ -264,16 +268,20 @@ long long Runtime::decode_fallback_rows(void* stream) {
 void Runtime::decode(const DecodeCall& call, void* stream) {
   const bool umax = call.spec.softmax == SoftmaxMode::unified_max;
   if (umax) check_unified_max(call.spec, call.unified_max);   // before resolve(): no GPU needed to refuse
-  const Spec spec = resolve(call.spec);
-  if (spec.phase != Phase::decode) throw_bad_input("decode() takes a decode spec (got '" + to_string(spec) + "'); use attention() for prefill");
+  const Spec requested = resolve(call.spec);
+  if (requested.phase != Phase::decode)
+    throw_bad_input("decode() takes a decode spec (got '" + to_string(requested) + "'); use attention() for prefill");
   const Problem& p = call.problem;
-  require(validate(spec, p));
-  const bool flashq = spec.qk.fmt == Fmt::flashq;
+  require(validate(requested, p));
+  const bool flashq = requested.qk.fmt == Fmt::flashq;
   if (!call.q || !call.o || (!flashq && !call.kv_lens))
     throw_bad_input("decode: q, o and kv_lens must be device pointers (one is null)");
-  if (flashq) check_flashq_view(spec, call.flashq, p.heads_kv, "decode");
-  else check_cache(spec, call.cache, p.heads_kv, p.kv_len, "decode");
+  if (flashq) check_flashq_view(requested, call.flashq, p.heads_kv, "decode");
+  else check_cache(requested, call.cache, p.heads_kv, p.kv_len, "decode");
   if (call.splits < 0) throw_bad_input("decode: splits must be >= 0 (0: the runtime chooses)");
+  // flow=auto and an unset split count: the tuned tables' choice (decode_dispatch.cpp).
+  const Runtime::Impl::DecodeRoute route = impl_->route_decode(requested, p, call.tiling, call.splits);
+  const Spec& spec = route.spec;
 
   const int d = spec.head_dim;
   const Spec first = first_kernel_spec(spec, call);
@@ -293,7 +301,7 @@ void Runtime::decode(const DecodeCall& call, void* stream) {
   {
     // The cache itself (row formats) or the flashq blocks: split over the CTAs.
     const Spec part_spec = blocks_spec(first);
-    const Runtime::Impl::DecodePlan plan = impl_->plan_decode(part_spec, p, call.tiling, call.splits);
+    const Runtime::Impl::DecodePlan plan = impl_->plan_decode(part_spec, p, route.tiling, route.splits);
     DecodePart part{part_spec, plan.tiling, plan.kernel, common, plan.splits.splits};
     DecodeParams& dp = part.dp;
     dp.split_tokens = plan.splits.split_tokens;

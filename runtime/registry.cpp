@@ -1,6 +1,8 @@
 // The request flow of Runtime: in-process map -> SQLite tuned winner -> tune or default -> load.
 #include <cmath>
+#include <cstdlib>
 
+#include "cache/open_layer.hpp"
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
 #include "qattn/search_space.hpp"
@@ -22,24 +24,92 @@ void LoadedKernel::launch(const AttentionParams& params, const Problem& problem,
 
 namespace {
 
-std::unique_ptr<cache::Store> open_store(const RuntimeOptions& o) {
+// The user cache over the shipped one. A file qattn cannot use never stops the runtime: the policy of
+// cache::open_layers (cache/open_layer.hpp) sets it aside or goes on without it, and says so in
+// cache_warnings().
+std::unique_ptr<cache::LayeredStore> open_store(const RuntimeOptions& o) {
   if (!o.use_cache) return nullptr;
-  const std::string path = o.cache_path.empty() ? cache::default_cache_path() : o.cache_path;
-  cache::Store::Options so;
-  so.read_only = o.read_only;
-  try {
-    return std::make_unique<cache::Store>(path, so);
-  } catch (const std::exception& e) {
-    throw Error(ErrorKind::failure, std::string("cannot open the kernel cache: ") + e.what() +
-                                        " (set QATTN_CACHE_DIR or pass another cache path)");
+  std::string shipped = o.shipped_cache_path;
+  if (shipped.empty()) {
+    if (const char* env = std::getenv("QATTN_SHIPPED_CACHE")) shipped = env;
   }
+  std::string user = o.cache_path, note;
+  if (user.empty()) {
+    try {
+      user = cache::default_cache_path();
+    } catch (const std::exception& e) {
+      note = std::string(e.what()) + "; going on without the user cache";
+    }
+  }
+  cache::StoreOptions so;
+  so.read_only = o.read_only;
+  auto store = cache::open_layers(user, shipped, so);
+  if (!note.empty()) store->warn(note);
+  return store;
+}
+
+std::optional<Tiling> usable_tiling(const Spec& spec, const std::string& kernel_name, const DeviceLimits& limits) {
+  try {
+    const ParsedKernelName parsed = parse_kernel_name(kernel_name);
+    if (parsed.spec == spec && validate(spec, parsed.tiling, limits)) return parsed.tiling;
+  } catch (const std::exception&) {
+    // A name this qattn cannot parse is as unusable as a tiling that does not fit.
+  }
+  return std::nullopt;
 }
 
 }  // namespace
 
 Runtime::Impl::Impl(RuntimeOptions o) : options(std::move(o)) {
   store = open_store(options);
-  binaries = std::make_unique<rt::BinaryProvider>(store.get(), store && !options.read_only);
+  binaries = std::make_unique<rt::BinaryProvider>(store.get(), store && store->writable());
+}
+
+std::optional<Tiling> Runtime::Impl::stored_tiling(const Spec& spec, const std::string& bucket) {
+  const cache::DeviceKey here = device_key();
+  const cache::TunedLookup found = store->lookup_tuned(to_string(spec), bucket, here, rt::toolchain_fingerprint());
+  const std::string instead = options.tune ? "re-tuning" : "using the default tiling";
+  const std::string where = "qattn cache: " + found.source + ": ";
+  switch (found.status) {
+    case cache::TunedLookup::Status::absent:
+      return std::nullopt;   // a first request: nothing to report
+    case cache::TunedLookup::Status::hit:
+      if (auto tiling = usable_tiling(spec, found.record->kernel_name, limits())) {
+        ++counters.tuned_db_hits;
+        return tiling;
+      }
+      store->warn(where + "stored winner " + found.record->kernel_name + " does not fit " + to_string(spec) +
+                  " on this device; " + instead);
+      return std::nullopt;
+    case cache::TunedLookup::Status::other_driver: {
+      // Same GPU model, SM count and toolchain: the tiling very likely still wins, but a new driver can
+      // change code generation, so it must pass the tuner's verification here before it is trusted.
+      const std::optional<Tiling> tiling = usable_tiling(spec, found.record->kernel_name, limits());
+      if (!tiling) {
+        store->warn(where + found.reason + "; its winner does not fit this device; " + instead);
+        return std::nullopt;
+      }
+      rt::GpuCandidateRunner runner(*this);
+      const Verification check = runner.verify(spec, *tiling);
+      if (!check.passed) {
+        store->warn(where + found.reason + "; its tiling failed verification here (" + check.detail + "); " + instead);
+        return std::nullopt;
+      }
+      cache::TunedRecord revalidated = *found.record;
+      revalidated.device = here;
+      revalidated.created_at = 0;   // binary_key stays: it covers source and toolchain, not the driver
+      store->put_tuned(revalidated);
+      store->warn(where + found.reason + "; re-validated its tiling here (" + check.detail + ")" +
+                  (store->writable() ? " and stored it under this driver" : ""));
+      ++counters.tuned_db_hits;
+      return tiling;
+    }
+    case cache::TunedLookup::Status::other_toolchain:
+    case cache::TunedLookup::Status::other_device:
+      store->warn(where + found.reason + "; " + instead);
+      return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 const rt::DeviceInfo& Runtime::Impl::device() {
@@ -208,44 +278,61 @@ std::vector<CompiledKernel> Runtime::compile_helpers(const Spec& spec) {
   return out;
 }
 
+Runtime::Impl::RequestKey Runtime::Impl::request_key(const Spec& s, const Problem& problem) {
+  RequestKey k;
+  k.spec = {static_cast<int>(s.phase), static_cast<int>(s.qk.fmt), static_cast<int>(s.qk.gran),
+            static_cast<int>(s.pv.fmt), static_cast<int>(s.pv.gran), static_cast<int>(s.out), s.head_dim, s.causal,
+            s.gqa, s.split_k, static_cast<int>(s.softmax), static_cast<int>(s.accum), s.smooth, s.paged,
+            static_cast<int>(s.flow), static_cast<int>(s.arch)};
+  const ProblemBucket b = problem_bucket_dims(problem);
+  k.q = b.q;
+  k.kv = b.kv;
+  k.bh = b.bh;
+  return k;
+}
+
 const Kernel& Runtime::kernel(const Spec& spec_in, const Problem& problem) {
+  // A repeated request: the spec as asked was resolved and validated when it was first seen; only the
+  // problem is new.
+  const Impl::RequestKey asked = Impl::request_key(spec_in, problem);
+  {
+    std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+    if (auto it = impl_->by_request.find(asked); it != impl_->by_request.end()) {
+      require(validate(it->second->spec(), problem));
+      ++impl_->counters.memory_hits;
+      return *it->second;
+    }
+  }
   const Spec spec = resolve(spec_in);
   if (spec.phase != Phase::prefill)
     throw_bad_input("kernel(), attention(), check() and benchmark() take prefill specs; run '" + to_string(spec) +
                     "' with Runtime::decode (include/qattn/decode.hpp: the cache layout and split count are part of the call)");
   require(validate(spec, problem));
-  const std::string bucket = problem_bucket(problem);
-  const std::string key = to_string(spec) + "|" + bucket;
+  const Impl::RequestKey resolved = Impl::request_key(spec, problem);
   std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
-  if (auto it = impl_->by_request.find(key); it != impl_->by_request.end()) {
+  if (auto it = impl_->by_request.find(resolved); it != impl_->by_request.end()) {
     ++impl_->counters.memory_hits;
+    impl_->by_request[asked] = it->second;
     return *it->second;
   }
   std::optional<Tiling> tiling;
-  if (impl_->store) {
-    if (auto rec = impl_->store->get_tuned(to_string(spec), bucket, impl_->device_key(), rt::toolchain_fingerprint())) {
-      const ParsedKernelName parsed = parse_kernel_name(rec->kernel_name);
-      if (parsed.spec == spec && validate(spec, parsed.tiling, impl_->limits())) {
-        tiling = parsed.tiling;
-        ++impl_->counters.tuned_db_hits;
-      }
-    }
-  }
+  if (impl_->store) tiling = impl_->stored_tiling(spec, problem_bucket(problem));
   if (!tiling) tiling = impl_->options.tune ? impl_->tune(spec, problem).winner : default_tiling(spec, impl_->limits());
   auto k = impl_->load(spec, *tiling);
-  impl_->by_request[key] = k;
+  impl_->by_request[resolved] = k;
+  impl_->by_request[asked] = k;
   return *k;
 }
 
 TuningResult Runtime::tune(const Spec& spec_in, const Problem& problem) {
   const Spec spec = resolve(spec_in);
   if (spec.phase != Phase::prefill)
-    throw_bad_input("tuning covers prefill kernels; decode kernels take their default tiling and a split count "
-                    "from plan_decode_splits until the decode tuner (issue #5) lands; accepted: a prefill spec");
+    throw_bad_input("tune() takes prefill specs; tune a decode spec's dataflow and split counts with "
+                    "Runtime::tune_decode (or qattn pretune); accepted: a prefill spec");
   require(validate(spec, problem));
   TuningResult r = impl_->tune(spec, problem);
   std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
-  impl_->by_request[to_string(spec) + "|" + problem_bucket(problem)] = impl_->load(spec, r.winner);
+  impl_->by_request[Impl::request_key(spec, problem)] = impl_->load(spec, r.winner);
   return r;
 }
 
@@ -257,5 +344,9 @@ RuntimeCounters Runtime::counters() const {
 const RuntimeOptions& Runtime::options() const { return impl_->options; }
 
 std::string Runtime::cache_path() const { return impl_->store ? impl_->store->path() : std::string(); }
+
+std::vector<std::string> Runtime::cache_warnings() const {
+  return impl_->store ? impl_->store->warnings() : std::vector<std::string>();
+}
 
 }  // namespace qattn

@@ -1,12 +1,15 @@
 // Runtime::Impl — shared by the registry (registry.cpp), the tuner's GPU runner (gpu_runner.cpp) and
 // the high-level attention call (attention_call.cpp).
 #pragma once
+#include <array>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <mutex>
 #include <optional>
 
-#include "cache/store.hpp"
+#include "cache/layered_store.hpp"
+#include "qattn/inflection.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/validate.hpp"
 #include "runtime/binary_provider.hpp"
@@ -38,6 +41,11 @@ class LoadedKernel final : public Kernel {
   unsigned smem_;
 };
 
+// Runtime::Impl of a Runtime, for the library's parts that are not members (the pretune worker, calibrate()).
+struct RuntimeAccess {
+  static Runtime::Impl& impl(Runtime& runtime) { return *runtime.impl_; }
+};
+
 struct Runtime::Impl {
   explicit Impl(RuntimeOptions o);
 
@@ -52,22 +60,47 @@ struct Runtime::Impl {
   // A loaded quantization pass by its rendered source (see quant_pipeline.cpp).
   std::shared_ptr<rt::Kernel> load_source(const Source& source);
   TuningResult tune(const Spec& spec, const Problem& problem);
+  // The stored winner's tiling for (spec, bucket) on this device, if the cache has a usable one: an
+  // exact hit, or another driver's entry whose tiling passes verification here (then stored under this
+  // driver). Every other outcome but "absent" is recorded as a cache warning.
+  std::optional<Tiling> stored_tiling(const Spec& spec, const std::string& bucket);
   // Tiling, loaded kernel and split count of a decode call (decode_call.cpp).
   struct DecodePlan;
   DecodePlan plan_decode(const Spec& spec, const Problem& problem, const Tiling& requested, int requested_splits);
 
   RuntimeOptions options;
   Runtime* self = nullptr;   // the public object, for the runner's high-level calls
-  std::unique_ptr<cache::Store> store;
+  std::unique_ptr<cache::LayeredStore> store;   // user layer over the shipped one; null: cache off
   std::unique_ptr<rt::BinaryProvider> binaries;
   std::recursive_mutex mutex;   // guards the maps, counters and device info
-  std::map<std::string, std::shared_ptr<LoadedKernel>> by_request;   // "spec|bucket"
+  // kernel()'s in-process map: (spec as asked, problem bucket) -> the loaded winner. Keyed by numbers,
+  // not text, so that a repeated request costs a validation of the problem and one map lookup.
+  struct RequestKey {
+    std::array<int, 16> spec{};
+    long long q = 0, kv = 0, bh = 0;
+    bool operator<(const RequestKey& o) const {
+      return std::tie(spec, q, kv, bh) < std::tie(o.spec, o.q, o.kv, o.bh);
+    }
+  };
+  static RequestKey request_key(const Spec& spec, const Problem& problem);
+  std::map<RequestKey, std::shared_ptr<LoadedKernel>> by_request;
   std::map<std::string, std::shared_ptr<LoadedKernel>> by_name;
   std::map<std::string, std::pair<rt::Module, std::shared_ptr<rt::Kernel>>> sources;   // quant passes
   RuntimeCounters counters;
   std::mutex workspace_mutex;
   std::map<void*, rt::DeviceBuffer> workspaces;   // attention()'s workspace per stream
   std::map<void*, rt::DeviceBuffer> decode_workspaces;   // decode()'s split partials per stream
+  // decode()'s tuned choices (decode_dispatch.cpp): the family's stored inflection and split tables,
+  // read from the cache once per family (null: none stored), then O(1) array lookups per call.
+  struct DecodeRoute {
+    Spec spec;       // flow resolved (never automatic)
+    Tiling tiling;   // block_m 0: the runtime's default for the flow
+    int splits = 0;  // 0: spec.split_k, else plan_decode_splits
+  };
+  DecodeRoute route_decode(const Spec& resolved, const Problem& p, const Tiling& tiling, int splits);
+  std::shared_ptr<const DecodeDispatch> decode_dispatch(const Spec& resolved);
+  std::map<std::string, std::shared_ptr<const DecodeDispatch>> decode_dispatches;   // by decode_family_key
+  std::vector<std::string> dispatch_warnings;   // stored decisions that could not be used, and why
   // decode()'s unified-max row flags per stream: the workspace, and where the last call's flags went
   // (the workspace or the caller's DecodeCall::row_flags) with their row count.
   struct DecodeFlags {

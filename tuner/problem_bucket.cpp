@@ -16,11 +16,14 @@ long long pow2_at_least(long long n, long long lo, long long hi) {
 
 // Tilings trade parallelism (grid size = q blocks x batch x heads) against per-CTA efficiency, and the
 // KV length sets the main-loop trip count: those three sizes, rounded up to powers of two, pick a winner.
+ProblemBucket problem_bucket_dims(const Problem& p) {
+  return ProblemBucket{pow2_at_least(p.q_len, 16, 65536), pow2_at_least(p.kv_len, 16, 262144),
+                       pow2_at_least(static_cast<long long>(p.batch) * p.heads_q, 1, 4096)};
+}
+
 std::string problem_bucket(const Problem& p) {
-  const long long q = pow2_at_least(p.q_len, 16, 65536);
-  const long long kv = pow2_at_least(p.kv_len, 16, 262144);
-  const long long bh = pow2_at_least(static_cast<long long>(p.batch) * p.heads_q, 1, 4096);
-  return "q" + std::to_string(q) + "_kv" + std::to_string(kv) + "_bh" + std::to_string(bh);
+  const ProblemBucket b = problem_bucket_dims(p);
+  return "q" + std::to_string(b.q) + "_kv" + std::to_string(b.kv) + "_bh" + std::to_string(b.bh);
 }
 
 Problem bucket_representative(const std::string& bucket, const Problem& like) {

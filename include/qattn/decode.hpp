@@ -5,7 +5,7 @@
 // templates/qattn/decode/kv_layout.h.
 //
 // Spec: `decode qk=<kv fmt> pv=<kv fmt> out=<fp16|bf16> d=<64|128|256> [causal] [gqa=N] [splitk=N]
-//        [softmax=exact|sas|unified_max] [paged] [flow=mma|gemv]`
+//        [softmax=exact|sas|unified_max] [paged] [flow=auto|mma|gemv]`
 // with the same format for K and V: fp16, bf16 (out equal to it), int8:per_token, int4:per_token,
 // int4:per_group, fp8e4m3:per_head or flashq:per_channel (include/qattn/flashq.hpp). Queries and
 // outputs have element type `out`.

@@ -12,6 +12,7 @@
 #include "qattn/abi.h"
 #include "qattn/decode.hpp"
 #include "qattn/flashq.hpp"
+#include "qattn/inflection.hpp"
 #include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
@@ -25,7 +26,11 @@ class DeviceBuffer;
 struct RuntimeOptions {
   std::string cache_path;    // SQLite file; empty: $QATTN_CACHE_DIR/qattn.db or ~/.cache/qattn/qattn.db
   bool use_cache = true;     // false: nothing read from or written to SQLite (in-process map only)
-  bool read_only = false;    // open the cache read-only (a shipped cache); nothing is written
+  bool read_only = false;    // open the user cache read-only; nothing is written
+  // An application-shipped cache, opened read-only under the user cache: lookups (binaries, tuned
+  // winners, decisions) try the user cache first, then this one; writes go to the user cache only.
+  // Empty: $QATTN_SHIPPED_CACHE, else none. See README "Caches: layers, shipping, maintenance".
+  std::string shipped_cache_path;
   bool tune = true;          // on a miss, tune; false: use the default tiling (no timing runs)
   int device = 0;            // CUDA device ordinal
   TimingOptions timing;
@@ -83,6 +88,12 @@ class PreparedAttention {
   virtual const Problem& problem() const = 0;
 };
 
+// What Runtime::tune_decode measured and decided (include/qattn/inflection.hpp).
+struct DecodeTuning {
+  InflectionTable dataflow;   // GEMV vs tensor-core crossings per KV length bucket
+  SplitTable splits;          // split count per (batch x heads_kv, KV length) bucket
+};
+
 struct RuntimeCounters {
   long long memory_hits = 0;    // kernel requests served by the in-process map
   long long tuned_db_hits = 0;  // tuned winners read from SQLite
@@ -126,12 +137,32 @@ class Runtime {
   void decode(const DecodeCall& call, void* stream);
   // Quantizes new tokens into the KV cache (both K and V) on `stream`.
   void append_kv(const AppendKvCall& call, void* stream);
-  // The split count decode() uses for `call` (call.splits, else spec.split_k, else the heuristic).
+  // The split count decode() uses for `call` (call.splits, else spec.split_k, else the tuned split
+  // table, else the heuristic).
   int decode_splits(const DecodeCall& call);
+  // The kernel decode() runs for `call` over the cache (a flashq cache: over its blocks) and its split
+  // count: what flow=auto and the split tables resolve to. Loads the kernel; launches nothing.
+  struct DecodeRouteInfo {
+    std::string kernel_name;
+    Dataflow flow = Dataflow::mma;
+    Tiling tiling;
+    int splits = 1;
+  };
+  DecodeRouteInfo decode_route(const DecodeCall& call);
   // Rows the last softmax=unified_max decode() on `stream` recomputed with the exact kernel (its flags
   // != kUmSeen; every row when unified_max was disabled). Synchronizes the stream and reads the flags
   // back: for monitoring the fallback rate, not for the hot path. bad_input when no such call ran.
   long long decode_fallback_rows(void* stream);
+
+  // Decode's tuned dispatch (FlashDecoding++'s inflection points): times the GEMV and tensor-core
+  // dataflows over M = gqa x q_len and KV length buckets, and the split counts per (batch x heads_kv, KV
+  // length) bucket, on this GPU; stores both decisions in the cache (decision kinds decode_dataflow and
+  // decode_splits, key decode_family_key(spec)) and uses them at once for this family's calls with
+  // flow=auto (the default) and no split count. Row-cache formats (not flashq). Minutes for the default
+  // options; `qattn pretune` runs it offline.
+  DecodeTuning tune_decode(const Spec& spec, const SweepOptions& options = {});
+  // True when both decisions of the spec's family are stored for this device and toolchain.
+  bool decode_tuned(const Spec& spec);
 
   // The FlashQ KV cache (include/qattn/flashq.hpp): fills an empty cache with the prefill tokens
   // (choosing the head bit widths and universal scales unless given; then it waits for the stream), and
@@ -157,10 +188,15 @@ class Runtime {
   RuntimeCounters counters() const;
   const RuntimeOptions& options() const;
   std::string cache_path() const;   // "" when the cache is off
+  // Why the cache did less than asked, one line each, oldest first: a layer not opened or set aside, a
+  // tuned entry of another driver/device/toolchain (and what was done instead), a dropped binary.
+  // Also printed once each on stderr when QATTN_LOG=1.
+  std::vector<std::string> cache_warnings() const;
 
   struct Impl;
 
  private:
+  friend struct RuntimeAccess;   // the library's own parts outside this class (runtime/runtime_impl.hpp)
   std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
                                                 void* stream, rt::DeviceBuffer* lent);
   std::unique_ptr<Impl> impl_;

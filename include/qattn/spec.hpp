@@ -13,7 +13,7 @@
 //   accum=<mode>            P·V accumulation: fp32 | fp16 | two_level            (default fp32)
 //   smooth=<q|k|v...>       smoothing steps, letters in the order q, k, v        (default none)
 //   paged                   the KV cache is paged through a block table (decode)  (default contiguous)
-//   flow=<mma|gemv>         decode dataflow: tensor cores or CUDA cores           (default mma)
+//   flow=<auto|mma|gemv>    decode dataflow: tuned per call, tensor cores, or CUDA cores (default auto)
 //   arch=<sm_XX>            sm_80 | sm_86 | sm_89 | sm_90 | sm_90a               (default: the device's)
 //   fmt  = fp16 | bf16 | int8 | int4 | fp8e4m3 | flashq
 //   gran = per_tensor | per_block | per_warp | per_thread | per_token | per_channel | per_group | per_head
@@ -52,7 +52,7 @@ struct Spec {
   Accum accum = Accum::fp32;
   int smooth = kSmoothNone;   // SmoothBits
   bool paged = false;         // decode: KV cache addressed through a block table
-  Dataflow flow = Dataflow::mma;   // decode: tensor cores or CUDA cores
+  Dataflow flow = Dataflow::automatic;   // decode: chosen per call (tuned), tensor cores or CUDA cores
   Arch arch = Arch::unset;
 
   bool quantized() const { return qk.fmt != Fmt::fp16 && qk.fmt != Fmt::bf16; }

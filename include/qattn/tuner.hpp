@@ -61,6 +61,11 @@ TuningResult tune(const Spec& spec, const Problem& problem, const std::vector<Ti
 // Problem-size buckets: tuned winners are stored per bucket, and a representative problem of the
 // bucket is what gets timed. Text: "q4096_kv4096_bh256" (powers of two, clamped).
 std::string problem_bucket(const Problem& problem);
+// The bucket as numbers (what problem_bucket prints): the runtime's in-process lookup keys on them.
+struct ProblemBucket {
+  long long q = 0, kv = 0, bh = 0;
+};
+ProblemBucket problem_bucket_dims(const Problem& problem);
 Problem bucket_representative(const std::string& bucket, const Problem& like);
 
 double median(std::vector<double> samples);

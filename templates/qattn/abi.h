@@ -24,8 +24,11 @@ enum class Gran : int { none = 0, per_tensor = 1, per_block = 2, per_warp = 3, p
                         per_token = 5, per_channel = 6, per_group = 7, per_head = 8 };
 
 // Decode dataflow for the rows that share a KV head: tensor cores (mma.sync, rows padded to 16) or
-// CUDA cores (a GEMV per row, no padding). FlashDecoding++'s inflection point picks between them.
-enum class Dataflow : int { mma = 0, gemv = 1 };
+// CUDA cores (a GEMV per row, no padding). FlashDecoding++'s inflection point picks between them:
+// `automatic` (the spec's default) lets Runtime::decode choose per call from the tuned inflection table
+// (include/qattn/inflection.hpp), mma where there is none; a kernel is always one of the other two, and
+// an automatic spec compiles as mma (its kernel name carries no flow token, like mma's).
+enum class Dataflow : int { mma = 0, gemv = 1, automatic = 2 };
 
 enum class SoftmaxMode : int { exact = 0, unified_max = 1, sas = 2 };
 

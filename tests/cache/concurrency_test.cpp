@@ -1,5 +1,5 @@
 // Sharing one cache file: threads of one process, a writer and a reader in different processes, and
-// four processes writing at once. Nothing may be lost and nobody may fail with "database is locked".
+// eight processes writing at once. Nothing may be lost and nobody may fail with "database is locked".
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,7 +21,7 @@ using testing::sample_binary;
 using testing::sample_tuned;
 using testing::TempDir;
 
-constexpr int kWorkers = 4;
+constexpr int kWorkers = 8;
 constexpr int kPutsPerWorker = 50;
 
 // Worker w's i-th item; the shared spec gets a different time from every put.
@@ -29,9 +29,25 @@ unsigned seed_of(int worker, int i) { return static_cast<unsigned>(1000 * (worke
 double shared_time(int worker, int i) { return 100.0 + ((worker * 37 + i * 11) % 173) + 0.5 * worker; }
 std::string spec_of(int worker, int i) { return "spec_w" + std::to_string(worker) + "_i" + std::to_string(i); }
 
+DecisionRecord decision_of(const std::string& key, const std::string& json) {
+  DecisionRecord record;
+  record.kind = "decode_splits";
+  record.key = key;
+  record.device = testing::h100();
+  record.toolchain = testing::kToolchain;
+  record.json = json;
+  return record;
+}
+
+std::string splits_json(int worker, int i) {
+  return "{\"splits\":" + std::to_string(1 + (worker + i) % 16) + ",\"by\":" + std::to_string(worker) + "}";
+}
+
 void put_items(Store& store, int worker) {
   for (int i = 0; i < kPutsPerWorker; ++i) {
     store.put_binary(sample_binary(seed_of(worker, i), 2000 + 13 * i));
+    store.put_decision(decision_of(spec_of(worker, i), splits_json(worker, i)));
+    store.put_decision(decision_of("spec_shared", splits_json(worker, i)));   // replaced by every writer
     store.put_tuned(sample_tuned(spec_of(worker, i), 1.0 + i));
     TunedRecord shared = sample_tuned("spec_shared", shared_time(worker, i));
     shared.kernel_name = "shared_from_w" + std::to_string(worker) + "_i" + std::to_string(i);
@@ -58,8 +74,13 @@ void expect_all_items(Store& store) {
           store.get_tuned(spec_of(w, i), "b1_q4096_kv4096", testing::h100(), testing::kToolchain);
       ASSERT_TRUE(tuned.has_value()) << "worker " << w << " item " << i;
       ASSERT_EQ(tuned->time_us, 1.0 + i);
+      std::optional<DecisionRecord> decision =
+          store.get_decision("decode_splits", spec_of(w, i), testing::h100(), testing::kToolchain);
+      ASSERT_TRUE(decision.has_value()) << "worker " << w << " item " << i;
+      ASSERT_EQ(decision->json, splits_json(w, i));
     }
   }
+  EXPECT_TRUE(store.get_decision("decode_splits", "spec_shared", testing::h100(), testing::kToolchain).has_value());
   std::optional<TunedRecord> shared =
       store.get_tuned("spec_shared", "b1_q4096_kv4096", testing::h100(), testing::kToolchain);
   ASSERT_TRUE(shared.has_value());
@@ -67,6 +88,7 @@ void expect_all_items(Store& store) {
   Store::Stats stats = store.stats();
   EXPECT_EQ(stats.binary_count, kWorkers * kPutsPerWorker);
   EXPECT_EQ(stats.tuned_count, kWorkers * kPutsPerWorker + 1);
+  EXPECT_EQ(stats.decision_count, kWorkers * kPutsPerWorker + 1);
   EXPECT_EQ(stats.corrupt_binaries, 0);
 }
 
@@ -126,8 +148,9 @@ TEST(Concurrency, ParentWritesChildReads) {
   EXPECT_EQ(testing::wait_child(child), 0) << "2: the child missed the binary, 3: it read different bytes";
 }
 
-// 4 processes x 50 rounds of put_binary + two put_tuned each, released at the same instant.
-TEST(Concurrency, FourWriterProcessesLoseNothing) {
+// 8 processes x 50 rounds of put_binary, two put_tuned and two put_decision each, released at the same
+// instant: nothing is lost and no writer fails with "database is locked".
+TEST(Concurrency, EightWriterProcessesLoseNothing) {
   TempDir dir;
   const std::string path = dir.file("cache.db");
   { Store create(path); }   // the schema exists before the race starts

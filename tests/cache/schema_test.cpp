@@ -73,7 +73,7 @@ TEST(Schema, NewDatabaseGetsTheCurrentSchema) {
     EXPECT_EQ(stats.compatible_version, kCompatibleVersion);
     EXPECT_EQ(stats.binary_count, 0);
   }
-  EXPECT_EQ(table_names(path), (std::set<std::string>{"meta", "kernel_binary", "tuned_kernel"}));
+  EXPECT_EQ(table_names(path), (std::set<std::string>{"meta", "kernel_binary", "tuned_kernel", "decision"}));
   Database db(path, {});
   SchemaInfo info = inspect_schema(db);
   EXPECT_EQ(info.schema_version, kSchemaVersion);
@@ -91,8 +91,8 @@ TEST(Schema, MigratesTheV0LayoutKeepingItsRows) {
   }
 
   Store store(path);
-  EXPECT_EQ(store.stats().schema_version, 1);
-  EXPECT_EQ(table_names(path), (std::set<std::string>{"meta", "kernel_binary", "tuned_kernel"}));
+  EXPECT_EQ(store.stats().schema_version, kSchemaVersion);   // v0 -> v1 -> v2 in one transaction
+  EXPECT_EQ(table_names(path), (std::set<std::string>{"meta", "kernel_binary", "tuned_kernel", "decision"}));
 
   for (const BinaryRecord* expected : {&fixture.binary_a, &fixture.binary_b}) {
     std::optional<BinaryRecord> got = store.get_binary(expected->key);
@@ -133,7 +133,7 @@ TEST(Schema, FailedMigrationRollsBackToV0) {
     FAIL() << "a v0 tuned row without a time was migrated";
   } catch (const CacheError& error) {
     const std::string message = error.what();
-    EXPECT_NE(message.find("migrating schema v0 to v1 failed and was rolled back"), std::string::npos) << message;
+    EXPECT_NE(message.find("migrating schema v0 to v2 failed and was rolled back"), std::string::npos) << message;
     EXPECT_NE(message.find("time_us"), std::string::npos) << message;
   }
   EXPECT_EQ(table_names(path), (std::set<std::string>{"binaries", "tuned"}));
@@ -184,20 +184,20 @@ TEST(Schema, OpensANewerButCompatibleSchemaAsIs) {
   const std::string path = dir.file("newer.db");
   { Store store(path); }
   {
-    // What a compatible v2 might do: add a column with a default.
+    // What a compatible v3 might do: add a column with a default.
     Database db(path, {});
-    db.exec("ALTER TABLE kernel_binary ADD COLUMN note TEXT NOT NULL DEFAULT ''", "add a v2 column");
+    db.exec("ALTER TABLE kernel_binary ADD COLUMN note TEXT NOT NULL DEFAULT ''", "add a v3 column");
   }
-  set_versions(path, 2, 1);
+  set_versions(path, 3, 1);
   Store store(path);
-  EXPECT_EQ(store.stats().schema_version, 2);
+  EXPECT_EQ(store.stats().schema_version, 3);
   BinaryRecord record = testing::sample_binary(9);
   store.put_binary(record);
   std::optional<BinaryRecord> got = store.get_binary(record.key);
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->image, record.image);
   Database db(path, {});
-  EXPECT_EQ(inspect_schema(db).schema_version, 2);   // not "migrated" back down
+  EXPECT_EQ(inspect_schema(db).schema_version, 3);   // not "migrated" back down
 }
 
 TEST(Schema, RefusesADatabaseOfAnotherProgram) {

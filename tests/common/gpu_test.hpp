@@ -4,6 +4,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <random>
 #include <string>
 
 #include "runtime/device.hpp"
@@ -38,6 +40,24 @@ class GpuTest : public ::testing::Test {
  private:
   CUcontext context_at_setup_ = nullptr;
   bool ready_ = false;
+};
+
+// A GPU test with a fresh scratch folder (for cache files), removed afterwards.
+class GpuTestWithDir : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    dir_ = std::filesystem::temp_directory_path() /
+           ("qattn_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(std::random_device{}()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    GpuTest::TearDown();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  std::filesystem::path dir_;
 };
 
 }  // namespace qattn::test

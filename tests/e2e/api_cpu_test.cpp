@@ -138,7 +138,7 @@ TEST_F(ApiCpu, CliExitCodesAndOneLineErrors) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   EXPECT_NE(r.out.find("accepted:"), std::string::npos) << r.out;
-  r = run_cli("compile --spec 'prefill qk=fp16 pv=fp16 out=fp16 d=96' --arch sm_90a" + db);
+  r = run_cli("compile --spec 'prefill qk=fp16 pv=fp16 out=fp16 d=80' --arch sm_90a" + db);
   EXPECT_EQ(r.code, 2) << r.out;
   r = run_cli("frobnicate");
   EXPECT_EQ(r.code, 2) << r.out;

@@ -1,6 +1,7 @@
 // Every shipped attention kernel against the float64 reference, on fresh random data with channel
 // outliers, outputs (and LSE) poisoned before each run: lengths 1, 17, 63, 65, 1000, 4097, causal with
-// q_len != kv_len, GQA, both layouts. Thresholds: fp16/bf16 relative L2 <= 5e-3; int8 cosine >= 0.999.
+// q_len != kv_len, GQA, both layouts, head dims 64, 96, 128 and 256. Thresholds: fp16/bf16 relative L2
+// <= 5e-3; int8 cosine >= 0.999.
 // Each spec runs through attention() with its default tiling; where that is the wgmma form (int8 on
 // sm_90a), the mma.sync form (what every other arch runs) is checked too, through prepare_with().
 #include <gtest/gtest.h>
@@ -56,6 +57,22 @@ const char* kSpecs[] = {
     "prefill qk=int8:per_block pv=int8:per_channel out=bf16 d=128 causal smooth=k",
     "prefill qk=int8:per_tensor pv=int8:per_channel out=fp16 d=64 smooth=k",
     "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal",
+    // d 96 (rows of 12 chunks: the 4-chunk swizzle, 3 loads per cp.async pass, int8 tiles of 32-byte
+    // atoms, wgmma P·V as n64 + n32) and d 256 (two 128-byte atoms, wgmma P·V as two n128).
+    "prefill qk=fp16 pv=fp16 out=fp16 d=96",
+    "prefill qk=fp16 pv=fp16 out=fp16 d=96 causal gqa=4",
+    "prefill qk=bf16 pv=bf16 out=bf16 d=96 causal",
+    "prefill qk=fp16 pv=fp16 out=fp16 d=256 causal",
+    "prefill qk=bf16 pv=bf16 out=bf16 d=256 gqa=4",
+    "prefill qk=bf16 pv=bf16 out=bf16 d=256 causal gqa=4",
+    "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=96 smooth=k",
+    "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=96 causal gqa=4 smooth=kv",
+    "prefill qk=int8:per_block pv=int8:per_channel out=bf16 d=96 causal smooth=kv",
+    "prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=96 smooth=k",
+    "prefill qk=int8:per_token pv=int8:per_channel out=bf16 d=256 causal smooth=kv",
+    "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d=256 gqa=4 smooth=k",
+    "prefill qk=int8:per_tensor pv=int8:per_tensor out=bf16 d=256 causal smooth=k",
+    "prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=256 causal",
 };
 
 class AttentionVsReference : public test::GpuTest, public ::testing::WithParamInterface<const char*> {};

@@ -1,5 +1,5 @@
 // NVRTC compile of every default-grid point (default tiling) for sm_80, sm_89 and sm_90a — no GPU;
-// decode points must not spill.
+// decode points and the prefill points at d 96 and 256 must not spill.
 // QATTN_TEST_LEVEL=2 (the full sweep) compiles every candidate tiling of every point instead.
 #include <gtest/gtest.h>
 
@@ -59,8 +59,13 @@ TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
       EXPECT_LE(k.registers, 255) << name;
       EXPECT_GE(k.spill_bytes, 0) << name;
       if (k.spill_bytes > 0) std::printf("[ spills  ] %s: %d bytes\n", name.c_str(), k.spill_bytes);
-      // The decode kernels' shipped tilings must not spill (registers are what limits their occupancy).
-      if (points[i].first.phase == Phase::decode && test_level() < 2) EXPECT_EQ(k.spill_bytes, 0) << name;
+      // The decode kernels' shipped tilings must not spill (registers are what limits their occupancy),
+      // nor the prefill ones at d 96 and 256, whose tilings were chosen by ptxas alone (no timings yet).
+      const Spec& s = points[i].first;
+      const bool no_spill = s.phase == Phase::decode || s.head_dim == 96 || s.head_dim == 256;
+      if (no_spill && test_level() < 2) {
+        EXPECT_EQ(k.spill_bytes, 0) << name;
+      }
     }
   }
   std::printf("[ compiled ] %zu kernels for %s\n", points.size(), to_string(GetParam()));

@@ -1,5 +1,6 @@
 // The quantization kernels on the GPU against the float64 quantizer, code for code: every granularity,
-// smoothing on and off, Q/K rows and transposed V, fp16 and bf16, both input layouts, odd lengths.
+// smoothing on and off, Q/K rows and transposed V, fp16 and bf16, both input layouts, odd lengths, head
+// dims 64, 96 (the one with idle lanes), 128 and 256.
 // Outputs are poisoned first (-128 codes, NaN scales), so anything unwritten fails.
 #include <gtest/gtest.h>
 
@@ -59,10 +60,13 @@ TEST_F(QuantVsReference, EveryGranularitySmoothingAndLayout) {
   for (Fmt fmt : {Fmt::fp16, Fmt::bf16})
     for (const Request& rq : kRequests)
       for (int seq : {1, 17, 63, 65, 1000, 4097})
-        for (Layout layout : {Layout::bshd, Layout::bhsd}) {
-          const int batch = 2, heads = 3, d = seq == 4097 ? 64 : 128;
+        for (Layout layout : {Layout::bshd, Layout::bhsd})
+        for (int d : {128, 96, 256, 64}) {
+          // d 128, 96 and 256 on the short lengths; the long one at d 64 and 96 (the d with idle lanes).
+          if (seq == 4097 ? (d != 64 && d != 96) : d == 64) continue;
+          const int batch = 2, heads = 3;
           const std::uint64_t seed = test::fresh_seed();
-          SCOPED_TRACE(std::string(to_string(fmt)) + " " + to_string(rq.gran) + " group=" + std::to_string(rq.group) +
+          SCOPED_TRACE(std::string(to_string(fmt)) + " d=" + std::to_string(d) + " " + to_string(rq.gran) + " group=" + std::to_string(rq.group) +
                        (rq.smooth ? " smooth" : "") + (rq.transpose ? " V^T" : "") + " seq=" + std::to_string(seq) +
                        " " + test::to_string(layout) + " " + test::seed_note(seed));
           HostTensor x = test::random_tensor({batch, heads, seq, d}, layout, test::k_like(), seed);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "cache/maintenance.hpp"
 #include "cache/store.hpp"
 #include "qattn/error.hpp"
 #include "qattn/runtime.hpp"
@@ -14,19 +15,7 @@
 namespace qattn {
 namespace {
 
-class RegistryGpu : public test::GpuTest {
- protected:
-  void SetUp() override {
-    test::GpuTest::SetUp();
-    dir_ = std::filesystem::temp_directory_path() / ("qattn_registry_" + std::to_string(test::fresh_seed()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    test::GpuTest::TearDown();
-    std::filesystem::remove_all(dir_);
-  }
-  std::filesystem::path dir_;
-};
+class RegistryGpu : public test::GpuTestWithDir {};
 
 TEST_F(RegistryGpu, TuneOnceThenServeFromMemoryThenFromSqliteWithoutCompiling) {
   const Spec spec = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k");
@@ -68,6 +57,53 @@ TEST_F(RegistryGpu, TuneOnceThenServeFromMemoryThenFromSqliteWithoutCompiling) {
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].kernel_name, winner);
   EXPECT_NE(rows[0].candidates_json.find("\"won\""), std::string::npos);
+}
+
+// A shipped cache made on this GPU model under another driver: its winner is not trusted blindly but
+// verified here, then used (no tuning, no compile: the cubin is shipped too) and stored under this
+// driver in the user layer; the runtime says so.
+TEST_F(RegistryGpu, WinnerFromAnotherDriverIsRevalidatedThenUsed) {
+  const Spec spec = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal smooth=k");
+  const Problem problem = parse_problem("b=1,hq=4,hkv=4,q=512,kv=512");
+  RuntimeOptions o;
+  o.cache_path = (dir_ / "made_here.db").string();
+  o.timing.repeats = 3;
+  std::string winner;
+  {
+    Runtime rt(o);
+    winner = rt.kernel(spec, problem).name();
+  }
+  {
+    // The shipped file: this cache (its cubins, helper kernels included, as a pretuned cache has them)
+    // with the winner's row moved to an older driver.
+    const std::string shipped = (dir_ / "shipped.db").string();
+    std::filesystem::copy_file(o.cache_path, shipped);   // the runtime closed it: no WAL left behind
+    cache::Store store(shipped);
+    const auto rows = store.list_tuned();
+    ASSERT_EQ(rows.size(), 1u);
+    cache::TunedRecord old = rows[0];
+    old.device.driver_version -= 10;
+    store.put_tuned(old);
+    cache::prune(shipped, old.device.driver_version, "");   // drops the row made under this driver
+    ASSERT_EQ(store.list_tuned().size(), 1u);
+    ASSERT_EQ(store.list_tuned()[0].device.driver_version, old.device.driver_version);
+  }
+  RuntimeOptions app;
+  app.shipped_cache_path = (dir_ / "shipped.db").string();
+  app.cache_path = (dir_ / "user.db").string();
+  Runtime rt(app);
+  EXPECT_EQ(rt.kernel(spec, problem).name(), winner);
+  const RuntimeCounters c = rt.counters();
+  EXPECT_EQ(c.tunings, 0);
+  EXPECT_EQ(c.compiles, 0) << "the winner's cubin comes from the shipped layer";
+  EXPECT_EQ(c.tuned_db_hits, 1);
+  bool said = false;
+  for (const std::string& w : rt.cache_warnings()) said = said || w.find("re-validated") != std::string::npos;
+  EXPECT_TRUE(said) << "the runtime reports the re-validation";
+  cache::Store user(app.cache_path);
+  const auto rows = user.list_tuned();
+  ASSERT_EQ(rows.size(), 1u) << "the re-validated winner is stored under this driver in the user layer";
+  EXPECT_EQ(rows[0].kernel_name, winner);
 }
 
 TEST_F(RegistryGpu, SpecForAnotherArchIsRefusedWithTheReason) {

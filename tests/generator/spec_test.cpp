@@ -26,6 +26,18 @@ TEST(Spec, CanonicalTextRoundTrips) {
   }
 }
 
+// flow=auto is the default (the runtime's tuned choice) and prints nothing; a pinned flow prints.
+TEST(Spec, DataflowDefaultsToAutoAndPinnedFlowsPrint) {
+  const Spec plain = parse_spec("decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 gqa=4");
+  EXPECT_EQ(plain.flow, Dataflow::automatic);
+  EXPECT_EQ(parse_spec("decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 gqa=4 flow=auto"), plain);
+  const Spec mma = parse_spec("decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 gqa=4 flow=mma");
+  EXPECT_EQ(mma.flow, Dataflow::mma);
+  EXPECT_NE(mma, plain);
+  EXPECT_EQ(to_string(mma), "decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 gqa=4 flow=mma");
+  EXPECT_EQ(to_string(plain), "decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 gqa=4");
+}
+
 TEST(Spec, ParseAcceptsAnyOrderAndPrintsCanonical) {
   const Spec s = parse_spec("  arch=sm_90a d=128 causal out=fp16 pv=int8:per_channel qk=int8:per_token prefill ");
   EXPECT_EQ(to_string(s), "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal arch=sm_90a");

@@ -27,7 +27,7 @@ int test_level() {
 std::map<std::string, unsigned> planned_passes(bool all_dims) {
   std::map<std::string, unsigned> passes;
   std::vector<int> dims = {128};
-  if (all_dims) dims = {64, 128, 256};
+  if (all_dims) dims = {64, 96, 128, 256};
   for (Fmt in : {Fmt::fp16, Fmt::bf16})
     for (int d : dims)
       for (bool smooth : {false, true})

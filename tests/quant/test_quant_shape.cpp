@@ -103,13 +103,36 @@ TEST(QuantShape, TransposedV) {
             "qattn::quant::QuantizeTransposed<qattn::Fmt::fp16, 128, qattn::Gran::per_tensor, false>");
 }
 
+// d = 96: the same passes and grids (the idle lanes are inside the blocks); FinalizeStats runs d threads.
+TEST(QuantShape, HeadDim96PlansLikeTheOthers) {
+  const QuantProblem p{2, 4, 1000, 1024};
+  const QuantPlan v = plan_quant(request(Gran::per_channel, 0, true, true, Fmt::bf16, 96), p);
+  ASSERT_EQ(v.launches.size(), 3u);
+  EXPECT_EQ(v.launches[0].pass, "qattn::quant::ChannelStats<qattn::Fmt::bf16, 96, true>");
+  expect_grid(v.launches[0], 2, 4, 2);
+  EXPECT_EQ(v.launches[1].pass, "qattn::quant::FinalizeStats<96, qattn::Gran::per_channel, true>");
+  EXPECT_EQ(v.launches[1].block, 96u);
+  EXPECT_EQ(v.launches[2].pass,
+            "qattn::quant::QuantizeTransposed<qattn::Fmt::bf16, 96, qattn::Gran::per_channel, true>");
+  expect_grid(v.launches[2], 1024 / kVPadTokens, 4, 2);
+  EXPECT_EQ(v.scale_floats, 2 * 4 * 96);
+  EXPECT_EQ(v.mean_floats, 2 * 4 * 96);
+  EXPECT_EQ(v.scratch_floats, kStatsOffset + 3LL * 96 * 2 * 4 * 2);
+  const QuantPlan k = plan_quant(request(Gran::per_block, 128, false, false, Fmt::fp16, 96), p);
+  ASSERT_EQ(k.launches.size(), 1u);
+  EXPECT_EQ(k.launches[0].pass, "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 96, qattn::Gran::per_block, 128, false>");
+  expect_grid(k.launches[0], (1024 + 127) / 128, 4, 2);
+  EXPECT_EQ(lanes_per_row(96), 16);   // 12 vectors per row, padded to an aligned group of lanes
+  for (int d : {64, 128, 256}) EXPECT_EQ(lanes_per_row(d), d / kVecElems) << d;
+}
+
 TEST(QuantShape, RejectsWhatThePassesCannotDo) {
   const QuantProblem ok{1, 1, 100, 128};
   EXPECT_THROW(plan_quant(request(Gran::per_token, 0, false, true), ok), Error);      // token scale on V^T
   EXPECT_THROW(plan_quant(request(Gran::per_channel, 0, false, true), QuantProblem{1, 1, 100, 100}), Error);
   EXPECT_THROW(plan_quant(request(Gran::per_block, 32, false, false), ok), Error);
   EXPECT_THROW(plan_quant(request(Gran::per_token, 0, false, false, Fmt::int8), ok), Error);
-  EXPECT_THROW(plan_quant(request(Gran::per_token, 0, false, false, Fmt::fp16, 96), ok), Error);
+  EXPECT_THROW(plan_quant(request(Gran::per_token, 0, false, false, Fmt::fp16, 80), ok), Error);
   EXPECT_THROW(plan_quant(request(Gran::per_warp, 0, false, false), ok), Error);
   EXPECT_THROW(plan_quant(request(Gran::per_token, 0, false, false), QuantProblem{1, 1, 100, 99}), Error);
   EXPECT_THROW(plan_quant(request(Gran::per_token, 0, false, false), QuantProblem{1, 1, 0, 0}), Error);

@@ -36,7 +36,15 @@ struct Kernel {
   static constexpr int kNTiles = BN / 8;              // n8 tiles of S
   static constexpr int kQKSteps = D / 16;             // k16 steps of Q K^T
   static constexpr int kPVSteps = BN / 16;            // k16 steps of P V
-  static constexpr int kRowsPerPass = kThreads / kChunks;
+  // A cp.async pass of the CTA covers kRowsPerPass whole rows with kLoadsPerPass 16-byte chunks per
+  // thread: 1 when the row's chunks divide the threads (d = 64, 128, 256), 3 at d = 96 (12 chunks).
+  static constexpr int kLoadsPerPass = kChunks / gcd(kThreads, kChunks);
+  static constexpr int kRowsPerPass = rows_per_pass(D, WARPS);
+  // Per-lane ldmatrix addresses: logical chunks c and c + kSpan share a swizzle key, so a lane keeps
+  // kSpan / 2 addresses (one per chunk pair of a span) and reaches the others by immediate offsets.
+  static constexpr int kSpan = dev::swizzle_span<kChunks>();
+  static constexpr int kLaneAddrs = kSpan / 2;
+  static constexpr u32 kSpanBytes = kSpan * 16;
   static constexpr u32 kQBytes = BM * D * 2;
   static constexpr u32 kTileBytes = BN * D * 2;
   // Groups in flight that may stay pending when the oldest one is needed (see the main loop).
@@ -53,27 +61,31 @@ struct Kernel {
   // at or past `row_limit` become zeros. The source pointer advances one pass of rows at a time
   // rather than being recomputed per row. Unrolled by 4 (measured on H100): fully unrolled, ptxas
   // keeps every row's 64-bit address live and the main loop, at the 255-register cap, spills on
-  // some tilings; rolled, the loop overhead costs 5-10% of throughput.
+  // some tilings; rolled, the loop overhead costs 5-10% of throughput. With kLoadsPerPass > 1 (d = 96)
+  // each of a thread's chunks of a pass gets its own sweep over the passes.
   template <int ROWS>
   static __device__ __forceinline__ void load_rows(u32 dst, const u16* base, long long row_stride,
                                                    int row0, int row_limit, int tid) {
     static_assert(ROWS % kRowsPerPass == 0, "tile rows must be a multiple of rows per pass");
-    const int chunk = tid % kChunks;
-    const int r0 = tid / kChunks;
-    const u16* src = base + (row0 + r0) * row_stride + chunk * 8;
-    const long long pass_stride = kRowsPerPass * row_stride;
+#pragma unroll
+    for (int l = 0; l < kLoadsPerPass; ++l) {
+      const int chunk = (tid + l * kThreads) % kChunks;
+      const int r0 = (tid + l * kThreads) / kChunks;
+      const u16* src = base + (row0 + r0) * row_stride + chunk * 8;
+      const long long pass_stride = kRowsPerPass * row_stride;
 #pragma unroll 4
-    for (int i = 0; i < ROWS / kRowsPerPass; ++i) {
-      const int row = r0 + i * kRowsPerPass;
-      const bool valid = row0 + row < row_limit;
-      dev::cp_async_16(dst + dev::swizzled_offset<kChunks>(row, chunk), valid ? src : base, valid);
-      src += pass_stride;
+      for (int i = 0; i < ROWS / kRowsPerPass; ++i) {
+        const int row = r0 + i * kRowsPerPass;
+        const bool valid = row0 + row < row_limit;
+        dev::cp_async_16(dst + dev::swizzled_offset<kChunks>(row, chunk), valid ? src : base, valid);
+        src += pass_stride;
+      }
     }
   }
 
   // S = Q K^T for this warp's rows and one KV tile (fp32, unscaled).
-  static __device__ __forceinline__ void qk_product(float (&s)[kMTiles][kNTiles][4], const u32 (&q_lane)[4],
-                                                    const u32 (&k_lane)[4]) {
+  static __device__ __forceinline__ void qk_product(float (&s)[kMTiles][kNTiles][4], const u32 (&q_lane)[kLaneAddrs],
+                                                    const u32 (&k_lane)[kLaneAddrs]) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -85,11 +97,11 @@ struct Kernel {
       u32 qa[kMTiles][4];
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
-        dev::ldmatrix_x4(qa[mt], q_lane[ks % 4] + (ks / 4) * 128 + mt * 16 * kChunks * 16);
+        dev::ldmatrix_x4(qa[mt], q_lane[ks % kLaneAddrs] + (ks / kLaneAddrs) * kSpanBytes + mt * 16 * kChunks * 16);
 #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
         u32 kb[4];
-        dev::ldmatrix_x4(kb, k_lane[ks % 4] + (ks / 4) * 128 + np * 16 * kChunks * 16);
+        dev::ldmatrix_x4(kb, k_lane[ks % kLaneAddrs] + (ks / kLaneAddrs) * kSpanBytes + np * 16 * kChunks * 16);
         const u32 b0[2] = {kb[0], kb[1]};
         const u32 b1[2] = {kb[2], kb[3]};
 #pragma unroll
@@ -157,7 +169,7 @@ struct Kernel {
 
   // O += P V, with P (already probabilities) converted to IO and fed from registers.
   static __device__ __forceinline__ void pv_product(const float (&s)[kMTiles][kNTiles][4], RowState& st,
-                                                    const u32 (&v_lane)[4]) {
+                                                    const u32 (&v_lane)[kLaneAddrs]) {
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
       u32 pa[kMTiles][4];
@@ -171,7 +183,7 @@ struct Kernel {
 #pragma unroll
       for (int dp = 0; dp < kChunks / 2; ++dp) {
         u32 vb[4];
-        dev::ldmatrix_x4_trans(vb, v_lane[dp % 4] + (dp / 4) * 128 + kk * 16 * kChunks * 16);
+        dev::ldmatrix_x4_trans(vb, v_lane[dp % kLaneAddrs] + (dp / kLaneAddrs) * kSpanBytes + kk * 16 * kChunks * 16);
         const u32 b0[2] = {vb[0], vb[1]};
         const u32 b1[2] = {vb[2], vb[3]};
 #pragma unroll
@@ -181,6 +193,16 @@ struct Kernel {
         }
       }
     }
+  }
+
+  // A lane's ldmatrix addresses in the K or V tile at `tile`. Brace-initialised rather than a loop: at
+  // d = 64 and 128 this keeps the instruction order (and so the ptxas schedule) the kernel was tuned with.
+  struct LaneAddrs {
+    u32 a[kLaneAddrs];
+  };
+  static __device__ __forceinline__ LaneAddrs tile_addrs(u32 tile, const u32 (&lane)[kLaneAddrs]) {
+    if constexpr (kLaneAddrs == 4) return {{tile + lane[0], tile + lane[1], tile + lane[2], tile + lane[3]}};
+    else return {{tile + lane[0], tile + lane[1]}};
   }
 
   // A CTA whose rows see no key at all (causal with q_len > kv_len): O = 0, LSE = -inf.
@@ -248,23 +270,25 @@ struct Kernel {
 
     // Per-lane ldmatrix addresses. Lanes 8i..8i+7 address the 8 rows of tile i of an x4 load, so a
     // lane's rows always have row % 8 == lane % 8 and its physical chunk for logical chunk 2j + c0
-    // is (2j + c0) ^ (lane % 8). Kept as addr[j % 4] + 128 * (j / 4), only four addresses per
-    // operand stay live (the rest are immediate offsets) instead of one per k-step.
+    // is (2j + c0) ^ swizzle_key(lane % 8). Kept as addr[j % kLaneAddrs] + kSpanBytes * (j / kLaneAddrs),
+    // only four (d = 96: two) addresses per operand stay live (the rest are immediate offsets)
+    // instead of one per k-step.
     //   Q (A operand): tiles (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
     //   K (B, [key][d]): tiles (keys 0-7, k 0-7), (keys 0-7, k 8-15), (keys 8-15, k 0-7), (keys 8-15, k 8-15)
     //   V (B, .trans of [key][d]): tiles (keys 0-7, d 0-7), (keys 8-15, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 8-15)
     const int row_in_warp = warp * kRowsPerWarp;
-    u32 q_lane[4], k_lane[4], v_lane[4];
+    u32 q_lane[kLaneAddrs], k_lane[kLaneAddrs], v_lane[kLaneAddrs];
     {
       const int q_c0 = lane / 16, k_c0 = (lane / 8) % 2, v_c0 = lane / 16;
       const u32 q_row = q_smem + (row_in_warp + lane % 8 + ((lane / 8) % 2) * 8) * kChunks * 16;
       const u32 k_row = (lane % 8 + (lane / 16) * 8) * kChunks * 16;
       const u32 v_row = (lane % 8 + ((lane / 8) % 2) * 8) * kChunks * 16;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        q_lane[j] = q_row + u32((2 * j + q_c0) ^ (lane % 8)) * 16;
-        k_lane[j] = k_row + u32((2 * j + k_c0) ^ (lane % 8)) * 16;
-        v_lane[j] = v_row + u32((2 * j + v_c0) ^ (lane % 8)) * 16;
+      for (int j = 0; j < kLaneAddrs; ++j) {
+        const int key = kSpan == 8 ? lane % 8 : (lane % 8) / 2;   // dev::swizzle_key of this lane's rows
+        q_lane[j] = q_row + u32((2 * j + q_c0) ^ key) * 16;
+        k_lane[j] = k_row + u32((2 * j + k_c0) ^ key) * 16;
+        v_lane[j] = v_row + u32((2 * j + v_c0) ^ key) * 16;
       }
     }
 
@@ -299,8 +323,7 @@ struct Kernel {
       float s[kMTiles][kNTiles][4];
       if (warp_sees_tile) {
         const u32 k_tile = k_smem + stage * kTileBytes;
-        const u32 k_addr[4] = {k_tile + k_lane[0], k_tile + k_lane[1], k_tile + k_lane[2], k_tile + k_lane[3]};
-        qk_product(s, q_lane, k_addr);
+        qk_product(s, q_lane, tile_addrs(k_tile, k_lane).a);
         if (need_mask) apply_mask(s, key0, warp_row0, kv_len, causal_off, lane);
         softmax_update(s, st, scale_log2);
       }
@@ -310,8 +333,7 @@ struct Kernel {
       issue_k(it + STAGES);       // into the K stage every thread finished reading above
       if (warp_sees_tile) {
         const u32 v_tile = v_smem + stage * kTileBytes;
-        const u32 v_addr[4] = {v_tile + v_lane[0], v_tile + v_lane[1], v_tile + v_lane[2], v_tile + v_lane[3]};
-        pv_product(s, st, v_addr);
+        pv_product(s, st, tile_addrs(v_tile, v_lane).a);
       }
     }
     dev::cp_async_wait_all();   // only empty groups remain; keeps the count balanced for tools

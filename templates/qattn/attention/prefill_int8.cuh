@@ -41,7 +41,8 @@
 //                      are already in the hardware's swizzled K-major layout (wgmma.cuh), and the
 //                      accumulator / A-operand fragments equal the mma.sync ones, so the softmax code
 //                      is shared. Measured on H100 (bench/results/): 1.68-2.03x the flash backend at
-//                      d = 128, where the mma.sync form reached 1.19-1.42x.
+//                      d = 128, where the mma.sync form reached 1.19-1.42x. d = 96 and 256 keep Q and K
+//                      as column blocks of one swizzle atom (kAtomBytes) and split P·V's n (wgmma.cuh).
 // Tried on the wgmma form and measured slower on H100 (so not here): issuing the Q·K^T of tile t + 1
 // before the softmax of tile t (two S tiles: 237+ registers, 2 CTAs per SM; 15-30% slower), and the
 // exponentials as ex2.approx.f16x2 pairs (1-3% slower: the exponentials are not the limit).
@@ -90,6 +91,13 @@ struct Kernel {
   static constexpr int kQKSteps = D / 32;         // k32 steps of Q·K^T
   static constexpr int kPVSteps = BN / 32;        // k32 steps of P·V
   static constexpr int kDChunks = D / 16;         // 16-byte chunks per Q / K row
+  // Q and K tiles are stored as kAtoms column blocks ("atoms") of kAtomBytes per row, each a
+  // [rows][kAtomBytes] tile swizzled by int8::swizzle: one atom of d bytes at d = 64 and 128, two of
+  // 128 at d = 256, three of 32 at d = 96. wgmma needs it (its K-major smem operands have rows of one
+  // swizzle atom, 32, 64 or 128 bytes), and ldmatrix reads every layout without bank conflicts.
+  static constexpr int kAtomBytes = D % 128 == 0 ? 128 : (D % 64 == 0 ? 64 : 32);
+  static constexpr int kAtomChunks = kAtomBytes / 16;
+  static constexpr int kAtoms = D / kAtomBytes;
   static constexpr int kNChunks = BN / 16;        // 16-byte chunks per V^T row
   static constexpr int kKTileBytes = BN * D;      // == V^T tile bytes
   // Shared memory (offsets from the base): Q, then per stage K and V^T (and, for mma.sync, the K
@@ -99,6 +107,15 @@ struct Kernel {
   static __device__ __forceinline__ int v_off(int slot) { return k_off(slot) + kKTileBytes; }
   static __device__ __forceinline__ int scale_off(int slot) {
     return WG ? BM * D + STAGES * kStageBytes + slot * 4 * BN : k_off(slot) + 2 * kKTileBytes;
+  }
+  // Address of 16-byte chunk `chunk` of row `row` in the Q or K tile of ROWS rows at `tile` (see
+  // kAtomBytes). Summed left to right as the d = 64 / 128 kernels always did (same code as before).
+  template <int ROWS>
+  static __device__ __forceinline__ u32 qk_addr(u32 tile, int row, int chunk) {
+    if constexpr (kAtoms == 1) return tile + row * D + int8::swizzle<kDChunks>(row, chunk) * 16;
+    else
+      return tile + (chunk / kAtomChunks) * (ROWS * kAtomBytes) + row * kAtomBytes +
+             int8::swizzle<kAtomChunks>(row, chunk % kAtomChunks) * 16;
   }
 
   // S accumulators. mma.sync form: biased (they start at kMagicBits, so the int32 reads as a float
@@ -148,7 +165,14 @@ struct Kernel {
     long long k_pass, v_pass;   // bytes between this thread's consecutive K / V^T chunks
     int k_row;                  // key of this thread's first K chunk in the next tile
   };
-  static constexpr int kKRowStep = kThreads / kDChunks;   // K rows covered by one pass of the CTA
+  // One pass of the CTA covers kKRowStep K rows with kKLoads chunks per thread: 1 when the row's chunks
+  // divide the threads, 3 at d = 96 (6 chunks per row: 64 rows per pass of 4 warps).
+  static constexpr int kKLoads = kDChunks / gcd(kThreads, kDChunks);
+  static constexpr int kKRowStep = kThreads / gcd(kThreads, kDChunks);
+  static constexpr int kKPassBytes = kKRowStep * kAtomBytes;   // smem distance of a thread's rows in two passes
+  // k_smem_row and the swizzle only permute the low 5 row bits, so for kKRowStep a multiple of 16 a
+  // pass adds kKRowStep smem rows; at d = 256 with 4 warps (8 rows per pass) the row is permuted anew.
+  static constexpr bool kKLinearPasses = kKRowStep % 16 == 0;
   static constexpr int kVRowStep = kThreads / kNChunks;   // V^T rows covered by one pass
   static constexpr int kKPasses = (BN + kKRowStep - 1) / kKRowStep;
   static constexpr int kVPasses = (D + kVRowStep - 1) / kVRowStep;
@@ -168,18 +192,24 @@ struct Kernel {
 
   static __device__ __forceinline__ void load_kv_tile(const Ctx& cx, Loader& ld, u32 sbase, int slot, int k0) {
     const int tid = threadIdx.x;
-    // k_smem_row and the swizzle only permute the low 5 row bits, and a thread's first row is below
-    // kKRowStep, a multiple of 16: every pass just adds kKRowStep rows to the first one.
-    const int kr = tid / kDChunks, kc = tid % kDChunks, ksr = k_smem_row(kr);
-    const u32 k_smem = sbase + k_off(slot) + ksr * D + int8::swizzle<kDChunks>(ksr, kc) * 16;
-    const signed char* ksrc = ld.k;
+    const int kr0 = tid / kDChunks, kc0 = tid % kDChunks;   // the chunk ld.k points at
 #pragma unroll
-    for (int it = 0; it < kKPasses; ++it) {
-      if (BN % kKRowStep == 0 || kr + it * kKRowStep < BN) {
-        const bool ok = ld.k_row + it * kKRowStep < cx.kv_len;   // K is not padded: zero-fill past kv_len
-        dev::cp_async_16(k_smem + it * kKRowStep * D, ok ? ksrc : ld.k, ok);
+    for (int l = 0; l < kKLoads; ++l) {
+      // Chunk l of this thread's pass: for l > 0 (d = 96) its offset from ld.k is recomputed per tile.
+      const int kr = (tid + l * kThreads) / kDChunks, kc = (tid + l * kThreads) % kDChunks, ksr = k_smem_row(kr);
+      const u32 k_smem = qk_addr<BN>(sbase + k_off(slot), ksr, kc);
+      const signed char* ksrc = l == 0 ? ld.k : ld.k + (kr - kr0) * cx.k_ss + (kc - kc0) * 16;
+      const int k_row = l == 0 ? ld.k_row : ld.k_row + kr - kr0;
+#pragma unroll
+      for (int it = 0; it < kKPasses; ++it) {
+        if (BN % kKRowStep == 0 || kr + it * kKRowStep < BN) {
+          const bool ok = k_row + it * kKRowStep < cx.kv_len;   // K is not padded: zero-fill past kv_len
+          const u32 dst = kKLinearPasses ? k_smem + it * kKPassBytes
+                                         : qk_addr<BN>(sbase + k_off(slot), k_smem_row(kr + it * kKRowStep), kc);
+          dev::cp_async_16(dst, ok ? ksrc : ld.k, ok);
+        }
+        ksrc += ld.k_pass;
       }
-      ksrc += ld.k_pass;
     }
     const int vr = tid / kNChunks, vc = tid % kNChunks;
     const u32 v_smem = sbase + v_off(slot) + vr * BN + int8::swizzle<kNChunks>(vr, vc) * 16;
@@ -214,11 +244,17 @@ struct Kernel {
           for (int e = 0; e < 4; ++e) s[mt][j][e] = int8::kMagicBits;
     }
     if constexpr (WG) {
-      const dev::u64 qd = dev::wgmma_desc(qtile, D), kd = dev::wgmma_desc(ktile, D);
+      const dev::u64 qd = dev::wgmma_desc(qtile, kAtomBytes), kd = dev::wgmma_desc(ktile, kAtomBytes);
+      // k-step ks reads the 32 bytes at 32 * (ks % kStepsPerAtom) of every row of atom ks / kStepsPerAtom
+      // (descriptor addresses count 16-byte units).
+      constexpr int kStepsPerAtom = kAtomBytes / 32;
       dev::wgmma_fence();
       dev::wgmma_s8s8_ss<BN>(s[0], qd, kd, 0);   // raw S (kRawS)
 #pragma unroll
-      for (int ks = 1; ks < kQKSteps; ++ks) dev::wgmma_s8s8_ss<BN>(s[0], qd + 2 * ks, kd + 2 * ks);   // +32 bytes
+      for (int ks = 1; ks < kQKSteps; ++ks) {
+        const int atom = ks / kStepsPerAtom, step = 2 * (ks % kStepsPerAtom);
+        dev::wgmma_s8s8_ss<BN>(s[0], qd + atom * (BM * kAtomBytes / 16) + step, kd + atom * (BN * kAtomBytes / 16) + step);
+      }
       dev::wgmma_commit();   // the caller waits
     } else {
 #pragma unroll
@@ -227,13 +263,21 @@ struct Kernel {
         for (int h = 0; h < D / 64; ++h) {
           u32 kb[4];
           const int row = 8 * j + (lane & 7), chunk = 4 * h + (lane >> 3);
-          dev::ldmatrix_x4(kb, ktile + row * D + int8::swizzle<kDChunks>(row, chunk) * 16);
+          dev::ldmatrix_x4(kb, qk_addr<BN>(ktile, row, chunk));
           const u32 b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             dev::mma_m16n8k32_s8_s32(s[mt][j], st.qf[mt][2 * h], b0);
             dev::mma_m16n8k32_s8_s32(s[mt][j], st.qf[mt][2 * h + 1], b1);
           }
+        }
+        if constexpr (D % 64 != 0) {   // d = 96: the last k32 step alone, from an x2 load (lanes 0-15)
+          constexpr int ks = D / 32 - 1;
+          u32 kb[2];
+          const int row = 8 * j + (lane & 7), chunk = 2 * ks + ((lane >> 3) & 1);
+          dev::ldmatrix_x2(kb, qk_addr<BN>(ktile, row, chunk));
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) dev::mma_m16n8k32_s8_s32(s[mt][j], st.qf[mt][ks], kb);
         }
       }
     }
@@ -391,7 +435,7 @@ struct Kernel {
       dev::fence_operands(st.o[0]);
       dev::wgmma_fence();
 #pragma unroll
-      for (int ps = 0; ps < kPVSteps; ++ps) dev::wgmma_u8s8_rs<D>(st.o[0], pf[0][ps], vd + 2 * ps);
+      for (int ps = 0; ps < kPVSteps; ++ps) dev::wgmma_u8s8_rs<D>(st.o[0], pf[0][ps], vd + 2 * ps, BN);
       dev::wgmma_commit();   // the caller waits
     } else {
 #pragma unroll
@@ -435,7 +479,8 @@ struct Kernel {
     }
   }
 
-  static __device__ __forceinline__ u32 q_tile_addr(u32 sbase) { return sbase + (threadIdx.x / 128) * 64 * D; }
+  // This warpgroup's 64 rows of the first Q atom (the others follow BM * kAtomBytes apart).
+  static __device__ __forceinline__ u32 q_tile_addr(u32 sbase) { return sbase + (threadIdx.x / 128) * 64 * kAtomBytes; }
 
   static __device__ __forceinline__ void store_output(const AttentionParams& p, const State& st,
                                                       const Ctx& cx, int b, int h, int h_kv) {
@@ -553,7 +598,7 @@ struct Kernel {
         if (kQChunks % kThreads == 0 || i < kQChunks) {
           const int r = i / kDChunks, c = i % kDChunks;
           const bool ok = q0 + r < p.q_len;
-          dev::cp_async_16(sbase + r * D + int8::swizzle<kDChunks>(r, c) * 16,
+          dev::cp_async_16(qk_addr<BM>(sbase, r, c),
                            qg + (ok ? (q0 + r) * p.q.ss + c * 16 : 0), ok);
         }
       }
@@ -572,7 +617,7 @@ struct Kernel {
         for (int ks = 0; ks < kQKSteps; ++ks) {
           const int row = warp * 16 * kMT + 16 * mt + (lane & 15);
           const int chunk = 2 * ks + (lane >> 4);
-          dev::ldmatrix_x4(st.qf[mt][ks], sbase + row * D + int8::swizzle<kDChunks>(row, chunk) * 16);
+          dev::ldmatrix_x4(st.qf[mt][ks], qk_addr<BM>(sbase, row, chunk));
         }
 
       for (int t = 0; t < n_tiles; ++t) {

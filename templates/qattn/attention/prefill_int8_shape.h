@@ -2,7 +2,10 @@
 // (generator, tuner) and the device code, so the two sides can never disagree on shared memory.
 //
 // Valid tilings (tiling_ok):
-//   d      64 or 128                 the Q·K^T k-loop runs in 32-byte mma steps, ldmatrix.x4 in 64s.
+//   d      64, 96, 128 or 256        the Q·K^T k-loop runs in 32-byte mma steps, ldmatrix.x4 in 64s
+//                                    (d = 96: one x4, then an x2 for the last step). Q and K tiles
+//                                    are column blocks of one swizzle atom each (prefill_int8.cuh,
+//                                    kAtomBytes): 1 x d bytes at 64 / 128, 2 x 128 at 256, 3 x 32 at 96.
 //   warps  4 or 8                    each warp owns bm / warps query rows.
 //   bm     16 * warps * {1, 2}       every warp holds one or two m16 mma tiles of rows (64 .. 256).
 //   bn     32, 64 or 128             the P·V k-loop runs in 32-key steps; bn divides kVPadTokens (128)
@@ -13,12 +16,17 @@
 //                                    for every valid tiling on sm_80 .. sm_90a).
 //   not (d 128, bn 128, 8 warps)     (mma.sync form) ptxas spills 8 bytes for its causal form on sm_80 .. sm_89, and
 //                                    it is slower than bm 64 / 4 warps on H100 anyway.
+//   not (d 96, bn 128, 3 stages)     (mma.sync form) ptxas spills 4 bytes (causal, sm_80 and sm_90a).
+//   d 256                            the int32 O alone is 128 registers: one row tile per warp, and the
+//                                    register rule leaves bn 32 to the mma.sync form (its Q fragments
+//                                    are another 32), bn 64 to the wgmma form.
 //   smem_bytes <= 227 KiB            the sm_90 per-block opt-in limit. Smaller GPUs allow less
 //                                    (sm_80: 163 KiB, sm_86 / sm_89: 99 KiB): the host must also
 //                                    compare smem_bytes with the device's opt-in limit.
 // The warpgroup (wgmma, sm_90a) form adds:
 //   bm     16 * warps                 one warpgroup per 64 query rows (warps 4 or 8).
 //   bn     64 or 128                  the wgmma shapes m64n64 / m64n128 of Q·K^T.
+//   P·V    m64n<d>: n64, n128; d = 96 as n64 + n32 and d = 256 as two n128 (wgmma.cuh).
 //
 // Shared memory: the int8 Q tile (bm x d), then per stage a K tile (bn x d), a V^T tile (d x bn) and
 // the bn K scales (fp32). The warpgroup form keeps every tile on a 1024-byte boundary (its swizzle
@@ -42,6 +50,8 @@ QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = 
   return bm * d + stages * (2 * bn * d + 4 * bn) + (wg ? 1024 : 0);
 }
 
+QATTN_INT8_SHAPE_FN int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
+
 // m16 row tiles per warp (0 when bm does not split into whole m16 tiles per warp).
 QATTN_INT8_SHAPE_FN int row_tiles_per_warp(int bm, int warps) {
   return (warps > 0 && bm % (16 * warps) == 0) ? bm / (16 * warps) : 0;
@@ -54,10 +64,10 @@ QATTN_INT8_SHAPE_FN int array_registers(int d, int bm, int bn, int warps, bool w
 
 QATTN_INT8_SHAPE_FN bool tiling_ok(int d, int bm, int bn, int warps, int stages, bool wg = false) {
   if (wg && (row_tiles_per_warp(bm, warps) != 1 || bn == 32)) return false;
-  return (d == 64 || d == 128) && (warps == 4 || warps == 8) &&
+  return (d == 64 || d == 96 || d == 128 || d == 256) && (warps == 4 || warps == 8) &&
          (row_tiles_per_warp(bm, warps) == 1 || row_tiles_per_warp(bm, warps) == 2) &&
          (bn == 32 || bn == 64 || bn == 128) && stages >= 2 && stages <= 4 &&
-         !(d == 128 && bn == 128 && warps == 8 && !wg) &&
+         !(d == 128 && bn == 128 && warps == 8 && !wg) && !(d == 96 && bn == 128 && stages == 3 && !wg) &&
          array_registers(d, bm, bn, warps, wg) <= kMaxArrayRegisters &&
          smem_bytes(d, bm, bn, stages, wg) <= kMaxSmemBytes;
 }

@@ -63,19 +63,21 @@ __device__ __forceinline__ void wgmma_m64n64k32_s8s8_ss(int (&d)[8][4], u64 a, u
       : "l"(a), "l"(b), "r"(scale_d));
 }
 
-// d (+)= A (registers: the mma.m16n8k32 A fragment of this warp's 16 rows) * B (smem, desc b)^T,
-// m64n64k32, u8 x s8 -> s32.
-__device__ __forceinline__ void wgmma_m64n64k32_u8s8_rs(int (&d)[8][4], const u32 (&a)[4], u64 b) {
+// d[OFF ..] (+)= A (registers: the mma.m16n8k32 A fragment of this warp's 16 rows) * B (smem, desc b)^T,
+// m64n64k32, u8 x s8 -> s32: rows OFF .. OFF + 7 of an accumulator of ROWS n8 blocks.
+template <int OFF = 0, int ROWS>
+__device__ __forceinline__ void wgmma_m64n64k32_u8s8_rs(int (&d)[ROWS][4], const u32 (&a)[4], u64 b) {
+  static_assert(OFF + 8 <= ROWS, "accumulator rows out of range");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
       "{%32, %33, %34, %35}, %36, p;\n}\n"
       :
-        "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]), "+r"(d[1][2]), "+r"(d[1][3]),
-        "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]), "+r"(d[3][2]), "+r"(d[3][3]),
-        "+r"(d[4][0]), "+r"(d[4][1]), "+r"(d[4][2]), "+r"(d[4][3]), "+r"(d[5][0]), "+r"(d[5][1]), "+r"(d[5][2]), "+r"(d[5][3]),
-        "+r"(d[6][0]), "+r"(d[6][1]), "+r"(d[6][2]), "+r"(d[6][3]), "+r"(d[7][0]), "+r"(d[7][1]), "+r"(d[7][2]), "+r"(d[7][3])
+        "+r"(d[OFF + 0][0]), "+r"(d[OFF + 0][1]), "+r"(d[OFF + 0][2]), "+r"(d[OFF + 0][3]), "+r"(d[OFF + 1][0]), "+r"(d[OFF + 1][1]), "+r"(d[OFF + 1][2]), "+r"(d[OFF + 1][3]),
+        "+r"(d[OFF + 2][0]), "+r"(d[OFF + 2][1]), "+r"(d[OFF + 2][2]), "+r"(d[OFF + 2][3]), "+r"(d[OFF + 3][0]), "+r"(d[OFF + 3][1]), "+r"(d[OFF + 3][2]), "+r"(d[OFF + 3][3]),
+        "+r"(d[OFF + 4][0]), "+r"(d[OFF + 4][1]), "+r"(d[OFF + 4][2]), "+r"(d[OFF + 4][3]), "+r"(d[OFF + 5][0]), "+r"(d[OFF + 5][1]), "+r"(d[OFF + 5][2]), "+r"(d[OFF + 5][3]),
+        "+r"(d[OFF + 6][0]), "+r"(d[OFF + 6][1]), "+r"(d[OFF + 6][2]), "+r"(d[OFF + 6][3]), "+r"(d[OFF + 7][0]), "+r"(d[OFF + 7][1]), "+r"(d[OFF + 7][2]), "+r"(d[OFF + 7][3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
 }
 
@@ -98,23 +100,41 @@ __device__ __forceinline__ void wgmma_m64n128k32_s8s8_ss(int (&d)[16][4], u64 a,
       : "l"(a), "l"(b), "r"(scale_d));
 }
 
-// d (+)= A (registers: the mma.m16n8k32 A fragment of this warp's 16 rows) * B (smem, desc b)^T,
-// m64n128k32, u8 x s8 -> s32.
-__device__ __forceinline__ void wgmma_m64n128k32_u8s8_rs(int (&d)[16][4], const u32 (&a)[4], u64 b) {
+// The same, m64n128k32 (rows OFF .. OFF + 15).
+template <int OFF = 0, int ROWS>
+__device__ __forceinline__ void wgmma_m64n128k32_u8s8_rs(int (&d)[ROWS][4], const u32 (&a)[4], u64 b) {
+  static_assert(OFF + 16 <= ROWS, "accumulator rows out of range");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k32.s32.u8.s8 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
       "{%64, %65, %66, %67}, %68, p;\n}\n"
       :
-        "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]), "+r"(d[1][2]), "+r"(d[1][3]),
-        "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]), "+r"(d[3][2]), "+r"(d[3][3]),
-        "+r"(d[4][0]), "+r"(d[4][1]), "+r"(d[4][2]), "+r"(d[4][3]), "+r"(d[5][0]), "+r"(d[5][1]), "+r"(d[5][2]), "+r"(d[5][3]),
-        "+r"(d[6][0]), "+r"(d[6][1]), "+r"(d[6][2]), "+r"(d[6][3]), "+r"(d[7][0]), "+r"(d[7][1]), "+r"(d[7][2]), "+r"(d[7][3]),
-        "+r"(d[8][0]), "+r"(d[8][1]), "+r"(d[8][2]), "+r"(d[8][3]), "+r"(d[9][0]), "+r"(d[9][1]), "+r"(d[9][2]), "+r"(d[9][3]),
-        "+r"(d[10][0]), "+r"(d[10][1]), "+r"(d[10][2]), "+r"(d[10][3]), "+r"(d[11][0]), "+r"(d[11][1]), "+r"(d[11][2]), "+r"(d[11][3]),
-        "+r"(d[12][0]), "+r"(d[12][1]), "+r"(d[12][2]), "+r"(d[12][3]), "+r"(d[13][0]), "+r"(d[13][1]), "+r"(d[13][2]), "+r"(d[13][3]),
-        "+r"(d[14][0]), "+r"(d[14][1]), "+r"(d[14][2]), "+r"(d[14][3]), "+r"(d[15][0]), "+r"(d[15][1]), "+r"(d[15][2]), "+r"(d[15][3])
+        "+r"(d[OFF + 0][0]), "+r"(d[OFF + 0][1]), "+r"(d[OFF + 0][2]), "+r"(d[OFF + 0][3]), "+r"(d[OFF + 1][0]), "+r"(d[OFF + 1][1]), "+r"(d[OFF + 1][2]), "+r"(d[OFF + 1][3]),
+        "+r"(d[OFF + 2][0]), "+r"(d[OFF + 2][1]), "+r"(d[OFF + 2][2]), "+r"(d[OFF + 2][3]), "+r"(d[OFF + 3][0]), "+r"(d[OFF + 3][1]), "+r"(d[OFF + 3][2]), "+r"(d[OFF + 3][3]),
+        "+r"(d[OFF + 4][0]), "+r"(d[OFF + 4][1]), "+r"(d[OFF + 4][2]), "+r"(d[OFF + 4][3]), "+r"(d[OFF + 5][0]), "+r"(d[OFF + 5][1]), "+r"(d[OFF + 5][2]), "+r"(d[OFF + 5][3]),
+        "+r"(d[OFF + 6][0]), "+r"(d[OFF + 6][1]), "+r"(d[OFF + 6][2]), "+r"(d[OFF + 6][3]), "+r"(d[OFF + 7][0]), "+r"(d[OFF + 7][1]), "+r"(d[OFF + 7][2]), "+r"(d[OFF + 7][3]),
+        "+r"(d[OFF + 8][0]), "+r"(d[OFF + 8][1]), "+r"(d[OFF + 8][2]), "+r"(d[OFF + 8][3]), "+r"(d[OFF + 9][0]), "+r"(d[OFF + 9][1]), "+r"(d[OFF + 9][2]), "+r"(d[OFF + 9][3]),
+        "+r"(d[OFF + 10][0]), "+r"(d[OFF + 10][1]), "+r"(d[OFF + 10][2]), "+r"(d[OFF + 10][3]), "+r"(d[OFF + 11][0]), "+r"(d[OFF + 11][1]), "+r"(d[OFF + 11][2]), "+r"(d[OFF + 11][3]),
+        "+r"(d[OFF + 12][0]), "+r"(d[OFF + 12][1]), "+r"(d[OFF + 12][2]), "+r"(d[OFF + 12][3]), "+r"(d[OFF + 13][0]), "+r"(d[OFF + 13][1]), "+r"(d[OFF + 13][2]), "+r"(d[OFF + 13][3]),
+        "+r"(d[OFF + 14][0]), "+r"(d[OFF + 14][1]), "+r"(d[OFF + 14][2]), "+r"(d[OFF + 14][3]), "+r"(d[OFF + 15][0]), "+r"(d[OFF + 15][1]), "+r"(d[OFF + 15][2]), "+r"(d[OFF + 15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+}
+
+// The same, m64n32k32 (rows OFF .. OFF + 3): the last 32 columns of O at d = 96.
+template <int OFF = 0, int ROWS>
+__device__ __forceinline__ void wgmma_m64n32k32_u8s8_rs(int (&d)[ROWS][4], const u32 (&a)[4], u64 b) {
+  static_assert(OFF + 4 <= ROWS, "accumulator rows out of range");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.s32.u8.s8 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "{%16, %17, %18, %19}, %20, p;\n}\n"
+      :
+        "+r"(d[OFF + 0][0]), "+r"(d[OFF + 0][1]), "+r"(d[OFF + 0][2]), "+r"(d[OFF + 0][3]),
+        "+r"(d[OFF + 1][0]), "+r"(d[OFF + 1][1]), "+r"(d[OFF + 1][2]), "+r"(d[OFF + 1][3]),
+        "+r"(d[OFF + 2][0]), "+r"(d[OFF + 2][1]), "+r"(d[OFF + 2][2]), "+r"(d[OFF + 2][3]),
+        "+r"(d[OFF + 3][0]), "+r"(d[OFF + 3][1]), "+r"(d[OFF + 3][2]), "+r"(d[OFF + 3][3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
 }
 
@@ -126,11 +146,22 @@ __device__ __forceinline__ void wgmma_s8s8_ss(int (&d)[N / 8][4], u64 a, u64 b, 
   if constexpr (N == 64) wgmma_m64n64k32_s8s8_ss(d, a, b, scale_d);
   else wgmma_m64n128k32_s8s8_ss(d, a, b, scale_d);
 }
+// The P·V product at N = the kernel's d, B's rows (the N dimension) row_bytes apart: d = 96 and 256
+// take two shapes, the second on B's rows from 64 (d = 96) or 128 (d = 256) on, its own accumulators.
 template <int N>
-__device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[N / 8][4], const u32 (&a)[4], u64 b) {
-  static_assert(N == 64 || N == 128, "wgmma_u8s8_rs: N must be 64 or 128");
-  if constexpr (N == 64) wgmma_m64n64k32_u8s8_rs(d, a, b);
-  else wgmma_m64n128k32_u8s8_rs(d, a, b);
+__device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[N / 8][4], const u32 (&a)[4], u64 b, int row_bytes) {
+  static_assert(N == 64 || N == 96 || N == 128 || N == 256, "wgmma_u8s8_rs: N must be 64, 96, 128 or 256");
+  if constexpr (N == 64) {
+    wgmma_m64n64k32_u8s8_rs(d, a, b);
+  } else if constexpr (N == 96) {
+    wgmma_m64n64k32_u8s8_rs<0>(d, a, b);
+    wgmma_m64n32k32_u8s8_rs<8>(d, a, b + static_cast<u64>((64 * row_bytes) >> 4));
+  } else if constexpr (N == 128) {
+    wgmma_m64n128k32_u8s8_rs(d, a, b);
+  } else {
+    wgmma_m64n128k32_u8s8_rs<0>(d, a, b);
+    wgmma_m64n128k32_u8s8_rs<16>(d, a, b + static_cast<u64>((128 * row_bytes) >> 4));
+  }
 }
 
 }  // namespace qattn::dev

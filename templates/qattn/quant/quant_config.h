@@ -37,9 +37,14 @@ QATTN_QUANT_HD constexpr int stats_splits(int seq_len) {
   return seq_len <= kStatsChunkTokens ? 1 : (seq_len + kStatsChunkTokens - 1) / kStatsChunkTokens;
 }
 
-// Head dimensions the passes are written for: a row is 8, 16 or 32 vectors of 16 bytes, so a row's lanes
-// reduce with shuffles without straddling two warps, and a 128-token V tile is a whole number of sweeps.
-QATTN_QUANT_HD constexpr bool supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
+// Head dimensions the passes are written for: a row is 8, 12, 16 or 32 vectors of 16 bytes.
+QATTN_QUANT_HD constexpr bool supported_head_dim(int d) { return d == 64 || d == 96 || d == 128 || d == 256; }
+
+// Lanes that share a row: its vectors rounded up to a power of two, so that a row's lanes are an
+// aligned group of one warp (its reductions are shuffles) and 256 threads are a whole number of rows.
+// At d = 96 the last 4 of every 16 lanes idle (they load and store nothing): the passes are bound by
+// memory bandwidth, which 3/4 of the lanes with whole 16-byte vectors still saturate.
+QATTN_QUANT_HD constexpr int lanes_per_row(int d) { return d <= 64 ? 8 : (d <= 128 ? 16 : 32); }
 
 }  // namespace quant
 }  // namespace qattn

@@ -59,7 +59,7 @@ struct QuantRequest {
   int group = 0;                // per_block: 64 or 128 tokens; ignored otherwise
   bool smooth = false;          // subtract the per-channel mean over all tokens of (b, h)
   bool transpose = false;       // V: write V^T per head, zero-padded to seq_pad
-  int d = 128;                  // 64, 128 or 256
+  int d = 128;                  // 64, 96, 128 or 256
 };
 
 struct QuantProblem {
@@ -98,7 +98,7 @@ inline const char* gran_id(Gran g) {
 // "" when the request and problem can be planned, else a one-line reason.
 inline std::string quant_request_error(const QuantRequest& r, const QuantProblem& p) {
   if (r.in != Fmt::fp16 && r.in != Fmt::bf16) return "quantizer input must be fp16 or bf16";
-  if (!supported_head_dim(r.d)) return "quantizer head dim must be 64, 128 or 256, got " + std::to_string(r.d);
+  if (!supported_head_dim(r.d)) return "quantizer head dim must be 64, 96, 128 or 256, got " + std::to_string(r.d);
   if (r.transpose) {
     if (r.gran != Gran::per_channel && r.gran != Gran::per_tensor)
       return "transposed V quantization takes per_channel or per_tensor scales";

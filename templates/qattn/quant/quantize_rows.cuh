@@ -29,7 +29,8 @@ struct QuantizeRows {
   static constexpr int kThreads = quant::kThreads;
   static constexpr int kTileTokens = G == Gran::per_block ? Group : kRowTileTokens;
   static constexpr int kVecPerRow = D / kVecElems;
-  static constexpr int kRowsPerSweep = kThreads / kVecPerRow;
+  static constexpr int kLanesPerRow = lanes_per_row(D);   // > kVecPerRow at d = 96 only (idle lanes)
+  static constexpr int kRowsPerSweep = kThreads / kLanesPerRow;
   static constexpr int kSweeps = kTileTokens / kRowsPerSweep;
   static_assert(kTileTokens % kRowsPerSweep == 0, "tile must be a whole number of sweeps");
   // Blocks run in reverse: after a statistics pass, its last chunks (the highest heads and tokens) are
@@ -43,21 +44,22 @@ struct QuantizeRows {
     const int tile = kReverse ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int h = kReverse ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
     const int b = kReverse ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
-    const int vec = threadIdx.x % kVecPerRow, c0 = vec * kVecElems;
-    const int s_first = tile * kTileTokens + static_cast<int>(threadIdx.x) / kVecPerRow;
+    const int vec = threadIdx.x % kLanesPerRow, c0 = vec * kVecElems;
+    const bool active = kLanesPerRow == kVecPerRow || vec < kVecPerRow;   // this lane has channels
+    const int s_first = tile * kTileTokens + static_cast<int>(threadIdx.x) / kLanesPerRow;
 
     uint4 raw[kSweeps];
 #pragma unroll
     for (int j = 0; j < kSweeps; ++j) {
       const int s = s_first + j * kRowsPerSweep;
-      raw[j] = s < p.seq_len ? load16(element_ptr<const unsigned short>(p.x, b, h, s, c0))
+      raw[j] = s < p.seq_len && active ? load16(element_ptr<const unsigned short>(p.x, b, h, s, c0))
                              : make_uint4(0u, 0u, 0u, 0u);
     }
 
     float mean[kVecElems];
 #pragma unroll
     for (int i = 0; i < kVecElems; ++i) mean[i] = 0.f;
-    if (Smooth) {
+    if (Smooth && active) {
       const float4* m =
           reinterpret_cast<const float4*>(p.mean + (static_cast<long long>(b) * p.heads + h) * D + c0);
       const float4 lo = m[0], hi = m[1];
@@ -84,7 +86,7 @@ struct QuantizeRows {
           for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - mean[i]));
         }
         if (G == Gran::per_token) {
-          amax = group_max<kVecPerRow>(amax);
+          amax = group_max<kLanesPerRow>(amax);
           mult_row[j] = code_multiplier(amax, p.qmax);
           if (vec == 0 && s < p.seq_len) scale[scale_head + s] = scale_of(amax, p.qmax);
         }
@@ -108,7 +110,7 @@ struct QuantizeRows {
       for (int j = 0; j < kSweeps; ++j) mult_row[j] = 1.f;
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i) {
-        const float sc = p.scale.ptr[scale_head + c0 + i];
+        const float sc = active ? p.scale.ptr[scale_head + c0 + i] : 0.f;
         mult_chan[i] = sc > 0.f ? 1.f / sc : 0.f;
       }
     }
@@ -117,7 +119,7 @@ struct QuantizeRows {
 #pragma unroll
     for (int j = 0; j < kSweeps; ++j) {
       const int s = s_first + j * kRowsPerSweep;
-      if (s >= p.seq_pad) continue;
+      if (s >= p.seq_pad || !active) continue;
       int code[kVecElems];
       const Vec8 x = unpack8<In>(raw[j]);
 #pragma unroll

@@ -26,7 +26,8 @@ struct QuantizeTransposed {
   static constexpr int kThreads = quant::kThreads;
   static constexpr int kTileTokens = kTransposeTileTokens;
   static constexpr int kVecPerRow = D / kVecElems;
-  static constexpr int kQuadsPerSweep = kThreads / kVecPerRow;
+  static constexpr int kLanesPerRow = lanes_per_row(D);   // > kVecPerRow at d = 96 only (idle lanes)
+  static constexpr int kQuadsPerSweep = kThreads / kLanesPerRow;
   static constexpr int kSweeps = kTileTokens / 4 / kQuadsPerSweep;
   static constexpr int kChunksPerRow = kTileTokens / 16;   // 16-byte chunks of one channel row
   static_assert(kSweeps * kQuadsPerSweep * 4 == kTileTokens, "tile must be a whole number of sweeps");
@@ -41,8 +42,9 @@ struct QuantizeTransposed {
     // are still in L2, so the first tiles quantized here read them from there instead of DRAM.
     const int tile = gridDim.x - 1 - blockIdx.x;
     const int h = gridDim.y - 1 - blockIdx.y, b = gridDim.z - 1 - blockIdx.z;
-    const int vec = threadIdx.x % kVecPerRow, c0 = vec * kVecElems;
-    const int quad0 = threadIdx.x / kVecPerRow;
+    const int vec = threadIdx.x % kLanesPerRow, c0 = vec * kVecElems;
+    const bool active = kLanesPerRow == kVecPerRow || vec < kVecPerRow;   // this lane has channels
+    const int quad0 = threadIdx.x / kLanesPerRow;
     const int s_tile = tile * kTileTokens;
 
     uint4 raw[kSweeps][4];
@@ -51,7 +53,7 @@ struct QuantizeTransposed {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int s = s_tile + 4 * (quad0 + j * kQuadsPerSweep) + r;
-        raw[j][r] = s < p.seq_len ? load16(element_ptr<const unsigned short>(p.x, b, h, s, c0))
+        raw[j][r] = s < p.seq_len && active ? load16(element_ptr<const unsigned short>(p.x, b, h, s, c0))
                                   : make_uint4(0u, 0u, 0u, 0u);
       }
     }
@@ -59,7 +61,7 @@ struct QuantizeTransposed {
     float mean[kVecElems], mult[kVecElems];
 #pragma unroll
     for (int i = 0; i < kVecElems; ++i) mean[i] = 0.f;
-    if (Smooth) {
+    if (Smooth && active) {
       const float4* m =
           reinterpret_cast<const float4*>(p.mean + (static_cast<long long>(b) * p.heads + h) * D + c0);
       const float4 lo = m[0], hi = m[1];
@@ -69,7 +71,7 @@ struct QuantizeTransposed {
     if (G == Gran::per_channel) {
       const float* scale = p.scale.ptr + b * p.scale.sb + h * p.scale.sh + c0;
 #pragma unroll
-      for (int i = 0; i < kVecElems; ++i) mult[i] = scale[i] > 0.f ? 1.f / scale[i] : 0.f;
+      for (int i = 0; i < kVecElems; ++i) mult[i] = active && scale[i] > 0.f ? 1.f / scale[i] : 0.f;
     } else {
       const float amax = *p.amax_scratch;
 #pragma unroll
@@ -82,6 +84,7 @@ struct QuantizeTransposed {
     unsigned* words = reinterpret_cast<unsigned*>(&tile_t[0][0]);
 #pragma unroll
     for (int j = 0; j < kSweeps; ++j) {
+      if (!active) break;
       const int quad = quad0 + j * kQuadsPerSweep;
       int code[4][kVecElems];
 #pragma unroll

@@ -18,9 +18,11 @@ template <Fmt In, int D, int kUnroll, class F>
 __device__ __forceinline__ void for_each_chunk_vector(const QuantParams& p, int b, int h, int s_begin,
                                                       int s_end, F&& f) {
   constexpr int kVecPerRow = D / kVecElems;
-  constexpr int kRowsPerSweep = kThreads / kVecPerRow;
-  const int vec = threadIdx.x % kVecPerRow;
-  for (int s = s_begin + static_cast<int>(threadIdx.x) / kVecPerRow; s < s_end;
+  constexpr int kLanesPerRow = lanes_per_row(D);   // > kVecPerRow at d = 96 only: those lanes read nothing
+  constexpr int kRowsPerSweep = kThreads / kLanesPerRow;
+  const int vec = threadIdx.x % kLanesPerRow;
+  if (kLanesPerRow != kVecPerRow && vec >= kVecPerRow) return;
+  for (int s = s_begin + static_cast<int>(threadIdx.x) / kLanesPerRow; s < s_end;
        s += kRowsPerSweep * kUnroll) {
     uint4 raw[kUnroll];
 #pragma unroll
@@ -60,7 +62,8 @@ struct ChannelStats {
   static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
   static constexpr int kThreads = quant::kThreads;
   static constexpr int kVecPerRow = D / kVecElems;
-  static constexpr int kRowsPerSweep = kThreads / kVecPerRow;
+  static constexpr int kLanesPerRow = lanes_per_row(D);
+  static constexpr int kRowsPerSweep = kThreads / kLanesPerRow;
   static constexpr int kStats = MinMax ? 3 : 1;
 
   static __device__ void run(const QuantParams& p) {
@@ -87,9 +90,10 @@ struct ChannelStats {
         }
       }
     });
-    const int row = threadIdx.x / kVecPerRow, c0 = (threadIdx.x % kVecPerRow) * kVecElems;
+    const int row = threadIdx.x / kLanesPerRow, c0 = (threadIdx.x % kLanesPerRow) * kVecElems;
 #pragma unroll
     for (int i = 0; i < kVecElems; ++i) {
+      if (kLanesPerRow != kVecPerRow && c0 >= D) break;   // an idle lane (d = 96)
       part[0][row][c0 + i] = sum[i];
       if (MinMax) {
         part[kStats - 2][row][c0 + i] = mx[i];

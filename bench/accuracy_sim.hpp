@@ -1,0 +1,110 @@
+// A float64 simulator of quantized attention as SageAttention2 and INT-FlashAttention describe it, for
+// the accuracy table (bench/accuracy_table.cpp). No GPU, no qattn kernels: it answers "how much error
+// does this quantization scheme itself cause", with every other rounding (accumulators, exp) exact.
+//
+// Per head, matrices are [rows][d] row-major. Quantization is symmetric round-to-nearest-even:
+//   scale = amax(group) / qmax,  code = clamp(rne(x / scale), -qmax, qmax),  x̂ = code * scale
+// with qmax = 127 (INT8) or 7 (INT4, the [-7, 7] range of SageAttention2 §2.2); an all-zero group has
+// scale 0 and codes 0. Scale groups (the row -> group maps are in scale_group(); docs in the .cpp):
+//   per_tensor  the whole head
+//   per_block   Q: 128 rows (b_q), K: 64 keys (b_kv)                          (SageAttention §2.3)
+//   per_warp    Q: 32 rows = b_q / c_w with 4 warps; K: per 64-key block     (SageAttention2 §3.2, Alg. 1)
+//   per_thread  Q: 8 groups per 32-row warp tile, K: 4 groups per 64-key tile, following the m16n8
+//               mma fragments so each thread needs one Q and one K scale     (SageAttention2 code, digest §9.2)
+//   per_token   one row
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qattn::accsim {
+
+struct Mat {
+  int rows = 0, cols = 0;
+  std::vector<double> v;
+  Mat() = default;
+  Mat(int r, int c) : rows(r), cols(c), v(static_cast<size_t>(r) * c, 0.0) {}
+  double& at(int r, int c) { return v[static_cast<size_t>(r) * cols + c]; }
+  double at(int r, int c) const { return v[static_cast<size_t>(r) * cols + c]; }
+  const double* row(int r) const { return v.data() + static_cast<size_t>(r) * cols; }
+};
+
+enum class Gran { per_tensor, per_block, per_warp, per_thread, per_token };
+enum class Role { q, k };   // the group shapes of Q rows and K rows differ
+const char* to_string(Gran g);
+
+constexpr int kBlockQ = 128, kWarpQ = 32, kBlockK = 64;
+
+// Scale group of row `r` (a query for Role::q, a key for Role::k).
+int scale_group(Gran g, Role role, int r);
+
+struct Quantized {
+  Mat deq;                      // code * scale of the group
+  std::vector<int> codes;       // [rows][d]
+  std::vector<double> scales;   // by group index
+};
+Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax);
+
+// Round to the nearest fp16 / FP8 E4M3 (e4m3fn: max 448, subnormal step 2^-9) value, ties to even;
+// E4M3 saturates to +-448 like cvt.satfinite, fp16 overflows to inf.
+double round_fp16(double x);
+double round_e4m3(double x);
+
+// Per-channel mean over rows; x minus it.
+std::vector<double> channel_mean(const Mat& x);
+Mat subtract(const Mat& x, const std::vector<double>& mean);
+
+// ---- attention ------------------------------------------------------------------------------------------
+
+enum class PFormat {
+  exact,           // P̃ in float64
+  int8_paper,      // INT-FA Alg. 1: P̂ = round(127 P̃), the row sum l accumulates P̂
+  fp16,            // P̃ rounded to fp16 (half-INT8, SageAttention v1), l from the unrounded P̃
+  e4m3_scaled,     // SageAttention2 §3.5: e4m3(448 P̃) / 448, l from the unquantized P̃ (Alg. 1)
+  e4m3_unscaled,   // P̃ cast to e4m3 as is (an FP8 FlashAttention-3 style baseline; assumption, see table)
+};
+enum class VFormat { exact, fp16, int8_per_tensor, e4m3_per_channel, e4m3_per_tensor };
+
+struct SimConfig {
+  int qk_qmax = 0;             // 0: Q and K exact; 127 INT8; 7 INT4
+  Gran gran = Gran::per_token;   // of both Q and K (K's per_warp is per-block, see above)
+  bool smooth_k = false;       // K - mean_tokens(K): softmax-invariant
+  bool smooth_q = false;       // Q - mean of its 128-row block, plus ΔS = mean · K'ᵀ in float64
+  bool qk_fp8 = false;         // Q and K per-tensor e4m3 (scale amax/448) instead of integers
+  PFormat p = PFormat::exact;
+  VFormat v = VFormat::exact;
+  bool smooth_v = false;       // V - mean_tokens(V), mean added back to O
+  int block_kv = 64;           // keys per online-softmax tile (P is quantized per tile, vs the running max)
+};
+
+// Output rows `rows` of softmax(scale · Q Kᵀ) V for one head, through the simulated pipeline.
+// (Q smoothing and Q scales are computed over the whole Q, so sampling rows changes nothing else.)
+Mat simulate_attention(const Mat& q, const Mat& k, const Mat& v, const std::vector<int>& rows, double scale,
+                       const SimConfig& config);
+// Exact float64 attention of the same rows (two-pass softmax).
+Mat reference_attention(const Mat& q, const Mat& k, const Mat& v, const std::vector<int>& rows, double scale);
+// softmax(scale · Q Kᵀ) of the given rows, [rows.size()][k.rows] (tests of the smoothing identities).
+Mat softmax_scores(const Mat& q, const Mat& k, const std::vector<int>& rows, double scale);
+
+struct Errors {
+  double cosine = 0, rel_l1 = 0, rmse = 0;
+  double mre_elementwise = 0;   // mean |Δ| / |ref| over elements with |ref| >= 1e-3 * rms(ref)
+};
+Errors compare(const Mat& ref, const Mat& got);
+
+// ---- inputs ---------------------------------------------------------------------------------------------
+
+enum class Dist { normal, uniform };   // N(0, 1) or U(-0.5, 0.5)
+struct Outliers {
+  std::vector<int> scaled;          // channels multiplied by `scale`
+  double scale = 10;
+  std::vector<int> biased;          // channels offset by +-U(bias_lo, bias_hi), sign and size fixed per channel
+  double bias_lo = 0, bias_hi = 0;
+};
+// [rows][d]; the outlier channels and their offsets come from `seed` too, so Q/K/V of one dataset share them
+// across heads when given the same `channel_seed`.
+Mat random_matrix(int rows, int d, Dist dist, const Outliers& o, std::uint64_t seed, std::uint64_t channel_seed);
+// Inputs as the GPU sees them: every element rounded to fp16.
+void round_all_fp16(Mat& x);
+
+}  // namespace qattn::accsim

@@ -1,0 +1,75 @@
+// `qattn pretune` on a real GPU (issue 5): a small grid (one prefill spec, one decode family) tuned by
+// the GPU worker, then the same grid again (everything resumed, nothing run), then a new Runtime on the
+// same file (a restarted application): the same winners and decode decisions with zero compiles and
+// zero tuning.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "qattn/pretune.hpp"
+#include "qattn/pretune_executor.hpp"
+#include "qattn/runtime.hpp"
+#include "tests/common/gpu_test.hpp"
+#include "tests/common/random_data.hpp"
+
+namespace qattn {
+namespace {
+
+class Quiet final : public ProgressSink {
+ public:
+  void update(const ProgressState&) override {}
+};
+
+const char* kGrid = R"({"version": 1, "entries": [
+  {"spec": "prefill qk=int8:per_token pv=int8:per_channel out=bf16 d=128 causal smooth=kv",
+   "problems": {"batch": [1], "heads_q": [4], "q_len": [512, 2048]}},
+  {"kind": "decode", "spec": "decode qk=int4:per_token pv=int4:per_token out=bf16 d=128",
+   "problems": {"batch": [1, 4], "heads_q": [4], "q_len": [1], "kv_len": [1024, 4096]}}]})";
+
+class PretuneGpu : public test::GpuTestWithDir {};
+
+TEST_F(PretuneGpu, SmallGridThenResumeThenRestartWithZeroCompiles) {
+  const std::vector<PretuneItem> items = expand_grid(parse_pretune_grid(kGrid));
+  ASSERT_EQ(items.size(), 3u) << "two prefill buckets and one decode sweep";
+  GpuPretuneOptions o;
+  o.cache_path = (dir_ / "qattn.db").string();
+  o.timing.repeats = 5;
+  Quiet quiet;
+  {
+    GpuPretuneWorker gpu(o);
+    const PretuneSummary s = run_pretune(items, {&gpu}, {}, quiet);
+    EXPECT_EQ(s.ran, 3u);
+    EXPECT_EQ(s.failed, 0u);
+    for (const ItemOutcome& out : s.outcomes) EXPECT_EQ(out.status, ItemStatus::ran) << out.key << ": " << out.detail;
+  }
+  {
+    GpuPretuneWorker gpu(o);   // a second run of the same command: everything is in the cache
+    const PretuneSummary s = run_pretune(items, {&gpu}, {}, quiet);
+    EXPECT_EQ(s.resumed, 3u);
+    EXPECT_EQ(s.ran, 0u);
+  }
+  RuntimeOptions ro;
+  ro.cache_path = o.cache_path;
+  Runtime rt(ro);
+  for (const PretuneItem& item : items) {
+    if (item.kind == Phase::prefill) {
+      rt.kernel(item.spec, item.problem);
+      continue;
+    }
+    EXPECT_TRUE(rt.decode_tuned(item.spec));
+    for (const Problem& p : item.sweep) {
+      DecodeCall call;
+      call.spec = item.spec;
+      call.problem = p;
+      const Runtime::DecodeRouteInfo route = rt.decode_route(call);
+      EXPECT_GE(route.splits, 1);
+    }
+  }
+  const RuntimeCounters c = rt.counters();
+  EXPECT_EQ(c.compiles, 0);
+  EXPECT_EQ(c.tunings, 0);
+  EXPECT_EQ(c.tuned_db_hits, 2);
+}
+
+}  // namespace
+}  // namespace qattn
