@@ -149,6 +149,12 @@ std::vector<Spec> default_grid(Arch arch) {
               vg == Gran::per_channel ? kSmoothK | kSmoothV : kSmoothK);
       add({Fmt::int8, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, d, causal, kSmoothK | kSmoothV);
     }
+  // per_warp / per_thread Q/K (issue #3): the per_token kernel with group scales expanded per row
+  // (quant_shape.h), so these points add only their quantization passes and kernel names.
+  for (Gran qg : {Gran::per_warp, Gran::per_thread}) {
+    add({Fmt::int8, qg}, {Fmt::int8, Gran::per_tensor}, Fmt::fp16, 128, false, kSmoothK);
+    add({Fmt::int8, qg}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, 128, true, kSmoothK | kSmoothV);
+  }
   // d 96 and 256 (issue #3): each kernel family once per mask: fp16, bf16, and int8 with per-channel V
   // (fp16 out) and per-tensor V (bf16 out), whose Q/K granularities pick different quantization passes.
   for (int d : {96, 256})

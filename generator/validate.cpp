@@ -24,9 +24,10 @@ Verdict validate_float(const Spec& s) {
 
 Verdict validate_int8(const Spec& s) {
   const Gran g = s.qk.gran;
-  if (g != Gran::per_tensor && g != Gran::per_block && g != Gran::per_token)
+  if (g != Gran::per_tensor && g != Gran::per_block && g != Gran::per_token && g != Gran::per_warp &&
+      g != Gran::per_thread)
     return Verdict::no(std::string("qk=int8:") + to_string(g) +
-                       " is not implemented yet (issue #3: per_warp, per_thread); accepted: per_tensor, per_block, per_token");
+                       " is not supported; accepted: per_tensor, per_block, per_warp, per_thread, per_token");
   if (s.pv.fmt != Fmt::int8)
     return Verdict::no(std::string("qk=int8 with pv=") + to_string(s.pv.fmt) +
                        " is not implemented yet (issue #3: FP16/FP8 P·V); accepted: pv=int8:per_tensor|per_channel");

@@ -7,8 +7,10 @@ const char* kLseHeader = "qattn/attention/lse_correction.cuh";
 
 // qattn_quant_<in>_i8<gran>[_smooth][_vt]_d<d>__<pass>: the quantization family of the name grammar.
 std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLaunch& l) {
-  const std::string g = r.gran == Gran::per_token   ? "tok"
-                        : r.gran == Gran::per_block ? "blk" + std::to_string(r.group)
+  const std::string g = r.gran == Gran::per_token    ? "tok"
+                        : r.gran == Gran::per_block  ? "blk" + std::to_string(r.group)
+                        : r.gran == Gran::per_warp   ? "wrp" + std::to_string(r.group)
+                        : r.gran == Gran::per_thread ? "thr" + std::to_string(r.group)
                         : r.gran == Gran::per_tensor ? "ten"
                                                      : "chn";
   return std::string("qattn_quant_") + (r.in == Fmt::bf16 ? "bf16" : "f16") + "_i8" + g + (r.smooth ? "_smooth" : "") +
@@ -19,12 +21,16 @@ std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLa
 
 std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p) {
   const int d = spec.head_dim;
-  const int group = spec.qk.gran == Gran::per_block ? 64 : 0;
+  // per_warp / per_thread: the Q mapping (group 32) and the K mapping (group 64) of quant_shape.h; the
+  // scales come out expanded per row, so the attention kernel runs its per-token path.
+  const bool fragment = spec.qk.gran == Gran::per_warp || spec.qk.gran == Gran::per_thread;
+  const int q_group = spec.qk.gran == Gran::per_block ? 64 : fragment ? 32 : 0;
+  const int k_group = spec.qk.gran == Gran::per_block || fragment ? 64 : 0;
   const int kv_pad = (p.kv_len + kVPadTokens - 1) / kVPadTokens * kVPadTokens;
   std::array<QuantSlot, 3> slots;
-  slots[0].request = {spec.out, spec.qk.gran, group, false, false, d};
+  slots[0].request = {spec.out, spec.qk.gran, q_group, false, false, d};
   slots[0].problem = {p.batch, p.heads_q, p.q_len, p.q_len};
-  slots[1].request = {spec.out, spec.qk.gran, group, (spec.smooth & kSmoothK) != 0, false, d};
+  slots[1].request = {spec.out, spec.qk.gran, k_group, (spec.smooth & kSmoothK) != 0, false, d};
   slots[1].problem = {p.batch, p.heads_kv, p.kv_len, p.kv_len};
   slots[2].request = {spec.out, spec.pv.gran, 0, (spec.smooth & kSmoothV) != 0, true, d};
   slots[2].problem = {p.batch, p.heads_kv, p.kv_len, kv_pad};

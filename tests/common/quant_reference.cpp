@@ -13,11 +13,13 @@ size_t head_index(const Shape& sh, int b, int h) { return static_cast<size_t>(b)
 
 void check_config(const QuantConfig& c) {
   if (c.gran != Gran::per_tensor && c.gran != Gran::per_block && c.gran != Gran::per_token &&
-      c.gran != Gran::per_channel)
-    throw std::invalid_argument(
-        "quantize_reference: granularity must be per_tensor, per_block, per_token or per_channel");
+      c.gran != Gran::per_channel && c.gran != Gran::per_warp && c.gran != Gran::per_thread)
+    throw std::invalid_argument("quantize_reference: granularity must be per_tensor, per_block, per_token, "
+                                "per_channel, per_warp or per_thread");
   if (c.gran == Gran::per_block && c.group < 1)
     throw std::invalid_argument("quantize_reference: per_block needs group >= 1");
+  if ((c.gran == Gran::per_warp || c.gran == Gran::per_thread) && c.group != 32 && c.group != 64)
+    throw std::invalid_argument("quantize_reference: per_warp / per_thread need group 32 (Q) or 64 (K)");
   if (!(c.qmax >= 1)) throw std::invalid_argument("quantize_reference: qmax must be >= 1");
 }
 
@@ -25,11 +27,22 @@ int round_code(double q, double qmax) {
   return static_cast<int>(std::clamp(std::nearbyint(q), -qmax, qmax));   // nearbyint: half to even
 }
 
+bool is_fragment(Gran g) { return g == Gran::per_warp || g == Gran::per_thread; }
+
 }  // namespace
+
+int fragment_group(const QuantConfig& c, int s) {
+  if (c.gran == Gran::per_warp) return s / c.group;
+  if (c.gran == Gran::per_thread && c.group == 32) return s / 32 * 8 + s % 8;
+  if (c.gran == Gran::per_thread) return s / 64 * 4 + s % 8 / 2;
+  return -1;
+}
 
 long long QuantRef::scales_per_head() const {
   switch (config.gran) {
-    case Gran::per_token: return shape.seq;
+    case Gran::per_token:
+    case Gran::per_warp:
+    case Gran::per_thread: return shape.seq;
     case Gran::per_block: return (shape.seq + config.group - 1) / config.group;
     case Gran::per_channel: return shape.dim;
     default: return 0;
@@ -39,7 +52,9 @@ long long QuantRef::scales_per_head() const {
 long long QuantRef::scale_index(int b, int h, int s, int c) const {
   const long long head = static_cast<long long>(head_index(shape, b, h)) * scales_per_head();
   switch (config.gran) {
-    case Gran::per_token: return head + s;
+    case Gran::per_token:
+    case Gran::per_warp:
+    case Gran::per_thread: return head + s;
     case Gran::per_block: return head + s / config.group;
     case Gran::per_channel: return head + c;
     default: return 0;
@@ -88,6 +103,19 @@ QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config) {
           double& amax = r.scales[r.scale_index(b, h, s, c)];
           amax = std::max(amax, std::fabs(x.at(b, h, s, c) - r.mean_at(b, h, c)));
         }
+  // per_warp / per_thread: the rows' abs-maxes so far; each row takes its group's max (expanded).
+  if (is_fragment(config.gran))
+    for (int b = 0; b < sh.batch; ++b)
+      for (int h = 0; h < sh.heads; ++h) {
+        const long long head = r.scale_index(b, h, 0, 0);
+        std::vector<double> group_amax(static_cast<size_t>(sh.seq) + 1, 0.0);
+        for (int s = 0; s < sh.seq; ++s) {
+          double& g = group_amax[static_cast<size_t>(fragment_group(config, s))];
+          g = std::max(g, r.scales[static_cast<size_t>(head + s)]);
+        }
+        for (int s = 0; s < sh.seq; ++s)
+          r.scales[static_cast<size_t>(head + s)] = group_amax[static_cast<size_t>(fragment_group(config, s))];
+      }
   for (double& s : r.scales) s /= config.qmax;
 
   // Pass 2: codes.
@@ -138,7 +166,9 @@ QuantCheck check_quantized(const HostTensor& x, const QuantRef& ref, const Quant
   auto got_scale = [&](int b, int h, int s, int c) -> double {
     const long long head = b * got.scale_sb + h * got.scale_sh;
     switch (cfg.gran) {
-      case Gran::per_token: return got.scales[head + s];
+      case Gran::per_token:
+      case Gran::per_warp:
+      case Gran::per_thread: return got.scales[head + s];
       case Gran::per_block: return got.scales[head + s / cfg.group];
       case Gran::per_channel: return got.scales[head + c];
       default: return got.scales[0];

@@ -4,7 +4,12 @@
 //   x' = x - mean_c (per-channel mean over all tokens of (b, h)) when smoothing, else x; an all-zero
 //   group has scale 0 and codes 0. Dequantized: code * scale + mean_c.
 //   Groups: per_tensor (whole tensor), per_block (G consecutive tokens of (b, h), the last one shorter),
-//   per_token (one row), per_channel (one channel of (b, h) over all tokens; V).
+//   per_token (one row), per_channel (one channel of (b, h) over all tokens; V),
+//   per_warp / per_thread (SageAttention2's groups; group = 32: the Q mapping, 64: the K mapping):
+//     per_warp   rows [G k, G k + G) of (b, h)
+//     per_thread Q: rows {32k + g + 8i, i = 0..3} (g = 0..7); K: keys {64k + 8i + 2t, +1, i = 0..7} (t = 0..3)
+//     their scales are stored expanded, one per row (the per-token layout), as the kernels write them;
+//     a group cut by the sequence end takes the abs-max of its existing rows.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,8 +22,8 @@ namespace qattn {
 namespace test {
 
 struct QuantConfig {
-  Gran gran = Gran::per_token;   // per_tensor | per_block | per_token | per_channel
-  int group = 0;                 // per_block tokens (e.g. 64 or 128)
+  Gran gran = Gran::per_token;   // per_tensor | per_block | per_token | per_channel | per_warp | per_thread
+  int group = 0;                 // per_block tokens (e.g. 64 or 128); per_warp / per_thread: 32 (Q) or 64 (K)
   double qmax = 127;             // 127: int8, 7: int4 stored in int8
   bool smooth = false;
 };
@@ -28,7 +33,8 @@ struct QuantRef {
   QuantConfig config;
   std::vector<std::int8_t> codes;   // [b][h][s][c]
   std::vector<double> scales;       // compact, the layout of quant_shape.h's dense_scale_ref:
-                                    //   per_token [b][h][s], per_block [b][h][ceil(s/G)],
+                                    //   per_token, per_warp, per_thread [b][h][s],
+                                    //   per_block [b][h][ceil(s/G)],
                                     //   per_channel [b][h][c], per_tensor [1]
   std::vector<double> mean;         // [b][h][c] when smoothing, else empty
 
@@ -45,6 +51,10 @@ struct QuantRef {
 };
 
 QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config);
+
+// per_warp / per_thread: the index of token s's scale group within its head (groups numbered in the
+// order of their first row); tokens of one group share it. Other granularities: -1.
+int fragment_group(const QuantConfig& config, int s);
 
 // Per-channel mean over all tokens of each (b, h): [b][h][c].
 std::vector<double> channel_mean(const HostTensor& x);

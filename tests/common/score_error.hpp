@@ -3,6 +3,7 @@
 // with Q and K quantized by the float64 quantizer (K smoothed when `smooth_k`: its mean is added back
 // with the exact q, as the runtime's LSE correction does). LSE is 1-Lipschitz in the largest score
 // change, so no kernel given these quantized inputs can be asked to get its LSE closer than this.
+// `group`: per_block tokens; per_warp / per_thread use the Q mapping for q and the K mapping for k.
 #pragma once
 #include <vector>
 

@@ -73,6 +73,14 @@ const char* kSpecs[] = {
     "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d=256 gqa=4 smooth=k",
     "prefill qk=int8:per_tensor pv=int8:per_tensor out=bf16 d=256 causal smooth=k",
     "prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=256 causal",
+    // per_warp / per_thread Q/K (group scales expanded per row, the per_token kernel): d 64 and 128,
+    // causal and not, smooth k and kv, GQA.
+    "prefill qk=int8:per_warp pv=int8:per_tensor out=fp16 d=128 smooth=k",
+    "prefill qk=int8:per_warp pv=int8:per_channel out=bf16 d=128 causal gqa=4 smooth=kv",
+    "prefill qk=int8:per_warp pv=int8:per_channel out=fp16 d=64 causal smooth=k",
+    "prefill qk=int8:per_thread pv=int8:per_channel out=bf16 d=128 causal smooth=kv",
+    "prefill qk=int8:per_thread pv=int8:per_tensor out=fp16 d=128 gqa=4 smooth=k",
+    "prefill qk=int8:per_thread pv=int8:per_channel out=fp16 d=64 gqa=4 smooth=kv",
 };
 
 class AttentionVsReference : public test::GpuTest, public ::testing::WithParamInterface<const char*> {};

@@ -1,4 +1,5 @@
-// The quantization kernels on the GPU against the float64 quantizer, code for code: every granularity,
+// The quantization kernels on the GPU against the float64 quantizer, code for code: every granularity
+// (per_warp / per_thread with their Q and K mappings too),
 // smoothing on and off, Q/K rows and transposed V, fp16 and bf16, both input layouts, odd lengths, head
 // dims 64, 96 (the one with idle lanes), 128 and 256.
 // Outputs are poisoned first (-128 codes, NaN scales), so anything unwritten fails.
@@ -51,6 +52,81 @@ class QuantVsReference : public test::GpuTest {
     rt::Kernel k = m.kernel(src.kernel_name);
     return kernels_.emplace(src.kernel_name, std::make_pair(std::move(m), std::move(k))).first->second.second;
   }
+  // One request at one shape on the GPU against the float64 quantizer. per_warp / per_thread also check
+  // that every row of a group holds the very same (expanded) scale.
+  void run_case(Arch arch, Fmt fmt, const Request& rq, int seq, Layout layout, int d) {
+    const int batch = 2, heads = 3;
+    const std::uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(std::string(to_string(fmt)) + " d=" + std::to_string(d) + " " + to_string(rq.gran) + " group=" + std::to_string(rq.group) +
+                 (rq.smooth ? " smooth" : "") + (rq.transpose ? " V^T" : "") + " seq=" + std::to_string(seq) +
+                 " " + test::to_string(layout) + " " + test::seed_note(seed));
+    HostTensor x = test::random_tensor({batch, heads, seq, d}, layout, test::k_like(), seed);
+    test::round_to(x, fmt);
+    const quant::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
+    const int pad = rq.transpose ? (seq + kVPadTokens - 1) / kVPadTokens * kVPadTokens : seq;
+    const quant::QuantProblem prob{batch, heads, seq, pad};
+    const quant::QuantPlan plan = quant::plan_quant(req, prob);
+
+    rt::DeviceBuffer dx = rt::DeviceBuffer::from(test::encode(x, fmt));
+    const long long rows = static_cast<long long>(batch) * heads;
+    std::vector<std::int8_t> poison(static_cast<size_t>(rows * pad * d));
+    test::fill_poison(poison);
+    rt::DeviceBuffer dy = rt::DeviceBuffer::from(poison);
+    std::vector<float> nan_scales(static_cast<size_t>(plan.scale_floats));
+    test::fill_nan(nan_scales);
+    rt::DeviceBuffer ds = rt::DeviceBuffer::from(nan_scales);
+    rt::DeviceBuffer dmean(sizeof(float) * std::max<long long>(1, plan.mean_floats));
+    rt::DeviceBuffer dscratch(sizeof(float) * std::max<long long>(1, plan.scratch_floats));
+
+    QuantParams qp{};
+    qp.x = TensorRef{dx.as<void>(), x.strides.sb, x.strides.sh, x.strides.ss, 1};
+    qp.y = rq.transpose ? TensorRef{dy.as<void>(), heads * d * pad, d * pad, 1, pad}
+                        : TensorRef{dy.as<void>(), heads * pad * d, pad * d, d, 1};
+    qp.scale = quant::dense_scale_ref(req, prob, ds.as<float>());
+    qp.mean = plan.mean_floats ? dmean.as<float>() : nullptr;
+    qp.amax_scratch = plan.scratch_floats ? dscratch.as<float>() : nullptr;
+    qp.batch = batch;
+    qp.heads = heads;
+    qp.seq_len = seq;
+    qp.seq_pad = pad;
+    qp.d = d;
+    qp.qmax = 127.f;
+    ASSERT_EQ(quant::quant_params_error(req, qp), "");
+    for (const quant::QuantLaunch& l : plan.launches) {
+      if (l.zero_scratch_floats) rt::fill_bytes(dscratch.ptr(), 0, sizeof(float) * l.zero_scratch_floats);
+      pass(rt::quant_source(req, l, arch)).launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1},
+                                                  l.smem_bytes, nullptr, qp);
+    }
+    rt::synchronize_device(kDevice);
+    const std::vector<std::int8_t> codes = dy.to_vector<std::int8_t>();
+    const std::vector<float> scales = ds.to_vector<float>();
+    const std::vector<float> mean = dmean.to_vector<float>();
+    test::QuantizedView view;
+    view.codes = codes.data();
+    view.strides = test::Strides{qp.y.sb, qp.y.sh, qp.y.ss, qp.y.sc};
+    view.seq_pad = pad;
+    view.scales = scales.data();
+    view.scale_sb = qp.scale.sb;
+    view.scale_sh = qp.scale.sh;
+    view.mean = rq.smooth ? mean.data() : nullptr;
+    const test::QuantRef ref = test::quantize_reference(x, {rq.gran, rq.group, 127, rq.smooth});
+    const test::QuantCheck check = test::check_quantized(x, ref, view);
+    EXPECT_TRUE(check.ok()) << check.report();
+    if (rq.gran == Gran::per_warp || rq.gran == Gran::per_thread) {
+      const test::QuantConfig cfg{rq.gran, rq.group, 127, rq.smooth};
+      long long unequal = 0;
+      for (int b = 0; b < batch; ++b)
+        for (int h = 0; h < heads; ++h) {
+          std::map<int, float> group_scale;   // group index -> the scale of its first row
+          for (int s = 0; s < seq; ++s) {
+            const float got = scales[static_cast<size_t>(b * qp.scale.sb + h * qp.scale.sh + s)];
+            const auto [it, first] = group_scale.emplace(test::fragment_group(cfg, s), got);
+            unequal += !first && !(it->second == got);
+          }
+        }
+      EXPECT_EQ(unequal, 0) << "rows of one group hold different scales";
+    }
+  }
   std::map<std::string, std::pair<rt::Module, rt::Kernel>> kernels_;
 };
 
@@ -64,66 +140,28 @@ TEST_F(QuantVsReference, EveryGranularitySmoothingAndLayout) {
         for (int d : {128, 96, 256, 64}) {
           // d 128, 96 and 256 on the short lengths; the long one at d 64 and 96 (the d with idle lanes).
           if (seq == 4097 ? (d != 64 && d != 96) : d == 64) continue;
-          const int batch = 2, heads = 3;
-          const std::uint64_t seed = test::fresh_seed();
-          SCOPED_TRACE(std::string(to_string(fmt)) + " d=" + std::to_string(d) + " " + to_string(rq.gran) + " group=" + std::to_string(rq.group) +
-                       (rq.smooth ? " smooth" : "") + (rq.transpose ? " V^T" : "") + " seq=" + std::to_string(seq) +
-                       " " + test::to_string(layout) + " " + test::seed_note(seed));
-          HostTensor x = test::random_tensor({batch, heads, seq, d}, layout, test::k_like(), seed);
-          test::round_to(x, fmt);
-          const quant::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
-          const int pad = rq.transpose ? (seq + kVPadTokens - 1) / kVPadTokens * kVPadTokens : seq;
-          const quant::QuantProblem prob{batch, heads, seq, pad};
-          const quant::QuantPlan plan = quant::plan_quant(req, prob);
-
-          rt::DeviceBuffer dx = rt::DeviceBuffer::from(test::encode(x, fmt));
-          const long long rows = static_cast<long long>(batch) * heads;
-          std::vector<std::int8_t> poison(static_cast<size_t>(rows * pad * d));
-          test::fill_poison(poison);
-          rt::DeviceBuffer dy = rt::DeviceBuffer::from(poison);
-          std::vector<float> nan_scales(static_cast<size_t>(plan.scale_floats));
-          test::fill_nan(nan_scales);
-          rt::DeviceBuffer ds = rt::DeviceBuffer::from(nan_scales);
-          rt::DeviceBuffer dmean(sizeof(float) * std::max<long long>(1, plan.mean_floats));
-          rt::DeviceBuffer dscratch(sizeof(float) * std::max<long long>(1, plan.scratch_floats));
-
-          QuantParams qp{};
-          qp.x = TensorRef{dx.as<void>(), x.strides.sb, x.strides.sh, x.strides.ss, 1};
-          qp.y = rq.transpose ? TensorRef{dy.as<void>(), heads * d * pad, d * pad, 1, pad}
-                              : TensorRef{dy.as<void>(), heads * pad * d, pad * d, d, 1};
-          qp.scale = quant::dense_scale_ref(req, prob, ds.as<float>());
-          qp.mean = plan.mean_floats ? dmean.as<float>() : nullptr;
-          qp.amax_scratch = plan.scratch_floats ? dscratch.as<float>() : nullptr;
-          qp.batch = batch;
-          qp.heads = heads;
-          qp.seq_len = seq;
-          qp.seq_pad = pad;
-          qp.d = d;
-          qp.qmax = 127.f;
-          ASSERT_EQ(quant::quant_params_error(req, qp), "");
-          for (const quant::QuantLaunch& l : plan.launches) {
-            if (l.zero_scratch_floats) rt::fill_bytes(dscratch.ptr(), 0, sizeof(float) * l.zero_scratch_floats);
-            pass(rt::quant_source(req, l, arch)).launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1},
-                                                        l.smem_bytes, nullptr, qp);
-          }
-          rt::synchronize_device(kDevice);
-          const std::vector<std::int8_t> codes = dy.to_vector<std::int8_t>();
-          const std::vector<float> scales = ds.to_vector<float>();
-          const std::vector<float> mean = dmean.to_vector<float>();
-          test::QuantizedView view;
-          view.codes = codes.data();
-          view.strides = test::Strides{qp.y.sb, qp.y.sh, qp.y.ss, qp.y.sc};
-          view.seq_pad = pad;
-          view.scales = scales.data();
-          view.scale_sb = qp.scale.sb;
-          view.scale_sh = qp.scale.sh;
-          view.mean = rq.smooth ? mean.data() : nullptr;
-          const test::QuantRef ref = test::quantize_reference(x, {rq.gran, rq.group, 127, rq.smooth});
-          const test::QuantCheck check = test::check_quantized(x, ref, view);
-          EXPECT_TRUE(check.ok()) << check.report();
+          run_case(arch, fmt, rq, seq, layout, d);
           ++cases;
         }
   std::printf("[ quant   ] %d cases checked code for code\n", cases);
+}
+
+// per_warp / per_thread (Q mapping: group 32, K mapping: group 64), smoothing on and off, at lengths
+// that cut groups (1, 31, 33, 65, 1000), every head dim, both layouts, fp16 and bf16.
+TEST_F(QuantVsReference, FragmentGranularitiesRaggedLengths) {
+  const Arch arch = parse_arch(rt::arch_for(rt::query_device(kDevice)));
+  int cases = 0;
+  for (Fmt fmt : {Fmt::fp16, Fmt::bf16})
+    for (Gran gran : {Gran::per_warp, Gran::per_thread})
+      for (int group : {32, 64})
+        for (bool smooth : {false, true})
+          for (int seq : {1, 31, 33, 65, 1000})
+            for (Layout layout : {Layout::bshd, Layout::bhsd})
+              for (int d : {64, 96, 128, 256}) {
+                run_case(arch, fmt, Request{gran, group, smooth, false}, seq, layout, d);
+                ++cases;
+              }
+  std::printf("[ quant   ] %d per_warp / per_thread cases checked code for code\n", cases);
 }
 
 }  // namespace

@@ -49,6 +49,24 @@ TEST(Render, Int8FormFollowsTheTiling) {
   EXPECT_NE(mb.text.find("__launch_bounds__(128, 4)"), std::string::npos) << mb.text;
 }
 
+// per_warp / per_thread Q/K scales reach the kernel expanded per row (quant_shape.h): the spec renders
+// the per_token kernel body, under a name that keeps its own granularity.
+TEST(Render, FragmentGranularitiesRenderThePerTokenKernel) {
+  const Spec tok = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal smooth=kv arch=sm_90a");
+  for (const char* g : {"per_warp", "per_thread"}) {
+    Spec s = tok;
+    s.qk.gran = std::string(g) == "per_warp" ? Gran::per_warp : Gran::per_thread;
+    for (const Tiling& t : {Tiling{64, 128, 4, 2, true}, Tiling{64, 128, 4, 2}}) {
+      const Source a = render_attention(s, t), b = render_attention(tok, t);
+      EXPECT_NE(a.kernel_name, b.kernel_name);
+      EXPECT_NE(a.kernel_name.find(std::string("_qki8") + (s.qk.gran == Gran::per_warp ? "wrp" : "thr")),
+                std::string::npos) << a.kernel_name;
+      const auto body = [](const Source& x) { return x.text.substr(x.text.find("qattn::prefill_int8::Kernel<")); };
+      EXPECT_EQ(body(a), body(b)) << g;
+    }
+  }
+}
+
 TEST(Render, InvalidPointsAreRefusedWithTheReason) {
   Spec s = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=80 arch=sm_90a");
   try {

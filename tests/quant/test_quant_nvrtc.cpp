@@ -32,8 +32,9 @@ std::map<std::string, unsigned> planned_passes(bool all_dims) {
     for (int d : dims)
       for (bool smooth : {false, true})
         for (bool transpose : {false, true})
-          for (Gran gran : {Gran::per_token, Gran::per_block, Gran::per_tensor, Gran::per_channel})
-            for (int group : {64, 128}) {
+          for (Gran gran : {Gran::per_token, Gran::per_block, Gran::per_tensor, Gran::per_channel, Gran::per_warp,
+                            Gran::per_thread})
+            for (int group : {32, 64, 128}) {   // per_block 64 | 128; per_warp / per_thread 32 (Q) | 64 (K)
               QuantRequest r;
               r.in = in;
               r.gran = gran;

@@ -2,7 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <set>
 #include <string>
+
+#include "bench/accuracy_sim.hpp"
 
 #include "tests/common/quant_reference.hpp"
 #include "tests/common/random_data.hpp"
@@ -23,7 +27,11 @@ const GranCase kGrans[] = {{Gran::per_tensor, 0, "per_tensor"},
                            {Gran::per_block, 64, "per_block64"},
                            {Gran::per_block, 128, "per_block128"},
                            {Gran::per_token, 0, "per_token"},
-                           {Gran::per_channel, 0, "per_channel"}};
+                           {Gran::per_channel, 0, "per_channel"},
+                           {Gran::per_warp, 32, "per_warp_q"},
+                           {Gran::per_warp, 64, "per_warp_k"},
+                           {Gran::per_thread, 32, "per_thread_q"},
+                           {Gran::per_thread, 64, "per_thread_k"}};
 
 // 150 tokens: neither a multiple of 64 nor of 128, so every per_block case has a short last group.
 const Shape kShape{2, 3, 150, 64};
@@ -41,7 +49,13 @@ TEST(QuantReference, RoundTripWithinHalfScaleAndGroupMaxHitsQmax) {
                        to_string(layout));
           const QuantRef q = quantize_reference(x, QuantConfig{g.gran, g.group, qmax, smooth});
           const HostTensor deq = q.dequantize();
-          std::vector<int> group_max_code(q.scales.size(), 0);
+          // per_warp / per_thread store one scale per row: their groups are keyed by fragment_group.
+          const QuantConfig cfg = q.config;
+          auto group_key = [&](int b, int h, int s, int c) {
+            return fragment_group(cfg, s) < 0 ? q.scale_index(b, h, s, c)
+                                              : q.scale_index(b, h, 0, 0) + fragment_group(cfg, s);
+          };
+          std::map<long long, int> group_max_code;
           long long bad = 0;
           for (int b = 0; b < kShape.batch; ++b)
             for (int h = 0; h < kShape.heads; ++h)
@@ -52,14 +66,12 @@ TEST(QuantReference, RoundTripWithinHalfScaleAndGroupMaxHitsQmax) {
                   bad += !(err <= scale / 2 * (1 + 1e-12) + 1e-12 * std::fabs(x.at(b, h, s, c)));
                   const int code = q.code(b, h, s, c);
                   bad += std::abs(code) > qmax;
-                  int& m = group_max_code[q.scale_index(b, h, s, c)];
+                  int& m = group_max_code[group_key(b, h, s, c)];
                   m = std::max(m, std::abs(code));
                 }
           EXPECT_EQ(bad, 0);
-          for (size_t i = 0; i < q.scales.size(); ++i) {
-            ASSERT_GT(q.scales[i], 0) << "random data has no all-zero group";
-            EXPECT_EQ(group_max_code[i], static_cast<int>(qmax)) << "scale group " << i;
-          }
+          for (size_t i = 0; i < q.scales.size(); ++i) ASSERT_GT(q.scales[i], 0) << "random data has no all-zero group";
+          for (const auto& [key, m] : group_max_code) EXPECT_EQ(m, static_cast<int>(qmax)) << "scale group " << key;
         }
   }
 }
@@ -133,6 +145,122 @@ TEST(QuantReference, PerBlockGroupsEndAtSequenceEnd) {
       EXPECT_EQ(q.scale_index(b, h, 127, 0) + 1, q.scale_index(b, h, 128, 0));
       EXPECT_EQ(q.scale_index(b, h, 149, 63), q.scale_index(b, h, 128, 0));
     }
+}
+
+// The rows of each per_warp / per_thread group, written out from the mapping of quant_shape.h (not
+// through fragment_group), for heads of `seq` tokens.
+std::vector<std::vector<int>> fragment_groups(Gran gran, int group, int seq) {
+  std::vector<std::vector<int>> out;
+  for (int base = 0; base < seq; base += group) {
+    if (gran == Gran::per_warp) {
+      out.emplace_back();
+      for (int i = 0; i < group; ++i) out.back().push_back(base + i);
+    } else if (group == 32) {
+      for (int g = 0; g < 8; ++g) out.push_back({base + g, base + g + 8, base + g + 16, base + g + 24});
+    } else {
+      for (int t = 0; t < 4; ++t) {
+        out.emplace_back();
+        for (int i = 0; i < 8; ++i) out.back().insert(out.back().end(), {base + 8 * i + 2 * t, base + 8 * i + 2 * t + 1});
+      }
+    }
+  }
+  for (auto& g : out) g.erase(std::remove_if(g.begin(), g.end(), [&](int s) { return s >= seq; }), g.end());
+  out.erase(std::remove_if(out.begin(), out.end(), [](const std::vector<int>& g) { return g.empty(); }), out.end());
+  return out;
+}
+
+// per_warp / per_thread: ragged lengths (groups cut by the sequence end), outlier channels, smoothing.
+// Every row carries the abs-max of its group's existing rows / qmax, equal across the group; codes are
+// in range and some code of every group reaches qmax.
+TEST(QuantReference, FragmentGroupScalesOverRaggedLengths) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  for (int seq : {1, 31, 33, 65, 1000})
+    for (const GranCase& g : kGrans) {
+      if (g.gran != Gran::per_warp && g.gran != Gran::per_thread) continue;
+      const Shape shape{1, 2, seq, 64};
+      HostTensor x = random_tensor(shape, seq % 2 ? Layout::bshd : Layout::bhsd, g.group == 32 ? q_like() : k_like(),
+                                   seed + static_cast<std::uint64_t>(seq));
+      // A few token outliers, so a group's scale is visibly its own.
+      for (int s = 3; s < seq; s += 37) x.at(0, 1, s, s % 64) *= 50.0;
+      round_to(x, Fmt::fp16);
+      const auto groups = fragment_groups(g.gran, g.group, seq);
+      long long rows = 0;
+      for (const auto& grp : groups) rows += static_cast<long long>(grp.size());
+      ASSERT_EQ(rows, seq) << "the groups partition the rows";
+      for (bool smooth : {false, true}) {
+        SCOPED_TRACE(std::string(g.name) + " seq=" + std::to_string(seq) + (smooth ? " smooth" : ""));
+        const QuantRef q = quantize_reference(x, QuantConfig{g.gran, g.group, 127, smooth});
+        ASSERT_EQ(q.scales_per_head(), seq);
+        for (int h = 0; h < shape.heads; ++h)
+          for (const auto& grp : groups) {
+            double amax = 0;
+            for (int s : grp)
+              for (int c = 0; c < shape.dim; ++c) amax = std::max(amax, std::fabs(x.at(0, h, s, c) - q.mean_at(0, h, c)));
+            int max_code = 0;
+            for (int s : grp) {
+              EXPECT_EQ(q.scale(0, h, s, 0), amax / 127) << "row " << s;
+              EXPECT_EQ(fragment_group(q.config, s), fragment_group(q.config, grp[0]));
+              for (int c = 0; c < shape.dim; ++c) {
+                ASSERT_LE(std::abs(q.code(0, h, s, c)), 127);
+                max_code = std::max(max_code, std::abs(q.code(0, h, s, c)));
+              }
+            }
+            // seq = 1 with smoothing centers the one row to zero: an all-zero group (scale 0, codes 0).
+            EXPECT_EQ(max_code, amax > 0 ? 127 : 0) << "group of row " << grp[0];
+          }
+      }
+    }
+}
+
+// fragment_group numbers the same groups as the accuracy simulator's scale_group (bench/accuracy_sim),
+// whose table chose these mappings: group 32 is its Q role, group 64 its K role.
+TEST(QuantReference, FragmentGroupsMatchTheAccuracySimulator) {
+  for (Gran gran : {Gran::per_warp, Gran::per_thread})
+    for (int group : {32, 64})
+      for (int s = 0; s < 1000; ++s) {
+        const auto sim_gran = gran == Gran::per_warp ? accsim::Gran::per_warp : accsim::Gran::per_thread;
+        const auto role = group == 32 ? accsim::Role::q : accsim::Role::k;
+        EXPECT_EQ(fragment_group(QuantConfig{gran, group, 127, false}, s), accsim::scale_group(sim_gran, role, s))
+            << static_cast<int>(gran) << " group " << group << " row " << s;
+      }
+  EXPECT_EQ(fragment_group(QuantConfig{Gran::per_token, 0, 127, false}, 5), -1);
+  EXPECT_THROW(quantize_reference(HostTensor::zeros(Shape{1, 1, 4, 8}), QuantConfig{Gran::per_warp, 128, 127, false}),
+               std::invalid_argument);
+}
+
+// A whole per_thread group of zeros (and a zero tail group) gets scale 0 and codes 0, never NaN; its
+// neighbours keep their own scales.
+TEST(QuantReference, FragmentZeroGroupsGiveZeroScale) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const Shape shape{1, 1, 97, 64};
+  HostTensor x = random_tensor(shape, Layout::bhsd, plain(), seed);
+  for (int c = 0; c < shape.dim; ++c) {
+    for (int i = 0; i < 4; ++i) x.at(0, 0, 32 + 3 + 8 * i, c) = 0.0;                  // Q group g=3 of chunk 1
+    for (int i = 0; i < 8; ++i) x.at(0, 0, 8 * i + 2, c) = x.at(0, 0, 8 * i + 3, c) = 0.0;   // K group t=1
+    x.at(0, 0, 96, c) = 0.0;                                                           // tail: row 96 alone
+  }
+  const QuantRef q = quantize_reference(x, QuantConfig{Gran::per_thread, 32, 127, false});
+  const QuantRef k = quantize_reference(x, QuantConfig{Gran::per_thread, 64, 127, false});
+  const QuantRef w = quantize_reference(x, QuantConfig{Gran::per_warp, 32, 127, false});
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(q.scale(0, 0, 35 + 8 * i, 0), 0.0);
+  EXPECT_GT(q.scale(0, 0, 36, 0), 0.0);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(k.scale(0, 0, 8 * i + 2, 0), 0.0);
+    EXPECT_EQ(k.scale(0, 0, 8 * i + 3, 0), 0.0);
+  }
+  EXPECT_GT(k.scale(0, 0, 4, 0), 0.0);
+  // Row 96 is the only existing row of its Q tail group (per_warp [96, 128), per_thread {96, 104, 112,
+  // 120}); as a key it shares the group {64 + 8i, 65 + 8i} with rows 64, 65, 72, ... of the last block.
+  EXPECT_EQ(q.scale(0, 0, 96, 0), 0.0);
+  EXPECT_EQ(w.scale(0, 0, 96, 0), 0.0);
+  EXPECT_EQ(k.scale(0, 0, 96, 0), k.scale(0, 0, 64, 0));
+  EXPECT_GT(k.scale(0, 0, 96, 0), 0.0);
+  for (const QuantRef* r : {&q, &k, &w}) {
+    for (double v : r->dequantize().data) ASSERT_TRUE(std::isfinite(v));
+    for (int c = 0; c < shape.dim; ++c) EXPECT_EQ(r->code(0, 0, 96, c), 0);
+  }
 }
 
 TEST(QuantReference, RoundsHalfToEven) {

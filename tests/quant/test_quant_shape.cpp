@@ -126,6 +126,41 @@ TEST(QuantShape, HeadDim96PlansLikeTheOthers) {
   for (int d : {64, 128, 256}) EXPECT_EQ(lanes_per_row(d), d / kVecElems) << d;
 }
 
+// per_warp / per_thread: one row quantizer over 64-token tiles (whole groups), the group passed as the
+// Q (32) or K (64) mapping; scales in the per-token layout (group 1: the attention kernel's per-token path).
+TEST(QuantShape, FragmentGranularitiesPlanOneRowPassWithPerTokenScales) {
+  const QuantProblem p{2, 4, 1000, 1000};
+  for (Gran g : {Gran::per_warp, Gran::per_thread})
+    for (int group : {32, 64}) {
+      const std::string gid = g == Gran::per_warp ? "qattn::Gran::per_warp" : "qattn::Gran::per_thread";
+      const QuantPlan plain = plan_quant(request(g, group, false, false), p);
+      ASSERT_EQ(plain.launches.size(), 1u);
+      EXPECT_EQ(plain.launches[0].pass, "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, " + gid + ", " +
+                                            std::to_string(group) + ", false>");
+      expect_grid(plain.launches[0], (1000 + kRowTileTokens - 1) / kRowTileTokens, 4, 2);
+      EXPECT_EQ(plain.scale_group, 1);
+      EXPECT_EQ(plain.scale_floats, 2 * 4 * 1000);
+      EXPECT_EQ(plain.scratch_floats, 0);
+      const QuantPlan smooth = plan_quant(request(g, group, true, false), p);
+      ASSERT_EQ(smooth.launches.size(), 3u);
+      EXPECT_EQ(smooth.launches[0].pass, "qattn::quant::ChannelStats<qattn::Fmt::fp16, 128, false>");
+      EXPECT_EQ(smooth.launches[1].pass, "qattn::quant::FinalizeStats<128, " + gid + ", true>");
+      EXPECT_EQ(smooth.launches[2].pass, "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, " + gid + ", " +
+                                             std::to_string(group) + ", true>");
+      EXPECT_EQ(smooth.mean_floats, 2 * 4 * 128);
+      const ScaleRef s = dense_scale_ref(request(g, group, false, false), p, nullptr);
+      EXPECT_EQ(s.group, 1);
+      EXPECT_EQ(s.sh, 1000);
+      EXPECT_EQ(s.sb, 4000);
+    }
+  const QuantProblem ok{1, 1, 100, 128};
+  for (Gran g : {Gran::per_warp, Gran::per_thread}) {
+    EXPECT_THROW(plan_quant(request(g, 128, false, false), ok), Error);
+    EXPECT_THROW(plan_quant(request(g, 16, false, false), ok), Error);
+    EXPECT_THROW(plan_quant(request(g, 64, false, true), ok), Error);   // not for V^T
+  }
+}
+
 TEST(QuantShape, RejectsWhatThePassesCannotDo) {
   const QuantProblem ok{1, 1, 100, 128};
   EXPECT_THROW(plan_quant(request(Gran::per_token, 0, false, true), ok), Error);      // token scale on V^T

@@ -6,14 +6,15 @@
 // the same QuantParams. No pass uses dynamic shared memory. Launch them in order on one stream.
 //
 // Pass lists (x is read once by single-pass plans, twice otherwise):
-//   per_token | per_block              QuantizeRows
-//   per_token | per_block, smooth      ChannelStats<in, d, false>, FinalizeStats, QuantizeRows
+//   per_token | per_block | per_warp | per_thread              QuantizeRows
+//   per_token | per_block | per_warp | per_thread, smooth      ChannelStats<in, d, false>, FinalizeStats,
+//                                                              QuantizeRows
 //   per_tensor                         TensorAmax (zero amax_scratch[0] first), Quantize{Rows|Transposed}
 //   per_tensor, smooth                 ChannelStats<in, d, true>, FinalizeStats (zero [0] first), Quantize*
 //   per_channel (rows or V^T)          ChannelStats<in, d, true>, FinalizeStats, Quantize{Rows|Transposed}
 // Grids x blocks: ChannelStats, TensorAmax (stats_splits(seq_len), heads, batch) x 256;
 //   FinalizeStats (heads, batch, 1) x d; QuantizeRows (ceil(seq_pad / tile), heads, batch) x 256 with
-//   tile = G for per_block, else kRowTileTokens; QuantizeTransposed (seq_pad / 128, heads, batch) x 256.
+//   tile = G for per_block, else kRowTileTokens (64: whole per_warp / per_thread groups); QuantizeTransposed (seq_pad / 128, heads, batch) x 256.
 //
 // Semantics: symmetric, scale = amax / qmax (fp32), code = clamp(round_half_even(x' / scale), -qmax, qmax)
 // with x' = x - mean_c when smoothing, else x; amax = max |x'| over the scale group. An all-zero group
@@ -31,6 +32,8 @@
 //       per_block   ptr[b*sb + h*sh + s/G]          ceil(seq_len / G) per head,   group = G
 //       per_channel ptr[b*sb + h*sh + c]            d per head,                   group = 0
 //       per_tensor  ptr[0]                          sb = sh = 0,                  group = 0
+//       per_warp,   ptr[b*sb + h*sh + s]            s < seq_len,                  group = 1
+//       per_thread  (the per_token layout: every row holds its group's scale, see below)
 //     dense_scale_ref() gives the compact strides; scale_floats counts that compact buffer.
 //   Mean (smooth): fp32 [batch][heads][d] contiguous at QuantParams::mean: the per-channel mean over all
 //       seq_len tokens of (b, h) (for K it cancels in softmax; for V add it back to O).
@@ -38,6 +41,19 @@
 //       [0] per_tensor abs-max (zeroed before the launch whose zero_scratch_floats says so);
 //       [kStatsOffset ...] per-chunk channel sum/max/min [batch][heads][stats_splits(seq_len)][3][d]
 //       (max/min only written when the granularity needs them).
+// per_warp / per_thread groups (SageAttention2 §3.2 and its m16n8 mma fragments; the same mapping as
+// bench/accuracy_sim.hpp). Fixed by the spec, independent of the attention kernel's tiling. `group` of
+// the request picks the operand's mapping: 32 = Q, 64 = K. Rows are token indices s within (b, h):
+//   per_warp   Q (group 32): rows [32k, 32k + 32)          K (group 64): keys [64k, 64k + 64)
+//   per_thread Q (group 32): rows {32k + g + 8i, i = 0..3}, g = 0..7 (8 groups per 32 rows: the rows
+//                            of an m16 fragment that one thread holds across the warp's two m16 tiles)
+//              K (group 64): keys {64k + 8i + 2t, 64k + 8i + 2t + 1, i = 0..7}, t = 0..3 (4 groups per
+//                            64 keys: the score columns 2t, 2t+1 that a thread's m16n8 accumulator
+//                            fragment holds in each of the block's 8 n8 tiles)
+// amax is over the group's rows below seq_len (a group cut by the sequence end takes its existing rows
+// only). The scale is written expanded to every row of the group in the per-token layout (group = 1),
+// so the attention kernel reads it through its per-token path: exact (each row carries its group's
+// scale), at per-token cost (the SageAttention2 gain of fewer scale loads is not taken).
 // Alignment: x.ptr and y.ptr 16-byte aligned, x.sc = 1, x strides multiples of 8; rows: y strides
 // multiples of 8; transposed: y.sb, y.sh, y.sc multiples of 16, y.sc >= seq_pad. mean 16-byte aligned.
 #pragma once
@@ -54,9 +70,10 @@ namespace quant {
 
 struct QuantRequest {
   Fmt in = Fmt::fp16;           // fp16 | bf16
-  Gran gran = Gran::per_token;  // rows: per_token | per_block | per_tensor | per_channel;
-                                // transposed: per_channel | per_tensor
-  int group = 0;                // per_block: 64 or 128 tokens; ignored otherwise
+  Gran gran = Gran::per_token;  // rows: per_token | per_block | per_tensor | per_channel | per_warp |
+                                // per_thread; transposed: per_channel | per_tensor
+  int group = 0;                // per_block: 64 or 128 tokens; per_warp / per_thread: 32 (Q mapping) or
+                                // 64 (K mapping), see above; ignored otherwise
   bool smooth = false;          // subtract the per-channel mean over all tokens of (b, h)
   bool transpose = false;       // V: write V^T per head, zero-padded to seq_pad
   int d = 128;                  // 64, 96, 128 or 256
@@ -91,6 +108,8 @@ inline const char* gran_id(Gran g) {
     case Gran::per_block: return "qattn::Gran::per_block";
     case Gran::per_token: return "qattn::Gran::per_token";
     case Gran::per_channel: return "qattn::Gran::per_channel";
+    case Gran::per_warp: return "qattn::Gran::per_warp";
+    case Gran::per_thread: return "qattn::Gran::per_thread";
     default: return "?";
   }
 }
@@ -106,11 +125,14 @@ inline std::string quant_request_error(const QuantRequest& r, const QuantProblem
       return "transposed V needs seq_pad a multiple of " + std::to_string(kVPadTokens) + ", got " +
              std::to_string(p.seq_pad);
   } else if (r.gran != Gran::per_token && r.gran != Gran::per_block && r.gran != Gran::per_tensor &&
-             r.gran != Gran::per_channel) {
-    return "row quantization takes per_token, per_block, per_tensor or per_channel scales";
+             r.gran != Gran::per_channel && r.gran != Gran::per_warp && r.gran != Gran::per_thread) {
+    return "row quantization takes per_token, per_block, per_tensor, per_channel, per_warp or per_thread scales";
   }
   if (r.gran == Gran::per_block && r.group != 64 && r.group != 128)
     return "per_block group must be 64 or 128, got " + std::to_string(r.group);
+  if ((r.gran == Gran::per_warp || r.gran == Gran::per_thread) && r.group != 32 && r.group != 64)
+    return std::string(r.gran == Gran::per_warp ? "per_warp" : "per_thread") +
+           " group must be 32 (Q mapping) or 64 (K mapping), got " + std::to_string(r.group);
   if (p.batch < 1 || p.heads < 1 || p.seq_len < 1) return "quantizer needs batch, heads and seq_len >= 1";
   if (p.batch > 65535 || p.heads > 65535) return "quantizer grid limit: batch and heads must be <= 65535";
   if (p.seq_pad < p.seq_len) return "seq_pad must be >= seq_len";
@@ -146,7 +168,8 @@ inline std::string quant_params_error(const QuantRequest& r, const QuantParams& 
 inline ScaleRef dense_scale_ref(const QuantRequest& r, const QuantProblem& p, const float* ptr) {
   ScaleRef s{ptr, 0, 0, 0, 0};
   long long per_head = 0;
-  if (r.gran == Gran::per_token) per_head = p.seq_len, s.group = 1;
+  if (r.gran == Gran::per_token || r.gran == Gran::per_warp || r.gran == Gran::per_thread)
+    per_head = p.seq_len, s.group = 1;   // per_warp / per_thread: the group scale expanded to each row
   if (r.gran == Gran::per_block) per_head = (p.seq_len + r.group - 1) / r.group, s.group = r.group;
   if (r.gran == Gran::per_channel) per_head = r.d;
   s.sh = per_head;
@@ -186,7 +209,8 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
                              {static_cast<unsigned>(p.seq_pad / kTransposeTileTokens), heads, batch},
                              static_cast<unsigned>(kThreads), 0, 0});
   } else {
-    const int group = r.gran == Gran::per_block ? r.group : r.gran == Gran::per_token ? 1 : 0;
+    const bool fragment = r.gran == Gran::per_warp || r.gran == Gran::per_thread;
+    const int group = r.gran == Gran::per_block || fragment ? r.group : r.gran == Gran::per_token ? 1 : 0;
     const int tile = r.gran == Gran::per_block ? r.group : kRowTileTokens;
     plan.launches.push_back({"qattn::quant::QuantizeRows<" + in + ", " + d + ", " + gran_id(r.gran) + ", " +
                                  std::to_string(group) + ", " + sm + ">",

@@ -6,6 +6,15 @@
 //   per_block:   the block reduces the group's abs-max; thread 0 writes the group's scale.
 //   per_tensor:  the abs-max comes from amax_scratch[0] (TensorAmax or FinalizeStats ran before).
 //   per_channel: the scales come from FinalizeStats (scale.ptr[b*sb + h*sh + c]).
+//   per_warp / per_thread (SageAttention2's groups, mapped as quant_shape.h describes; Group = 32 for
+//                Q, 64 for K): every group lies inside one 64-token tile, so the block reduces each
+//                row's abs-max with shuffles, then the group's abs-max over its rows in shared memory,
+//                and writes that group scale to EVERY row of the group in the per-token scale array.
+//                The attention kernel then runs its per-token path unchanged, which is exact (each row
+//                reads its own group's scale, so code * scale is the group-quantized value) and costs
+//                what per_token costs: the fewer scale loads that make these granularities faster in
+//                SageAttention2 are not taken. Rows past seq_len add nothing to a group's abs-max (a
+//                tail group takes the max of its existing rows only); an all-zero group gets scale 0.
 // Smooth subtracts QuantParams::mean (FinalizeStats) before everything. Rows in [seq_len, seq_pad) are
 // written as code 0 and get no scale. Grid (ceil(seq_pad / tile tokens), heads, batch).
 #pragma once
@@ -18,12 +27,16 @@ namespace quant {
 template <Fmt In, int D, Gran G, int Group, bool Smooth>
 struct QuantizeRows {
   static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
+  static constexpr bool kFragment = G == Gran::per_warp || G == Gran::per_thread;   // group scales per row
   static_assert(G == Gran::per_tensor || G == Gran::per_block || G == Gran::per_token ||
-                    G == Gran::per_channel,
-                "row quantizer granularity must be per_tensor, per_block, per_token or per_channel");
+                    G == Gran::per_channel || kFragment,
+                "row quantizer granularity must be per_tensor, per_block, per_token, per_channel, per_warp "
+                "or per_thread");
+  static_assert(!kFragment || Group == 32 || Group == 64, "per_warp / per_thread group must be 32 (Q) or 64 (K)");
+  static constexpr int kFragGroup = kFragment ? Group : 32;   // never 0 in the (dead) code of other grans
   static_assert(G != Gran::per_block || Group == 64 || Group == 128, "per_block group must be 64 or 128");
   static_assert(G != Gran::per_token || Group == 1, "per_token has group 1");
-  static_assert(G == Gran::per_block || G == Gran::per_token || Group == 0,
+  static_assert(G == Gran::per_block || G == Gran::per_token || kFragment || Group == 0,
                 "per_tensor and per_channel have group 0");
 
   static constexpr int kThreads = quant::kThreads;
@@ -33,6 +46,7 @@ struct QuantizeRows {
   static constexpr int kRowsPerSweep = kThreads / kLanesPerRow;
   static constexpr int kSweeps = kTileTokens / kRowsPerSweep;
   static_assert(kTileTokens % kRowsPerSweep == 0, "tile must be a whole number of sweeps");
+  static_assert(!kFragment || kTileTokens % 64 == 0, "a tile must hold whole per_warp / per_thread groups");
   // Blocks run in reverse: after a statistics pass, its last chunks (the highest heads and tokens) are
   // still in L2, so the first tiles quantized here read them from there (3-7 us less per plan on H100,
   // 32 heads x 16k x 128). Measured exception: 32 KiB tiles (per_block 128 at d=128, per_block 64 at
@@ -41,6 +55,8 @@ struct QuantizeRows {
 
   static __device__ void run(const QuantParams& p) {
     __shared__ float red[kThreads / 32];
+    // per_warp / per_thread: the abs-max of every row of the tile, then of every row's group.
+    __shared__ float row_amax[kFragment ? kTileTokens : 1], grp_amax[kFragment ? kTileTokens : 1];
     const int tile = kReverse ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int h = kReverse ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
     const int b = kReverse ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
@@ -74,7 +90,44 @@ struct QuantizeRows {
     float mult_chan[kVecElems];
 #pragma unroll
     for (int i = 0; i < kVecElems; ++i) mult_chan[i] = 1.f;
-    if (G == Gran::per_token || G == Gran::per_block) {
+    if (kFragment) {
+#pragma unroll
+      for (int j = 0; j < kSweeps; ++j) {
+        const int s = s_first + j * kRowsPerSweep;
+        const Vec8 x = unpack8<In>(raw[j]);
+        float amax = 0.f;
+        if (s < p.seq_len) {
+#pragma unroll
+          for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - mean[i]));
+        }
+        amax = group_max<kLanesPerRow>(amax);
+        if (vec == 0) row_amax[s - tile * kTileTokens] = amax;   // 0 for rows past seq_len
+      }
+      __syncthreads();
+      if (threadIdx.x < kTileTokens) {
+        const int r = threadIdx.x;
+        float amax = 0.f;
+        if (G == Gran::per_warp) {   // Group consecutive rows
+          const int first = r / kFragGroup * kFragGroup;
+          for (int i = 0; i < kFragGroup; ++i) amax = fmaxf(amax, row_amax[first + i]);
+        } else if (kFragGroup == 32) {    // per_thread Q: rows g, g+8, g+16, g+24 of a 32-row chunk
+          const int first = r / 32 * 32 + r % 8;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) amax = fmaxf(amax, row_amax[first + 8 * i]);
+        } else {                     // per_thread K: keys 8i+2t, 8i+2t+1 (i < 8) of a 64-key block
+          const int first = r / 64 * 64 + (r % 8) / 2 * 2;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fmaxf(row_amax[first + 8 * i], row_amax[first + 8 * i + 1]));
+        }
+        grp_amax[r] = amax;
+        const int s = tile * kTileTokens + r;
+        if (s < p.seq_len) scale[scale_head + s] = scale_of(amax, p.qmax);   // expanded to every row
+      }
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < kSweeps; ++j)
+        mult_row[j] = code_multiplier(grp_amax[s_first + j * kRowsPerSweep - tile * kTileTokens], p.qmax);
+    } else if (G == Gran::per_token || G == Gran::per_block) {
       float tile_amax = 0.f;
 #pragma unroll
       for (int j = 0; j < kSweeps; ++j) {
