@@ -10,9 +10,14 @@
 namespace qattn {
 
 std::shared_ptr<const DecodeDispatch> Runtime::Impl::decode_dispatch(const Spec& resolved) {
-  const std::string family = decode_family_key(resolved);
+  Spec family_spec = resolved;   // what decode_family_key keeps
+  family_spec.flow = Dataflow::automatic;
+  family_spec.split_k = 0;
+  const SpecFields key = spec_fields(family_spec);
   std::lock_guard<std::recursive_mutex> lock(mutex);
-  if (auto it = decode_dispatches.find(family); it != decode_dispatches.end()) return it->second;
+  if (auto it = decode_dispatches.find(key); it != decode_dispatches.end()) return it->second;
+  // First call of this family: its text, and the stored decisions.
+  const std::string family = decode_family_key(resolved);
   std::shared_ptr<DecodeDispatch> table;
   if (store) {
     const cache::DeviceKey dev = device_key();
@@ -32,7 +37,7 @@ std::shared_ptr<const DecodeDispatch> Runtime::Impl::decode_dispatch(const Spec&
       dispatch_warnings.push_back("ignoring the stored decode decisions of '" + family + "': " + e.what());
     }
   }
-  decode_dispatches[family] = table;
+  decode_dispatches[key] = table;
   return table;
 }
 

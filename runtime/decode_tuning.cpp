@@ -68,7 +68,9 @@ DecodeTuning Runtime::tune_decode(const Spec& spec_in, const SweepOptions& optio
       impl_->store->put_decision(rec);
     }
   }
-  impl_->decode_dispatches[family] = table;
+  Spec family_spec = spec;   // decode_dispatch()'s key: the family, flow left to the table
+  family_spec.flow = Dataflow::automatic;
+  impl_->decode_dispatches[Impl::spec_fields(family_spec)] = table;
   return t;
 }
 

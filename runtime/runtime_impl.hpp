@@ -75,8 +75,11 @@ struct Runtime::Impl {
   std::recursive_mutex mutex;   // guards the maps, counters and device info
   // kernel()'s in-process map: (spec as asked, problem bucket) -> the loaded winner. Keyed by numbers,
   // not text, so that a repeated request costs a validation of the problem and one map lookup.
+  // Every field of a spec as numbers: a map key that costs no text.
+  using SpecFields = std::array<int, 16>;
+  static SpecFields spec_fields(const Spec& spec);
   struct RequestKey {
-    std::array<int, 16> spec{};
+    SpecFields spec{};
     long long q = 0, kv = 0, bh = 0;
     bool operator<(const RequestKey& o) const {
       return std::tie(spec, q, kv, bh) < std::tie(o.spec, o.q, o.kv, o.bh);
@@ -99,7 +102,8 @@ struct Runtime::Impl {
   };
   DecodeRoute route_decode(const Spec& resolved, const Problem& p, const Tiling& tiling, int splits);
   std::shared_ptr<const DecodeDispatch> decode_dispatch(const Spec& resolved);
-  std::map<std::string, std::shared_ptr<const DecodeDispatch>> decode_dispatches;   // by decode_family_key
+  // By the family's spec fields (flow automatic, no split count): found without building its text.
+  std::map<SpecFields, std::shared_ptr<const DecodeDispatch>> decode_dispatches;
   std::vector<std::string> dispatch_warnings;   // stored decisions that could not be used, and why
   // decode()'s unified-max row flags per stream: the workspace, and where the last call's flags went
   // (the workspace or the caller's DecodeCall::row_flags) with their row count.
