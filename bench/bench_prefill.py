@@ -26,8 +26,11 @@ def parse_args(argv):
     p.add_argument("--d", default=None, help="head dims to keep, e.g. 128 or 64,128")
     p.add_argument("--n", default=None, help="sequence lengths to keep, e.g. 4096,16384")
     p.add_argument("--causal", choices=["yes", "no", "both"], default="both")
-    p.add_argument("--variants", default=",".join(bu.ALL_VARIANTS),
-                   help="comma list from: " + ", ".join(bu.ALL_VARIANTS))
+    p.add_argument("--grid", choices=["default", "formats"], default="default",
+                   help="default: d 64/128, N 1k/4k/16k, issue 2's variants; formats: d 64/128/256, N 1k..32k, "
+                        "every variant (issue 3)")
+    p.add_argument("--variants", default=None,
+                   help="comma list from: " + ", ".join(bu.ALL_VARIANTS) + " (default: the grid's)")
     p.add_argument("--tune", choices=["auto", "off"], default="auto",
                    help="auto: the runtime tunes on a cache miss (during warm-up, untimed); off: default tilings")
     p.add_argument("--iters", type=int, default=30, help="timed calls per row (>= 20)")
@@ -38,7 +41,8 @@ def parse_args(argv):
     try:
         args.head_dims = bu.parse_list(args.d, bu.HEAD_DIMS, "head dim", int) if args.d else None
         args.seq_lens = bu.parse_list(args.n, bu.SEQ_LENS, "sequence length", int) if args.n else None
-        args.variant_list = bu.parse_list(args.variants, bu.ALL_VARIANTS, "variant")
+        default_variants = bu.ALL_VARIANTS if args.grid == "formats" else bu.DEFAULT_VARIANTS
+        args.variant_list = bu.parse_list(args.variants or ",".join(default_variants), bu.ALL_VARIANTS, "variant")
     except ValueError as e:
         p.error(str(e))
     if args.iters < 20 or args.sets < 3 or args.warmup < args.sets:
@@ -212,7 +216,7 @@ def main(argv=None):
         runtime = qattn.Runtime(cache_path=args.cache, tune=args.tune == "auto", device=0)
         qattn_version = qattn.version()
 
-    shapes = bu.shape_grid(args.quick, args.head_dims, args.seq_lens, args.causal_list)
+    shapes = bu.shape_grid(args.quick, args.head_dims, args.seq_lens, args.causal_list, args.grid)
     if not shapes:
         print("bench_prefill: the filters leave no shape to run", file=sys.stderr)
         return 2

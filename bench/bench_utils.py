@@ -10,8 +10,12 @@ from dataclasses import asdict, dataclass
 HIDDEN = 2048          # model width: heads = HIDDEN / d
 TOKENS = 16 * 1024     # batch * seq_len, constant so every shape moves the same bytes
 
-HEAD_DIMS = (64, 128)
-SEQ_LENS = (1024, 4096, 16384)
+HEAD_DIMS = (64, 128, 256)
+SEQ_LENS = (1024, 2048, 4096, 8192, 16384, 32768)
+# The default grid (issue 2's): d 64 / 128 at N 1k, 4k, 16k. --grid formats is issue 3's: every head dim
+# and length above (N > TOKENS runs batch 1).
+DEFAULT_HEAD_DIMS = (64, 128)
+DEFAULT_SEQ_LENS = (1024, 4096, 16384)
 QUICK = ((128, 4096, False), (128, 4096, True), (64, 4096, False))   # (d, N, causal) of --quick
 
 
@@ -29,17 +33,18 @@ class Shape:
 
 
 def make_shape(d, n, causal):
-    if HIDDEN % d or TOKENS % n:
-        raise ValueError(f"d={d} must divide {HIDDEN} and N={n} must divide {TOKENS}")
-    return Shape(d=d, n=n, causal=causal, batch=TOKENS // n, heads=HIDDEN // d)
+    if HIDDEN % d or (TOKENS % n and n % TOKENS):
+        raise ValueError(f"d={d} must divide {HIDDEN} and N={n} must divide or be a multiple of {TOKENS}")
+    return Shape(d=d, n=n, causal=causal, batch=max(1, TOKENS // n), heads=HIDDEN // d)
 
 
-def shape_grid(quick=False, head_dims=None, seq_lens=None, causal=None):
+def shape_grid(quick=False, head_dims=None, seq_lens=None, causal=None, grid="default"):
     """The benchmarked shapes, optionally filtered (None: no filter on that axis)."""
     if quick:
         triples = list(QUICK)
     else:
-        triples = [(d, n, c) for d in HEAD_DIMS for n in SEQ_LENS for c in (False, True)]
+        dims, lens = (HEAD_DIMS, SEQ_LENS) if grid == "formats" else (DEFAULT_HEAD_DIMS, DEFAULT_SEQ_LENS)
+        triples = [(d, n, c) for d in dims for n in lens for c in (False, True)]
     return [make_shape(d, n, c) for d, n, c in triples
             if (head_dims is None or d in head_dims) and (seq_lens is None or n in seq_lens)
             and (causal is None or c in causal)]
@@ -52,7 +57,17 @@ QATTN_VARIANTS = {
     "qattn_int8_per_token": "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d={d}{causal} smooth=kv",
     "qattn_int8_per_block": "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d={d}{causal} smooth=kv",
     "qattn_int8_per_tensor": "prefill qk=int8:per_tensor pv=int8:per_channel out=fp16 d={d}{causal} smooth=kv",
+    # Issue 3's formats (SageAttention2): 8-bit and 4-bit QK with FP8 or FP16 P·V.
+    "qattn_int8_fp8": "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d={d}{causal} smooth=kv",
+    "qattn_int8_fp8_2lvl": "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d={d}{causal} "
+                           "accum=two_level smooth=kv",
+    "qattn_int8_fp16": "prefill qk=int8:per_warp pv=fp16 out=fp16 d={d}{causal} smooth=k",
+    "qattn_int8_fp16_acc16": "prefill qk=int8:per_warp pv=fp16 out=fp16 d={d}{causal} accum=fp16 smooth=k",
+    "qattn_int4_fp8": "prefill qk=int4:per_warp pv=fp8e4m3:per_channel out=fp16 d={d}{causal} smooth=kv",
 }
+# The variants of the default grid (issue 2's table); --grid formats runs them all.
+DEFAULT_VARIANTS = ["sdpa_flash", "sdpa_cudnn", "qattn_fp16", "qattn_int8_per_token", "qattn_int8_per_block",
+                    "qattn_int8_per_tensor"]
 ALL_VARIANTS = list(SDPA_VARIANTS) + list(QATTN_VARIANTS)
 BASELINE_OF_RATIO = {"ratio_flash": "sdpa_flash", "ratio_cudnn": "sdpa_cudnn"}
 
@@ -107,6 +122,11 @@ def add_ratios(rows):
         for key, variant in BASELINE_OF_RATIO.items():
             base = baseline.get((shape_key(r), variant))
             r[key] = base / r["time_ms"] if base and r.get("time_ms") else None
+    # Quantization overhead of an end-to-end row: (e2e - kernel) / kernel of the same variant and shape.
+    kernel = {(shape_key(r), r["variant"]): r["time_ms"] for r in rows if r["mode"] == "kernel" and r.get("time_ms")}
+    for r in rows:
+        base = kernel.get((shape_key(r), r["variant"])) if r["mode"] == "e2e" else None
+        r["quant_overhead"] = (r["time_ms"] - base) / base if base and r.get("time_ms") else None
     return rows
 
 
@@ -160,17 +180,18 @@ def _ratio(value):
     return "–" if value is None else f"{value:.2f}×"
 
 
-MD_COLUMNS = ["d", "N", "B×H", "causal", "variant", "mode", "ms", "TFLOPS", "vs flash", "vs cuDNN",
+MD_COLUMNS = ["d", "N", "B×H", "causal", "variant", "mode", "ms", "TFLOPS", "vs flash", "vs cuDNN", "quant",
               "cosine", "rel L2", "max abs"]
 
 
 def markdown_row(r):
     acc = r.get("accuracy") or {}
     if r.get("error"):
-        timing = [f"failed: {one_line(r['error'], 80)}", "–", "–", "–"]
+        timing = [f"failed: {one_line(r['error'], 80)}", "–", "–", "–", "–"]
     else:
+        overhead = r.get("quant_overhead")
         timing = [_fmt(r.get("time_ms"), ".3f"), _fmt(r.get("tflops"), ".0f"), _ratio(r.get("ratio_flash")),
-                  _ratio(r.get("ratio_cudnn"))]
+                  _ratio(r.get("ratio_cudnn")), "–" if overhead is None else f"{100 * overhead:+.0f}%"]
     if acc.get("finite") is False:
         quality = ["NaN/Inf in output", "–", "–"]
     else:
@@ -198,7 +219,8 @@ def render_markdown(meta, rows):
               f"causal (effective ops for INT8). Median of {meta.get('iters', '?')} timed calls (CUDA events) "
               f"rotating {meta.get('sets', '?')} input sets. mode: `kernel` = attention kernel alone on "
               f"prepared (quantized) inputs, `e2e` = qattn_attention incl. quantization, `sdpa` = PyTorch. "
-              f"'vs' = baseline time / this time (> 1: faster). Accuracy vs an fp64 reference on a slice "
+              f"'vs' = baseline time / this time (> 1: faster). quant (e2e rows) = (e2e - kernel) / kernel: the "
+              f"share quantization adds to the attention time. Accuracy vs an fp64 reference on a slice "
               f"({meta.get('accuracy_slice', '?')}).", ""]
     lines.append("| " + " | ".join(MD_COLUMNS) + " |")
     lines.append("|" + "|".join("---" for _ in MD_COLUMNS) + "|")

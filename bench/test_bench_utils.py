@@ -104,6 +104,16 @@ class Arithmetic(unittest.TestCase):
         self.assertAlmostEqual(other["ratio_flash"], 1.0)
         self.assertIsNone(other["ratio_cudnn"])     # no cuDNN row for the causal shape
         self.assertIsNone(failed["ratio_flash"])
+        self.assertAlmostEqual(e2e["quant_overhead"], 0.6)   # (0.8 - 0.5) / 0.5
+        self.assertIsNone(kernel["quant_overhead"])
+        self.assertIsNone(other["quant_overhead"])          # no kernel row of its own
+
+    def test_formats_grid_covers_issue_3(self):
+        grid = bu.shape_grid(grid="formats")
+        self.assertEqual(len(grid), 3 * 6 * 2)
+        self.assertIn(bu.Shape(d=256, n=32768, causal=True, batch=1, heads=8), grid)
+        self.assertIn(bu.Shape(d=64, n=2048, causal=False, batch=8, heads=32), grid)
+        self.assertEqual(len(bu.shape_grid(grid="formats", head_dims=[128], seq_lens=[4096])), 2)
 
 
 class Files(unittest.TestCase):
@@ -144,7 +154,9 @@ class Files(unittest.TestCase):
         self.assertEqual(len(table), 2 + 6)
         self.assertTrue(all(l.count("|") == len(bu.MD_COLUMNS) + 1 for l in table), table)
         kernel = table[2 + 2]
-        self.assertIn("| qattn_int8_per_token | kernel | 0.500 | 1100 | 4.00× | 2.00× | 0.999900 |", kernel)
+        self.assertIn("| qattn_int8_per_token | kernel | 0.500 | 1100 | 4.00× | 2.00× | – | 0.999900 |", kernel)
+        self.assertIn("| qattn_int8_per_token | e2e | 0.800 |", table[2 + 3])
+        self.assertIn("| +60% |", table[2 + 3])
         self.assertIn("failed: BadInput: qk=int8 / no", table[-1])
         self.assertIn("- command: `python3 bench/bench_prefill.py --quick`", lines)
         self.assertIn("incomplete run", md)
@@ -163,7 +175,7 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(args.causal_list, [True])
 
     def test_bad_flags_stop_with_a_message(self):
-        for argv in (["--variants", "sdpa_mem"], ["--iters", "10"], ["--sets", "2"], ["--n", "2048"]):
+        for argv in (["--variants", "sdpa_mem"], ["--iters", "10"], ["--sets", "2"], ["--n", "3000"], ["--grid", "all"]):
             with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
                 bench_prefill.parse_args(argv)
             self.assertIn("error:", err.getvalue(), argv)
