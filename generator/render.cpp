@@ -45,6 +45,15 @@ const char* softmax_enum(SoftmaxMode m) {
   return "";
 }
 
+const char* accum_enum(Accum a) {
+  switch (a) {
+    case Accum::fp32: return "qattn::Accum::fp32";
+    case Accum::fp16: return "qattn::Accum::fp16";
+    case Accum::two_level: return "qattn::Accum::two_level";
+  }
+  return "";
+}
+
 const char* flag(bool b) { return b ? "true" : "false"; }
 
 // The template-id of the kernel body that (spec, tiling) instantiates, the header declaring it and the
@@ -74,6 +83,10 @@ Body attention_body(const Spec& s, const Tiling& t) {
   tail << s.head_dim << ", " << (s.causal ? "true" : "false") << ", " << t.block_m << ", " << t.block_n << ", "
        << t.warps << ", " << t.stages;
   if (s.qk.fmt == Fmt::int8) tail << ", " << (t.wgmma ? "true" : "false");
+  // pv=fp16 / fp8e4m3 and the accumulation mode: the kernel's last two template parameters (left out
+  // for int8 P·V with fp32 accumulation, whose defaults they are, so those sources stay as they were).
+  if (s.qk.fmt == Fmt::int8 && (s.pv.fmt != Fmt::int8 || s.accum != Accum::fp32))
+    tail << ", " << fmt_enum(s.pv.fmt) << ", " << accum_enum(s.accum);
   tail << ">";
   if (s.qk.fmt == Fmt::int8)
     return {"qattn/attention/prefill_int8.cuh",

@@ -81,7 +81,20 @@ std::vector<Tiling> preferred(const Spec& s) {
   // At d = 64, 4 blocks per SM (128 registers) beat the 3 that ptxas picks unasked by 8-10%.
   // d = 96 and 256 are not measured yet: d = 96 follows d = 128; at d = 256 the int32 O is 128
   // registers, so the register rule of prefill_int8_shape.h leaves bn 64 to wgmma and bn 32 to mma.sync.
-  if (s.arch == Arch::sm_90a) {
+  // pv=fp16 (mma.sync only): the V tile is 2 bytes per element and the fp32 O / 16-bit P fragments
+  // take more registers than the int8 path; ptxas spills at bn 128 for d 96 / 128 (sm_80 .. sm_90a), so
+  // bn 64 first (accum=fp16 at d 64: bn 64 with 3 stages spills 8-16 bytes, 2 stages do not). Not timed.
+  // pv=fp8e4m3: bn 128 spills 24-116 bytes at d 96 / 128 on sm_90a (not on sm_89), so bn 64 there too.
+  // accum=fp16 at d 96: bn 64 with 2 stages spills 8 bytes on sm_80 / sm_89, 3 stages do not.
+  if (s.pv.fmt == Fmt::fp16 || s.pv.fmt == Fmt::fp8e4m3) {
+    const bool fp8 = s.pv.fmt == Fmt::fp8e4m3;
+    if (s.head_dim <= 64 && fp8) return {{64, 64, 4, 3}, {64, 64, 4, 2}, {64, 128, 4, 2}};
+    if (s.head_dim <= 64) return {{64, 64, 4, 2}, {64, 64, 4, 3}, {128, 64, 8, 2}};
+    if (s.head_dim <= 96 && s.accum == Accum::fp16) return {{64, 64, 4, 3}, {64, 64, 4, 2}, {128, 64, 8, 2}};
+    if (s.head_dim <= 128) return {{64, 64, 4, 2}, {64, 64, 4, 3}, {128, 64, 8, 2}};
+    return {{64, 32, 4, 2}, {64, 32, 4, 3}, {128, 32, 8, 2}};
+  }
+  if (s.arch == Arch::sm_90a && s.pv.fmt == Fmt::int8) {
     if (s.head_dim <= 64)
       out = {{64, 128, 4, 3, true, 4}, {64, 128, 4, 2, true, 4}, {64, 128, 4, 2, true}, {128, 128, 8, 2, true}};
     else if (s.head_dim <= 128) out = {{64, 128, 4, 2, true}, {128, 64, 8, 2, true}, {64, 64, 4, 3, true}};
@@ -164,6 +177,21 @@ std::vector<Spec> default_grid(Arch arch) {
       add({Fmt::int8, causal ? Gran::per_block : Gran::per_tensor}, {Fmt::int8, Gran::per_tensor}, Fmt::bf16, d, causal,
           kSmoothK);
     }
+  // Quantized Q·K^T with fp16 / fp8 P·V (issue #3, mma.sync form): every head dim, each accumulation
+  // mode, both masks (spread over the points), V smoothing with fp8 V. sm_80 / sm_86 have no FP8 mma.
+  const bool fp8_mma = arch == Arch::sm_89 || arch == Arch::sm_90 || arch == Arch::sm_90a;
+  for (int d : {64, 96, 128, 256}) {
+    const bool c = d == 64 || d == 256;
+    add({Fmt::int8, Gran::per_token}, {Fmt::fp16, Gran::none}, Fmt::fp16, d, c, kSmoothK);
+    add({Fmt::int8, Gran::per_block}, {Fmt::fp16, Gran::none}, Fmt::bf16, d, !c, kSmoothK);
+    add({Fmt::int8, Gran::per_token}, {Fmt::fp16, Gran::none}, Fmt::fp16, d, !c, kSmoothK);
+    grid.back().accum = Accum::fp16;
+    if (!fp8_mma) continue;
+    add({Fmt::int8, Gran::per_token}, {Fmt::fp8e4m3, Gran::per_channel}, Fmt::fp16, d, c, kSmoothK | kSmoothV);
+    add({Fmt::int8, Gran::per_block}, {Fmt::fp8e4m3, Gran::per_channel}, Fmt::bf16, d, !c, kSmoothK);
+    add({Fmt::int8, Gran::per_token}, {Fmt::fp8e4m3, Gran::per_channel}, Fmt::fp16, d, c, kSmoothK);
+    grid.back().accum = Accum::two_level;
+  }
   // Decode: every KV-cache format and head dim, contiguous and non-causal, and paged with the causal
   // mask (several new tokens per sequence), GQA 4; and each format with softmax=sas.
   const Operand kv_formats[] = {{Fmt::fp16, Gran::none}, {Fmt::bf16, Gran::none}, {Fmt::int8, Gran::per_token},

@@ -19,7 +19,50 @@ Verdict validate_float(const Spec& s) {
     return Verdict::no(std::string("qk=") + to_string(s.qk.fmt) + " writes out=" + to_string(s.qk.fmt) +
                        "; accepted: out equal to the input format");
   if (s.smooth != kSmoothNone) return Verdict::no("smoothing applies to quantized Q/K/V; accepted with qk=fp16|bf16: none");
+  if (s.accum != Accum::fp32)
+    return Verdict::no(std::string("accum=") + to_string(s.accum) +
+                       " applies to quantized P·V (qk=int8 with pv=fp16|fp8e4m3); accepted with qk=fp16|bf16: fp32");
   return Verdict::yes();
+}
+
+// The P·V side of qk=int8 (issue #3): int8 (INT-FlashAttention), fp16 (P rounded to the V type, V as
+// given) or fp8e4m3 (SageAttention2), and the accumulation modes each of them has.
+Verdict validate_pv(const Spec& s) {
+  const std::string pv = std::string("pv=") + to_string(s.pv.fmt);
+  if (s.pv.fmt == Fmt::int8) {
+    if (s.pv.gran != Gran::per_tensor && s.pv.gran != Gran::per_channel)
+      return Verdict::no(std::string("pv=int8:") + to_string(s.pv.gran) + " is not supported; accepted: per_tensor, per_channel");
+    if (s.accum != Accum::fp32)
+      return Verdict::no(std::string("accum=") + to_string(s.accum) +
+                         " with pv=int8: its int32 accumulation is exact; accepted: fp32 (two_level: pv=fp8e4m3, fp16: pv=fp16)");
+    return Verdict::yes();
+  }
+  if (s.pv.fmt == Fmt::fp16) {
+    if (s.pv.gran != Gran::none)
+      return Verdict::no(std::string("pv=fp16:") + to_string(s.pv.gran) +
+                         ": pv=fp16 takes no scale (P rounds to the V type, V is used as given); accepted: pv=fp16");
+    if (s.accum == Accum::two_level)
+      return Verdict::no("accum=two_level with pv=fp16: only FP8 mma accumulates in reduced precision; accepted: fp32, fp16");
+    if (s.accum == Accum::fp16 && s.out != Fmt::fp16)
+      return Verdict::no("accum=fp16 with out=" + std::string(to_string(s.out)) +
+                         ": the .f16 accumulate mma takes fp16 V (the input type); accepted: accum=fp32, or out=fp16");
+    if (s.smooth & kSmoothV)
+      return Verdict::no("smooth=" + smooth_to_string(s.smooth) +
+                         " with pv=fp16: V smoothing applies to quantized V; accepted: none, k");
+    return Verdict::yes();
+  }
+  if (s.pv.fmt == Fmt::fp8e4m3) {
+    if (s.pv.gran != Gran::per_channel)
+      return Verdict::no(std::string("pv=fp8e4m3:") + to_string(s.pv.gran) + " is not supported; accepted: per_channel");
+    if (s.arch == Arch::sm_80 || s.arch == Arch::sm_86)
+      return Verdict::no("pv=fp8e4m3 on " + std::string(to_string(s.arch)) +
+                         ": there is no FP8 mma before sm_89; accepted: pv=fp16 (or pv=int8:per_tensor|per_channel)");
+    if (s.accum == Accum::fp16)
+      return Verdict::no("accum=fp16 with pv=fp8e4m3: the FP8 mma accumulates in fp32 only; accepted: fp32, two_level");
+    return Verdict::yes();
+  }
+  return Verdict::no("qk=int8 with " + pv + " is not supported; accepted: pv=int8:per_tensor|per_channel, pv=fp16, "
+                     "pv=fp8e4m3:per_channel");
 }
 
 Verdict validate_int8(const Spec& s) {
@@ -28,16 +71,12 @@ Verdict validate_int8(const Spec& s) {
       g != Gran::per_thread)
     return Verdict::no(std::string("qk=int8:") + to_string(g) +
                        " is not supported; accepted: per_tensor, per_block, per_warp, per_thread, per_token");
-  if (s.pv.fmt != Fmt::int8)
-    return Verdict::no(std::string("qk=int8 with pv=") + to_string(s.pv.fmt) +
-                       " is not implemented yet (issue #3: FP16/FP8 P·V); accepted: pv=int8:per_tensor|per_channel");
-  if (s.pv.gran != Gran::per_tensor && s.pv.gran != Gran::per_channel)
-    return Verdict::no(std::string("pv=int8:") + to_string(s.pv.gran) + " is not supported; accepted: per_tensor, per_channel");
+  if (Verdict v = validate_pv(s); !v) return v;
   if (!is_float(s.out)) return Verdict::no(std::string("out=") + to_string(s.out) + " is not supported; accepted: fp16, bf16");
   if (s.smooth & kSmoothQ)
     return Verdict::no("smooth=" + smooth_to_string(s.smooth) +
                        ": Q smoothing is not implemented yet (issue #3); accepted: none, k, v, kv");
-  if ((s.smooth & kSmoothV) && s.pv.gran != Gran::per_channel)
+  if ((s.smooth & kSmoothV) && s.pv.fmt == Fmt::int8 && s.pv.gran != Gran::per_channel)
     return Verdict::no("smooth=" + smooth_to_string(s.smooth) + " with pv=int8:" + to_string(s.pv.gran) +
                        ": V smoothing needs per-channel V scales; accepted: pv=int8:per_channel");
   return Verdict::yes();
@@ -88,8 +127,6 @@ Verdict validate(const Spec& s) {
   if (s.softmax != SoftmaxMode::exact)
     return Verdict::no(std::string("softmax=") + to_string(s.softmax) +
                        " is a decode mode (issue #4); accepted for prefill: exact");
-  if (s.accum != Accum::fp32)
-    return Verdict::no(std::string("accum=") + to_string(s.accum) + " is not implemented yet (issue #3); accepted: fp32");
   if (s.gqa < 1 || s.gqa > 64) return Verdict::no("gqa=" + std::to_string(s.gqa) + " is out of range; accepted: 1..64");
   if (is_float(s.qk.fmt)) return validate_float(s);
   if (s.qk.fmt == Fmt::int8) return validate_int8(s);
@@ -111,8 +148,11 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
     if (!prefill_fp16::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages)) return 0;
     return prefill_fp16::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, 2);
   }
-  if (!prefill_int8::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages, t.wgmma)) return 0;
-  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma);
+  const int v_bytes = s.pv.fmt == Fmt::fp16 ? 2 : 1;   // pv=fp16: the V tile as given (fp16/bf16)
+  if (!prefill_int8::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages, t.wgmma, v_bytes,
+                               s.accum == Accum::fp16))
+    return 0;
+  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma, v_bytes);
 }
 
 Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
@@ -120,6 +160,9 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (s.arch == Arch::unset) return Verdict::no("no arch: set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a> or run on a GPU");
   if (t.wgmma && (s.qk.fmt != Fmt::int8 || s.phase != Phase::prefill))
     return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) exists for the int8 prefill kernel only; drop _wg");
+  if (t.wgmma && s.pv.fmt != Fmt::int8)
+    return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) runs int8 P·V only; pv=" + to_string(s.pv.fmt) +
+                       " uses the mma.sync form: drop _wg");
   if (t.wgmma && s.arch != Arch::sm_90a)
     return Verdict::no("tiling " + to_string(t) + ": wgmma needs arch=sm_90a (got " + to_string(s.arch) + "); drop _wg");
   const int smem = kernel_smem_bytes(s, t);

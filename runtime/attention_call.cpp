@@ -88,6 +88,7 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   std::array<rt::QuantSlot, 3> slots = rt::quant_slots(spec, p);
   size_t bytes = 0, scratch_floats = 0;
   for (rt::QuantSlot& s : slots) {
+    if (!s.active) continue;
     const long long rows = static_cast<long long>(s.problem.batch) * s.problem.heads;
     s.codes = bytes;
     bytes = align_up(bytes + static_cast<size_t>(rows) * s.problem.seq_pad * d);
@@ -114,6 +115,13 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   const CUstream cu_stream = static_cast<CUstream>(stream);
   for (int i = 0; i < 3; ++i) {
     rt::QuantSlot& s = slots[static_cast<size_t>(i)];
+    if (!s.active) {   // pv=fp16: V as given; the kernel reads 16-byte chunks of its rows
+      const TensorView& v = inputs[i];
+      if (reinterpret_cast<unsigned long long>(v.data) % 16 || v.sb % 8 || v.sh % 8 || v.ss % 8)
+        throw_bad_input("pv=fp16 reads V as given: its rows must start 16-byte aligned (strides multiples of 8 elements)");
+      ap.v = ref_of(v);
+      continue;
+    }
     const long long heads = s.problem.heads, seq = s.problem.seq_pad;
     s.y = s.request.transpose ? TensorRef{base + s.codes, heads * d * seq, d * seq, 1, seq}
                               : TensorRef{base + s.codes, heads * seq * d, seq * d, d, 1};
@@ -128,7 +136,7 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
     qp.seq_len = s.problem.seq_len;
     qp.seq_pad = s.problem.seq_pad;
     qp.d = d;
-    qp.qmax = 127.f;
+    qp.qmax = s.request.code == Fmt::fp8e4m3 ? 448.f : 127.f;   // fp8: scale = amax / 448
     const std::string err = quant::quant_params_error(s.request, qp);
     if (!err.empty()) throw_bad_input("cannot quantize " + std::string("qkv").substr(static_cast<size_t>(i), 1) + ": " + err);
     for (const quant::QuantLaunch& l : s.plan.launches) {

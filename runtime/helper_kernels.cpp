@@ -13,7 +13,7 @@ std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLa
                         : r.gran == Gran::per_thread ? "thr" + std::to_string(r.group)
                         : r.gran == Gran::per_tensor ? "ten"
                                                      : "chn";
-  return std::string("qattn_quant_") + (r.in == Fmt::bf16 ? "bf16" : "f16") + "_i8" + g + (r.smooth ? "_smooth" : "") +
+  return std::string("qattn_quant_") + (r.in == Fmt::bf16 ? "bf16" : "f16") + (r.code == Fmt::fp8e4m3 ? "_e4m3" : "_i8") + g + (r.smooth ? "_smooth" : "") +
          (r.transpose ? "_vt" : "") + "_d" + std::to_string(r.d) + "__" + l.tag;
 }
 
@@ -32,9 +32,11 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p) {
   slots[0].problem = {p.batch, p.heads_q, p.q_len, p.q_len};
   slots[1].request = {spec.out, spec.qk.gran, k_group, (spec.smooth & kSmoothK) != 0, false, d};
   slots[1].problem = {p.batch, p.heads_kv, p.kv_len, p.kv_len};
-  slots[2].request = {spec.out, spec.pv.gran, 0, (spec.smooth & kSmoothV) != 0, true, d};
+  slots[2].request = {spec.out, spec.pv.gran, 0, (spec.smooth & kSmoothV) != 0, true, d, spec.pv.fmt == Fmt::fp8e4m3 ? Fmt::fp8e4m3 : Fmt::int8};
   slots[2].problem = {p.batch, p.heads_kv, p.kv_len, kv_pad};
-  for (QuantSlot& s : slots) s.plan = quant::plan_quant(s.request, s.problem);
+  slots[2].active = spec.pv.fmt != Fmt::fp16;   // pv=fp16: the kernel reads V as given
+  for (QuantSlot& s : slots)
+    if (s.active) s.plan = quant::plan_quant(s.request, s.problem);
   return slots;
 }
 

@@ -19,6 +19,7 @@ struct QuantSlot {
   quant::QuantPlan plan;
   size_t codes = 0, scales = 0, mean = 0;
   TensorRef y{};
+  bool active = true;   // false: the operand is used as given (V of pv=fp16): no passes, no workspace
 };
 
 // Q and K as int8 rows [b, h, s, d] (per_block: groups of 64 tokens; K smoothed when the spec says so);

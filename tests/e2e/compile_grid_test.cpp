@@ -62,13 +62,38 @@ TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
       // The decode kernels' shipped tilings must not spill (registers are what limits their occupancy),
       // nor the prefill ones at d 96 and 256, whose tilings were chosen by ptxas alone (no timings yet).
       const Spec& s = points[i].first;
-      const bool no_spill = s.phase == Phase::decode || s.head_dim == 96 || s.head_dim == 256;
+      const bool no_spill = s.phase == Phase::decode || s.head_dim == 96 || s.head_dim == 256 ||
+                            s.pv.fmt != s.qk.fmt || s.accum != Accum::fp32;   // and the fp16 / fp8 P·V points
       if (no_spill && test_level() < 2) {
         EXPECT_EQ(k.spill_bytes, 0) << name;
       }
     }
   }
   std::printf("[ compiled ] %zu kernels for %s\n", points.size(), to_string(GetParam()));
+}
+
+// Quantized Q·K^T with fp16 / fp8 P·V (issue #3): every such grid point, default tiling, no spill
+// (the subset of the test above that the P·V formats add; quick to run alone).
+TEST_P(CompileGrid, FloatPvPointsCompileWithoutSpills) {
+  RuntimeOptions o;
+  o.use_cache = false;
+  Runtime rt(o);
+  int n = 0;
+  for (const Spec& s : default_grid(GetParam())) {
+    if (s.qk.fmt != Fmt::int8 || s.pv.fmt == Fmt::int8) continue;
+    const Tiling t = default_tiling(s, default_limits(s.arch));
+    const std::string name = kernel_name(s, t);
+    try {
+      const CompiledKernel k = rt.compile(s, t);
+      EXPECT_FALSE(k.cubin.empty()) << name;
+      EXPECT_EQ(k.spill_bytes, 0) << name;
+      std::printf("[ pv ] %s: %d registers, %d spill bytes\n", name.c_str(), k.registers, k.spill_bytes);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << name << ": " << e.what();
+    }
+    ++n;
+  }
+  EXPECT_GE(n, GetParam() == Arch::sm_80 ? 12 : 24);
 }
 
 TEST_P(CompileGrid, EveryHelperKernelOfTheGridCompiles) {

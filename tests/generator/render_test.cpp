@@ -49,6 +49,28 @@ TEST(Render, Int8FormFollowsTheTiling) {
   EXPECT_NE(mb.text.find("__launch_bounds__(128, 4)"), std::string::npos) << mb.text;
 }
 
+// pv=fp16 / fp8e4m3 and accum=fp16 / two_level are the int8 kernel's last two template arguments; the
+// int8 P·V kernels with fp32 accumulation render as before (no extra arguments).
+TEST(Render, PvFormatAndAccumulationAreTheLastTemplateArguments) {
+  const Tiling t{64, 64, 4, 2};
+  const Source f16 = render_attention(parse_spec("prefill qk=int8:per_token pv=fp16 out=fp16 d=128 accum=fp16 arch=sm_80"), t);
+  EXPECT_NE(f16.text.find("qattn::prefill_int8::Kernel<qattn::Gran::none, qattn::Fmt::fp16, 128, false, 64, 64, 4, 2, "
+                          "false, qattn::Fmt::fp16, qattn::Accum::fp16>"),
+            std::string::npos)
+      << f16.text;
+  const Source f8 = render_attention(
+      parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=bf16 d=64 causal accum=two_level arch=sm_89"), t);
+  EXPECT_NE(f8.text.find("qattn::Gran::per_channel, qattn::Fmt::bf16, 64, true, 64, 64, 4, 2, false, "
+                         "qattn::Fmt::fp8e4m3, qattn::Accum::two_level>"),
+            std::string::npos)
+      << f8.text;
+  const Source f8a = render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_89"), t);
+  EXPECT_NE(f8a.text.find("false, qattn::Fmt::fp8e4m3, qattn::Accum::fp32>"), std::string::npos) << f8a.text;
+  const Source i8 = render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 arch=sm_89"), t);
+  EXPECT_NE(i8.text.find("64, 64, 4, 2, false>"), std::string::npos) << i8.text;
+  EXPECT_THROW(render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_80"), t), Error);
+}
+
 // per_warp / per_thread Q/K scales reach the kernel expanded per row (quant_shape.h): the spec renders
 // the per_token kernel body, under a name that keeps its own granularity.
 TEST(Render, FragmentGranularitiesRenderThePerTokenKernel) {

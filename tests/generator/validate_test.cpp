@@ -47,6 +47,24 @@ const Row kTable[] = {
     {"prefill qk=fp16 pv=fp16 out=fp16 d=128 splitk=4", false, "decode only"},
     {"prefill qk=fp16 pv=fp16 out=fp16 d=128 softmax=sas", false, "accepted for prefill: exact"},
     {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 accum=two_level", false, "accepted: fp32"},
+    // Quantized Q·K^T with fp16 / fp8 P·V and the accumulation modes (issue #3).
+    {"prefill qk=int8:per_token pv=fp16 out=fp16 d=128", true, ""},
+    {"prefill qk=int8:per_block pv=fp16 out=bf16 d=96 causal gqa=4 smooth=k", true, ""},
+    {"prefill qk=int8:per_token pv=fp16 out=fp16 d=256 accum=fp16 arch=sm_80", true, ""},
+    {"prefill qk=int8:per_token pv=fp16 out=bf16 d=128 accum=fp16", false, "accepted: accum=fp32, or out=fp16"},
+    {"prefill qk=int8:per_token pv=fp16 out=fp16 d=128 accum=two_level", false, "accepted: fp32, fp16"},
+    {"prefill qk=int8:per_token pv=fp16 out=fp16 d=128 smooth=kv", false, "accepted: none, k"},
+    {"prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=128", true, ""},
+    {"prefill qk=int8:per_token pv=fp8e4m3:per_channel out=bf16 d=64 causal smooth=kv accum=two_level arch=sm_89", true, ""},
+    {"prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=256 accum=two_level arch=sm_90a", true, ""},
+    {"prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=128 arch=sm_80", false,
+     "no FP8 mma before sm_89; accepted: pv=fp16"},
+    {"prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=128 arch=sm_86", false, "no FP8 mma before sm_89"},
+    {"prefill qk=int8:per_token pv=fp8e4m3:per_tensor out=fp16 d=128", false, "accepted: per_channel"},
+    {"prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=128 accum=fp16", false, "accepted: fp32, two_level"},
+    {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 accum=fp16", false, "int32 accumulation is exact"},
+    {"prefill qk=fp16 pv=fp16 out=fp16 d=128 accum=fp16", false, "accepted with qk=fp16|bf16: fp32"},
+    {"prefill qk=int8:per_token pv=bf16 out=bf16 d=128", false, "pv=fp16, pv=fp8e4m3:per_channel"},
     {"prefill qk=fp16 pv=bf16 out=fp16 d=128", false, "needs pv=fp16"},
     {"prefill qk=fp16 pv=fp16 out=bf16 d=128", false, "out equal to the input format"},
     {"prefill qk=fp16 pv=fp16 out=fp16 d=128 smooth=k", false, "smoothing applies to quantized"},
@@ -57,7 +75,6 @@ const Row kTable[] = {
     {"prefill qk=int8:per_channel pv=int8:per_tensor out=fp16 d=128", false,
      "accepted: per_tensor, per_block, per_warp, per_thread, per_token"},
     {"prefill qk=int8:per_thread pv=int8:per_tensor out=fp16 d=128 smooth=qk", false, "accepted: none, k, v, kv"},
-    {"prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=128", false, "pv=int8:per_tensor|per_channel"},
     {"prefill qk=int8:per_token pv=int8:per_token out=fp16 d=128", false, "accepted: per_tensor, per_channel"},
     {"prefill qk=int8:per_token pv=int8:per_tensor out=int8 d=128", false, "accepted: fp16, bf16"},
     {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=qk", false, "accepted: none, k, v, kv"},
@@ -112,6 +129,46 @@ TEST(Validate, WgmmaTilingsOnlyForInt8OnSm90a) {
   EXPECT_FALSE(v.ok);
   EXPECT_NE(v.reason.find("int8 prefill kernel only"), std::string::npos) << v.reason;
   EXPECT_FALSE(default_tiling(f, lim).wgmma);
+}
+
+// pv=fp16 / fp8e4m3 run the mma.sync form only: validate refuses _wg with a reason, the tuner never
+// offers it, and the fp16 V tile (2 bytes per element) counts in shared memory.
+TEST(Validate, FloatPvFormatsRefuseWgmmaAndCountTheirSharedMemory) {
+  const DeviceLimits lim = default_limits(Arch::sm_90a);
+  for (const char* text : {"prefill qk=int8:per_token pv=fp16 out=fp16 d=128 arch=sm_90a",
+                           "prefill qk=int8:per_token pv=fp16 out=fp16 d=64 accum=fp16 arch=sm_90a",
+                           "prefill qk=int8:per_token pv=fp8e4m3:per_channel out=bf16 d=128 smooth=kv arch=sm_90a",
+                           "prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=256 accum=two_level arch=sm_90a"}) {
+    const Spec s = parse_spec(text);
+    const Verdict v = validate(s, Tiling{64, 128, 4, 2, true}, lim);
+    EXPECT_FALSE(v.ok) << text;
+    EXPECT_NE(v.reason.find("runs int8 P·V only"), std::string::npos) << v.reason;
+    EXPECT_NE(v.reason.find("drop _wg"), std::string::npos) << v.reason;
+    const auto c = candidate_tilings(s, lim);
+    EXPECT_FALSE(c.empty()) << text;
+    for (const Tiling& t : c) EXPECT_FALSE(t.wgmma) << text << " " << to_string(t);
+  }
+  const Spec f16 = parse_spec("prefill qk=int8:per_token pv=fp16 out=fp16 d=128 arch=sm_89");
+  const Spec i8 = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 arch=sm_89");
+  const Spec f8 = parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=128 arch=sm_89");
+  const Tiling t{64, 64, 4, 2};
+  EXPECT_EQ(kernel_smem_bytes(f16, t) - kernel_smem_bytes(i8, t), 2 * 64 * 128);   // 2 stages x bn x d more
+  EXPECT_EQ(kernel_smem_bytes(f8, t), kernel_smem_bytes(i8, t));
+  // d 128, bn 128, 2 stages: 107.5 KiB with fp16 V, over sm_89's 99 KiB (the int8 kernel's 74 KiB fit).
+  const Verdict big = validate(f16, Tiling{64, 128, 4, 2}, default_limits(Arch::sm_89));
+  EXPECT_FALSE(big.ok);
+  EXPECT_NE(big.reason.find("bytes of shared memory"), std::string::npos) << big.reason;
+  EXPECT_TRUE(validate(i8, Tiling{64, 128, 4, 2}, default_limits(Arch::sm_89)).ok);
+  // The grid has fp16 P·V on every arch and fp8 P·V from sm_89 on.
+  for (Arch a : {Arch::sm_80, Arch::sm_89, Arch::sm_90a}) {
+    int n16 = 0, n8 = 0;
+    for (const Spec& s : default_grid(a)) {
+      n16 += s.qk.fmt == Fmt::int8 && s.pv.fmt == Fmt::fp16;
+      n8 += s.qk.fmt == Fmt::int8 && s.pv.fmt == Fmt::fp8e4m3;
+    }
+    EXPECT_GE(n16, 8) << to_string(a);
+    EXPECT_EQ(n8 > 0, a != Arch::sm_80) << to_string(a);
+  }
 }
 
 // _mb<k> asks for k resident blocks; refused when k blocks cannot share the SM.

@@ -46,6 +46,19 @@ std::map<std::string, unsigned> planned_passes(bool all_dims) {
               if (!quant_request_error(r, p).empty()) continue;
               for (const QuantLaunch& l : plan_quant(r, p).launches) passes[l.pass] = l.block;
             }
+  // pv=fp8e4m3: the transposed per-channel V pass with e4m3 codes.
+  for (Fmt in : {Fmt::fp16, Fmt::bf16})
+    for (int d : dims)
+      for (bool smooth : {false, true}) {
+        QuantRequest r;
+        r.in = in;
+        r.gran = Gran::per_channel;
+        r.smooth = smooth;
+        r.transpose = true;
+        r.d = d;
+        r.code = Fmt::fp8e4m3;
+        for (const QuantLaunch& l : plan_quant(r, QuantProblem{1, 1, 1000, 1024}).launches) passes[l.pass] = l.block;
+      }
   return passes;
 }
 

@@ -103,6 +103,45 @@ TEST(QuantShape, TransposedV) {
             "qattn::quant::QuantizeTransposed<qattn::Fmt::fp16, 128, qattn::Gran::per_tensor, false>");
 }
 
+// pv=fp8e4m3: the per-channel V^T plan with e4m3 codes (the last template argument), qmax 448; other
+// granularities or row layouts are refused.
+TEST(QuantShape, Fp8TransposedVPlansE4m3CodesWithQmax448) {
+  const QuantProblem p{1, 8, 1000, 1024};
+  QuantRequest r = request(Gran::per_channel, 0, true, true);
+  r.code = Fmt::fp8e4m3;
+  const QuantPlan plan = plan_quant(r, p);
+  ASSERT_EQ(plan.launches.size(), 3u);
+  EXPECT_EQ(plan.launches[1].pass, "qattn::quant::FinalizeStats<128, qattn::Gran::per_channel, true>");
+  EXPECT_EQ(plan.launches[2].pass,
+            "qattn::quant::QuantizeTransposed<qattn::Fmt::fp16, 128, qattn::Gran::per_channel, true, qattn::Fmt::fp8e4m3>");
+  EXPECT_EQ(plan.scale_floats, 8 * 128);
+  QuantRequest bad = r;
+  bad.gran = Gran::per_tensor;
+  EXPECT_NE(quant_request_error(bad, p), "");
+  bad = r;
+  bad.transpose = false;
+  EXPECT_NE(quant_request_error(bad, QuantProblem{1, 8, 1000, 1000}), "");
+
+  alignas(16) static float buf[64];
+  QuantParams q{};
+  q.x = TensorRef{buf, 128 * 256, 128 * 256, 128, 1};
+  q.y = TensorRef{buf, 128 * 256, 128 * 256, 1, 256};
+  q.scale = ScaleRef{buf, 128, 128, 0, 0};
+  q.mean = buf;
+  q.amax_scratch = buf;
+  q.batch = q.heads = 1;
+  q.seq_len = 200;
+  q.seq_pad = 256;
+  q.d = 128;
+  q.qmax = 448.f;
+  QuantRequest r128 = r;
+  EXPECT_EQ(quant_params_error(r128, q), "");
+  q.qmax = 127.f;
+  EXPECT_NE(quant_params_error(r128, q).find("448"), std::string::npos);
+  r128.code = Fmt::int8;
+  EXPECT_EQ(quant_params_error(r128, q), "");
+}
+
 // d = 96: the same passes and grids (the idle lanes are inside the blocks); FinalizeStats runs d threads.
 TEST(QuantShape, HeadDim96PlansLikeTheOthers) {
   const QuantProblem p{2, 4, 1000, 1024};

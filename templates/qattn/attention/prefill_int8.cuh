@@ -47,14 +47,40 @@
 // before the softmax of tile t (two S tiles: 237+ registers, 2 CTAs per SM; 15-30% slower), and the
 // exponentials as ex2.approx.f16x2 pairs (1-3% slower: the exponentials are not the limit).
 //
+// P·V formats other than int8 (template parameters PV and ACC, last; mma.sync form only, issue #3):
+//   pv=fp16          P = 2^(L - R) rounded to the V type (fp16, or bf16 for bf16 inputs: the loader
+//                    copies V as given with cp.async, no conversion pass, and bf16 P's 8-bit mantissa
+//                    is far below the int8 Q·K^T error), V read row-major from the caller's tensor (no
+//                    quantization pass), mma m16n8k16. The V tile keeps K's row permutation
+//                    (k_smem_row), so the S accumulators of n8 blocks 2i, 2i + 1 are P's k16 A
+//                    fragment as they are, and ldmatrix.trans reads V rows in that order.
+//     accum=fp32     O fp32 (d / 2 registers per m16 tile, as the int32 O).
+//     accum=fp16     O half2 (mma .f16 accumulate, SageAttention's sm_80 / sm_86 path; fp16 V only).
+//                    fp16 overflows at 65504, so a row whose share of Σ P passes kHalfLShare raises R
+//                    by one step (halving O and l): |O| <= ~256 · max|V|.
+//   pv=fp8e4m3       P̃ = 448 · 2^(L - R) to e4m3 (RNE, saturating; the 448 cancels in O / l), V^T as
+//   :per_channel     e4m3 codes of (V - mean) / δ_V[c], δ_V[c] = max_t |V[t, c] - mean_c| / 448 (the
+//                    transposing quantizer), mma m16n8k32 .e4m3 (sm_89+); out = O · δ_V[c] / l (+ mean).
+//     accum=fp32     straight into the fp32 O; sm_89 / sm_90 keep only ~FP22 in that accumulate
+//                    (SageAttention2), so long rows lose low bits of O.
+//     accum=two_level  a zeroed accumulator per (n8 block, KV tile), added to O after the tile: the
+//                    reduced-precision sums cover bn keys, the row's sum is true fp32.
+//   Both keep the integer-step reference max R (O *= 2^-k when R rises by k, an exact power-of-two
+//   scale) rather than FA2's exp(m_old - m_new) per tile: the softmax code stays one path for all
+//   formats, rescales stay rare (whole steps), and P's range is fixed ([0, 1] or [0, 448]), which e4m3
+//   and fp16 P need. The row sum l is the exact fp32 sum before rounding (no integer range to keep).
+//   At d = 256, pv=fp16 reloads the Q fragments from the resident Q tile every KV tile (kQInRegs):
+//   with the fp32 O and 16-bit P fragments, keeping them spilled on sm_80 .. sm_90a.
+//
 // Requirements on the tensors (see abi.h): Q, K, O rows contiguous (sc = 1); V^T rows (sc = row stride)
-// zero-padded to kVPadTokens tokens; every row start 16-byte aligned (int8 tensors) or 4-byte aligned
-// (O); softmax_scale > 0.
+// zero-padded to kVPadTokens tokens (pv=fp16: V rows contiguous, 16-byte aligned, not padded); every
+// row start 16-byte aligned (int8 tensors) or 4-byte aligned (O); softmax_scale > 0.
 #pragma once
 
 #include "qattn/abi.h"
 #include "qattn/attention/prefill_int8_shape.h"
 #include "qattn/common/common.cuh"
+#include "qattn/common/fp8_cvt.cuh"
 #include "qattn/common/int8_ptx.cuh"
 #include "qattn/common/wgmma.cuh"
 
@@ -73,15 +99,45 @@ constexpr dev::u32 kLRescale = 1u << 21;    // a thread's share of Σ P̂ above 
 #endif
 constexpr float kHeadroom = QATTN_INT8_HEADROOM;
 
-template <Gran V_GRAN, Fmt OUT, int D, bool CAUSAL, int BM, int BN, int WARPS, int STAGES, bool WG = false>
-struct Kernel {
-  static_assert(V_GRAN == Gran::per_tensor || V_GRAN == Gran::per_channel,
-                "prefill_int8: V scale must be per_tensor or per_channel");
-  static_assert(OUT == Fmt::fp16 || OUT == Fmt::bf16, "prefill_int8: output must be fp16 or bf16");
-  static_assert(tiling_ok(D, BM, BN, WARPS, STAGES, WG), "prefill_int8: invalid tiling (see prefill_int8_shape.h)");
+// pv=fp8e4m3: P̃ = kFp8PScale · 2^(L - R) uses the whole e4m3 range (max 448); the 1/448 cancels against
+// the same factor in the row sum l.
+constexpr float kFp8PScale = 448.f;
+constexpr float kLog2Fp8PScale = 8.80735492f;   // log2(448)
+// accum=fp16: a row's share of Σ P per thread above this raises R by one step (halves O and l), so the
+// half2 O stays below (4 · kHalfLShare + bn) · max|V| <= 256 · max|V| (fp16 overflows at 65504).
+constexpr float kHalfLShare = 32.f;
 
+template <bool B, class T, class F> struct Pick { using type = T; };
+template <class T, class F> struct Pick<false, T, F> { using type = F; };
+
+// PV (P·V operand format) and ACC (its accumulation) come last with defaults that give the int8 kernel.
+template <Gran V_GRAN, Fmt OUT, int D, bool CAUSAL, int BM, int BN, int WARPS, int STAGES, bool WG = false,
+          Fmt PV = Fmt::int8, Accum ACC = Accum::fp32>
+struct Kernel {
+  static_assert(PV == Fmt::int8 || PV == Fmt::fp16 || PV == Fmt::fp8e4m3, "prefill_int8: pv must be int8, fp16 or fp8e4m3");
+  static_assert(PV == Fmt::fp16 ? V_GRAN == Gran::none
+                                : (V_GRAN == Gran::per_channel || (PV == Fmt::int8 && V_GRAN == Gran::per_tensor)),
+                "prefill_int8: V scale must be per_tensor or per_channel (int8), per_channel (fp8), none (fp16)");
+  static_assert(PV == Fmt::int8 || !WG, "prefill_int8: the wgmma form runs int8 P·V only");
+  static_assert(ACC == Accum::fp32 || (ACC == Accum::fp16 && PV == Fmt::fp16 && OUT == Fmt::fp16) ||
+                    (ACC == Accum::two_level && PV == Fmt::fp8e4m3),
+                "prefill_int8: accum=fp16 needs pv=fp16 with fp16 V, accum=two_level needs pv=fp8e4m3");
+  static_assert(OUT == Fmt::fp16 || OUT == Fmt::bf16, "prefill_int8: output must be fp16 or bf16");
+
+ private:
+  static constexpr bool kIntPV = PV == Fmt::int8;       // P̂ u8 · V̂ int8, int32 O (INT-FlashAttention)
+  static constexpr bool kHalfV = PV == Fmt::fp16;       // P fp16/bf16 · V as given (type OUT), row-major
+  static constexpr bool kHalfO = ACC == Accum::fp16;    // O as half2 (mma .f16 accumulate)
+  static constexpr int kVBytes = kHalfV ? 2 : 1;
+  // pv=fp16 at d = 256: the fp32 O (128 registers) leaves no room for the Q fragments (32) next to the
+  // 16-bit P fragments, so Q·K^T reads them from the resident Q tile every KV tile (8 ldmatrix.x4).
+  static constexpr bool kQInRegs = !(kHalfV && D == 256);
+
+ public:
+  static_assert(tiling_ok(D, BM, BN, WARPS, STAGES, WG, kVBytes, kHalfO),
+                "prefill_int8: invalid tiling (see prefill_int8_shape.h)");
   static constexpr int kThreads = WARPS * 32;
-  static constexpr int kSmemBytes = smem_bytes(D, BM, BN, STAGES, WG);
+  static constexpr int kSmemBytes = smem_bytes(D, BM, BN, STAGES, WG, kVBytes);
 
  private:
   using u32 = dev::u32;
@@ -99,14 +155,15 @@ struct Kernel {
   static constexpr int kAtomChunks = kAtomBytes / 16;
   static constexpr int kAtoms = D / kAtomBytes;
   static constexpr int kNChunks = BN / 16;        // 16-byte chunks per V^T row
-  static constexpr int kKTileBytes = BN * D;      // == V^T tile bytes
+  static constexpr int kKTileBytes = BN * D;      // == V^T tile bytes (int8, fp8)
+  static constexpr int kVTileBytes = BN * D * kVBytes;
   // Shared memory (offsets from the base): Q, then per stage K and V^T (and, for mma.sync, the K
   // scales); the wgmma form keeps the scales of all stages after the last stage (1024-byte tiles).
-  static constexpr int kStageBytes = 2 * kKTileBytes + (WG ? 0 : 4 * BN);
+  static constexpr int kStageBytes = kKTileBytes + kVTileBytes + (WG ? 0 : 4 * BN);
   static __device__ __forceinline__ int k_off(int slot) { return BM * D + slot * kStageBytes; }
   static __device__ __forceinline__ int v_off(int slot) { return k_off(slot) + kKTileBytes; }
   static __device__ __forceinline__ int scale_off(int slot) {
-    return WG ? BM * D + STAGES * kStageBytes + slot * 4 * BN : k_off(slot) + 2 * kKTileBytes;
+    return WG ? BM * D + STAGES * kStageBytes + slot * 4 * BN : k_off(slot) + kKTileBytes + kVTileBytes;
   }
   // Address of 16-byte chunk `chunk` of row `row` in the Q or K tile of ROWS rows at `tile` (see
   // kAtomBytes). Summed left to right as the d = 64 / 128 kernels always did (same code as before).
@@ -136,12 +193,16 @@ struct Kernel {
     int k_group, kv_len, q_len, causal_offset;
     bool check_lq;          // a thread's share of Σ P̂ can pass kLRescale (more than 32768 keys)
     int row0;               // first query row of this warp
+    const dev::u16* vh;     // pv=fp16: V (type OUT) of (b, h_kv), rows of v_ss elements
+    long long v_ss;
   };
 
   // Per-warp running state; fully unrolled indexing keeps all of it in registers.
   struct State {
     u32 qf[kMT][kQKSteps][4];   // Q A-fragments, loaded once (mma.sync form only)
-    int o[kMT][kON][4];         // O in units of P̂ · V codes: the P·V mma accumulators
+    // O: the P·V mma accumulators. int8: int32 in units of P̂ · V codes; fp16 / fp8: fp32 (in units
+    // of P · V, resp. P̃ · V codes); accum=fp16: half2 pairs (row g, row g + 8 of each m16 tile).
+    typename Pick<kHalfO, u32[kMT][kON][2], typename Pick<kIntPV, int[kMT][kON][4], float[kMT][kON][4]>::type>::type o;
     u32 l_q[kMT][2];            // this thread's share of Σ P̂
     float l_x[kMT][2];          // this thread's share of the same sum before rounding
     float r[kMT][2];            // reference max R
@@ -211,14 +272,18 @@ struct Kernel {
         ksrc += ld.k_pass;
       }
     }
-    const int vr = tid / kNChunks, vc = tid % kNChunks;
-    const u32 v_smem = sbase + v_off(slot) + vr * BN + int8::swizzle<kNChunks>(vr, vc) * 16;
-    const signed char* vsrc = ld.v;
+    if constexpr (kHalfV) {
+      load_v_half(cx, sbase + v_off(slot), k0);
+    } else {
+      const int vr = tid / kNChunks, vc = tid % kNChunks;
+      const u32 v_smem = sbase + v_off(slot) + vr * BN + int8::swizzle<kNChunks>(vr, vc) * 16;
+      const signed char* vsrc = ld.v;
 #pragma unroll
-    for (int it = 0; it < kVPasses; ++it) {
-      // V^T is zero-padded to kVPadTokens and bn divides it: always in bounds.
-      if (D % kVRowStep == 0 || vr + it * kVRowStep < D) dev::cp_async_16(v_smem + it * kVRowStep * BN, vsrc, true);
-      vsrc += ld.v_pass;
+      for (int it = 0; it < kVPasses; ++it) {
+        // V^T is zero-padded to kVPadTokens and bn divides it: always in bounds.
+        if (D % kVRowStep == 0 || vr + it * kVRowStep < D) dev::cp_async_16(v_smem + it * kVRowStep * BN, vsrc, true);
+        vsrc += ld.v_pass;
+      }
     }
     if (tid < BN) {
       const int key = k0 + tid;
@@ -231,10 +296,70 @@ struct Kernel {
     ld.k_row += BN;
   }
 
+  // pv=fp16: the V tile as given (bn keys x d elements of type OUT, 16-byte chunks, zero past kv_len).
+  // Key r goes to smem row k_smem_row(r), the row its S column has (see k_smem_row), so that P's k16
+  // A fragments (S blocks 2i, 2i + 1 as they are) meet V rows 16i .. 16i + 15 in smem order; rows are
+  // swizzled for conflict-free ldmatrix.trans (dev::swizzled_offset).
+  static constexpr int kVHChunks = D / 8;   // 16-byte chunks per V row
+  static __device__ __forceinline__ void load_v_half(const Ctx& cx, u32 vtile, int k0) {
+    constexpr int kChunks = BN * kVHChunks;
+    if constexpr (kThreads % kVHChunks == 0) {
+      // A thread keeps its chunk column; its rows step by kRowStep, so one running pointer serves.
+      constexpr int kRowStep = kThreads / kVHChunks;
+      const int r0 = static_cast<int>(threadIdx.x) / kVHChunks, c = static_cast<int>(threadIdx.x) % kVHChunks;
+      const dev::u16* src = cx.vh + (k0 + r0) * cx.v_ss + 8 * c;
+      const long long step = kRowStep * cx.v_ss;
+#pragma unroll
+      for (int it = 0; it < BN / kRowStep; ++it) {
+        const int r = r0 + it * kRowStep;
+        const bool ok = k0 + r < cx.kv_len;
+        dev::cp_async_16(vtile + dev::swizzled_offset<kVHChunks>(k_smem_row(r), c), ok ? src : cx.vh, ok);
+        src += step;
+      }
+    } else {   // d = 96 (12 chunks per row)
+#pragma unroll
+      for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
+        const int i = it * kThreads + static_cast<int>(threadIdx.x);
+        if (kChunks % kThreads == 0 || i < kChunks) {
+          const int r = i / kVHChunks, c = i % kVHChunks, key = k0 + r;
+          const bool ok = key < cx.kv_len;
+          dev::cp_async_16(vtile + dev::swizzled_offset<kVHChunks>(k_smem_row(r), c),
+                           cx.vh + (ok ? key * cx.v_ss + 8 * c : 0), ok);
+        }
+      }
+    }
+  }
+
+  // This warp's Q A-fragments from the Q tile at sbase (mma.sync form).
+  static __device__ __forceinline__ void load_q_fragments(u32 (&qf)[kMT][kQKSteps][4], u32 sbase) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int ks = 0; ks < kQKSteps; ++ks) {
+        const int row = warp * 16 * kMT + 16 * mt + (lane & 15);
+        const int chunk = 2 * ks + (lane >> 4);
+        dev::ldmatrix_x4(qf[mt][ks], qk_addr<BM>(sbase, row, chunk));
+      }
+  }
+
   // S = Q̂·K̂^T of the K tile at ktile (biased or raw: see Scores).
   // qtile: this warpgroup's 64 Q rows (wgmma form only).
+  // qtile: mma.sync form: the smem base (its Q tile), read when the Q fragments are not in registers.
   static __device__ __forceinline__ void qk(Scores& s, const State& st, u32 ktile, u32 qtile) {
     const int lane = threadIdx.x & 31;
+    // Q fragments: a register copy of st.qf (free: fully unrolled), or reloaded from the Q tile.
+    u32 qf[WG ? 1 : kMT][kQKSteps][4];
+    if constexpr (!WG && kQInRegs) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int ks = 0; ks < kQKSteps; ++ks)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) qf[mt][ks][i] = st.qf[mt][ks][i];
+    } else if constexpr (!WG) {
+      load_q_fragments(qf, qtile);
+    }
     if constexpr (!kRawS) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -267,8 +392,8 @@ struct Kernel {
           const u32 b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
-            dev::mma_m16n8k32_s8_s32(s[mt][j], st.qf[mt][2 * h], b0);
-            dev::mma_m16n8k32_s8_s32(s[mt][j], st.qf[mt][2 * h + 1], b1);
+            dev::mma_m16n8k32_s8_s32(s[mt][j], qf[mt][2 * h], b0);
+            dev::mma_m16n8k32_s8_s32(s[mt][j], qf[mt][2 * h + 1], b1);
           }
         }
         if constexpr (D % 64 != 0) {   // d = 96: the last k32 step alone, from an x2 load (lanes 0-15)
@@ -277,7 +402,7 @@ struct Kernel {
           const int row = 8 * j + (lane & 7), chunk = 2 * ks + ((lane >> 3) & 1);
           dev::ldmatrix_x2(kb, qk_addr<BN>(ktile, row, chunk));
 #pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) dev::mma_m16n8k32_s8_s32(s[mt][j], st.qf[mt][ks], kb);
+          for (int mt = 0; mt < kMT; ++mt) dev::mma_m16n8k32_s8_s32(s[mt][j], qf[mt][ks], kb);
         }
       }
     }
@@ -334,7 +459,8 @@ struct Kernel {
 #pragma unroll
           for (int j = 0; j + w < kSN; j += 2 * w) mx[j] = fmaxf(mx[j], mx[j + w]);
         m_tile[mt][hf] = dev::quad_max(mx[0]) * st.qs[mt][hf];   // qs > 0: -inf stays -inf
-        raise |= m_tile[mt][hf] > st.r[mt][hf] || (cx.check_lq && st.l_q[mt][hf] > kLRescale);
+        raise |= m_tile[mt][hf] > st.r[mt][hf] || (cx.check_lq && st.l_q[mt][hf] > kLRescale) ||
+                 (kHalfO && st.l_x[mt][hf] > kHalfLShare);
       }
     return raise;
   }
@@ -372,20 +498,183 @@ struct Kernel {
           k += 1;
           r_new += 1.f;
         }
+        if constexpr (kHalfO) {   // the row's largest share decides, so its 4 threads agree
+          float lx = fmaxf(st.l_x[mt][hf], __shfl_xor_sync(0xffffffffu, st.l_x[mt][hf], 1));
+          lx = fmaxf(lx, __shfl_xor_sync(0xffffffffu, lx, 2));
+          if (lx > kHalfLShare) {
+            k += 1;
+            r_new += 1.f;
+          }
+        }
         st.r[mt][hf] = r_new;
         if (!__any_sync(0xffffffffu, k != 0)) continue;
+        if constexpr (kIntPV) {
 #pragma unroll
-        for (int n = 0; n < kON; ++n)
+          for (int n = 0; n < kON; ++n)
 #pragma unroll
-          for (int e = 2 * hf; e < 2 * hf + 2; ++e) st.o[mt][n][e] = int8::shift_round(st.o[mt][n][e], k);
+            for (int e = 2 * hf; e < 2 * hf + 2; ++e) st.o[mt][n][e] = int8::shift_round(st.o[mt][n][e], k);
+        } else {
+          scale_o(st, mt, hf, k);
+        }
         st.l_q[mt][hf] = int8::shift_round(st.l_q[mt][hf], k);
         st.l_x[mt][hf] *= dev::exp2_approx(static_cast<float>(-k));
       }
   }
 
+  // Float O (pv=fp16 / fp8): O *= 2^-k for rows g + 8hf of m16 tile mt. Powers of two: exact (a
+  // product under the format's smallest normal loses low bits, irrelevant next to the new max).
+  static __device__ __forceinline__ void scale_o(State& st, int mt, int hf, int k) {
+    const float f = k < 126 ? __int_as_float((127 - k) << 23) : 0.f;
+    if constexpr (kHalfO) {
+      const u32 f2 = dev::pack_half2(f, f);
+#pragma unroll
+      for (int n = 0; n < kON; ++n) st.o[mt][n][hf] = hmul2(st.o[mt][n][hf], f2);
+    } else {
+#pragma unroll
+      for (int n = 0; n < kON; ++n)
+#pragma unroll
+        for (int e = 2 * hf; e < 2 * hf + 2; ++e) st.o[mt][n][e] *= f;
+    }
+  }
+  static __device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
+    u32 d;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+  }
+
+  // pv=fp16 and pv=fp8e4m3: P = pscale · 2^(L - R) in registers, the exact row sums (fp32, before any
+  // rounding), and O += P·V with the V tile at vtile.
+  //   fp16: P rounded to OUT (fp16 or bf16: the type of V, which the loader copies as is), k16 A
+  //         fragments straight from the S accumulators (blocks 2i, 2i + 1); V fragments by ldmatrix.trans
+  //         from the row-major tile (rows in S column order, see load_v_half); mma m16n8k16 into fp32
+  //         or, with accum=fp16, half2 O.
+  //   fp8:  P̃ = 448 · 2^(L - R) to e4m3 (RNE, saturating), packed exactly like the int8 P̂ bytes (same
+  //         k32 A fragment), V^T e4m3 codes from the same swizzled tile as int8 V̂^T; mma m16n8k32
+  //         .e4m3 into fp32 O (accum=fp32: the hardware's ~FP22 accumulate over the whole row), or into
+  //         a zeroed accumulator per (8 channels, KV tile) added to O after the tile (two_level).
+  static __device__ __forceinline__ void softmax_pv_float(State& st, const Logits& u, u32 vtile) {
+    const int lane = threadIdx.x & 31;
+    constexpr float kLog2Scale = kHalfV ? 0.f : kLog2Fp8PScale;
+    float y[kMT][kSN][4];   // P (before rounding), in S accumulator order
+    u32 ph[kHalfV ? kMT : 1][BN / 16][4];   // fp16: P's k16 A fragments (S blocks 2ks, 2ks + 1 as they are)
+    u32 pf[kHalfV ? 1 : kMT][kPVSteps][4];  // fp8: P̃'s k32 A fragments
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      float pbias[2], lsum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)   // R = -inf only while every key so far is masked (u = -inf)
+        pbias[hf] = st.r[mt][hf] == dev::neg_inf() ? 0.f : kLog2Scale - st.r[mt][hf];
+#pragma unroll
+      for (int j = 0; j < kSN; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          y[mt][j][e] = dev::exp2_approx(fmaf(u[mt][j][e], st.qs[mt][e >> 1], pbias[e >> 1]));
+          lsum[e >> 1] += y[mt][j][e];
+        }
+      st.l_x[mt][0] += lsum[0];
+      st.l_x[mt][1] += lsum[1];
+      if constexpr (kHalfV) {   // packed at once, so y dies here (fewer live registers than y)
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ++ks) {
+          const float(&a)[4] = y[mt][2 * ks];
+          const float(&b)[4] = y[mt][2 * ks + 1];
+          ph[mt][ks][0] = dev::pack2<OUT>(a[0], a[1]);
+          ph[mt][ks][1] = dev::pack2<OUT>(a[2], a[3]);
+          ph[mt][ks][2] = dev::pack2<OUT>(b[0], b[1]);
+          ph[mt][ks][3] = dev::pack2<OUT>(b[2], b[3]);
+        }
+      } else {
+        // fp8: keys 4t4 .. +3 = (j0 e0, j0 e1, j1 e0, j1 e1) for rows g / g + 8, then blocks j2, j3:
+        // the int8 P̂ byte order (the same k32 A fragment).
+#pragma unroll
+        for (int ks = 0; ks < kPVSteps; ++ks) {
+          const float(&j0)[4] = y[mt][4 * ks];
+          const float(&j1)[4] = y[mt][4 * ks + 1];
+          const float(&j2)[4] = y[mt][4 * ks + 2];
+          const float(&j3)[4] = y[mt][4 * ks + 3];
+          pf[mt][ks][0] = dev::e4m3x4(j0[0], j0[1], j1[0], j1[1]);
+          pf[mt][ks][1] = dev::e4m3x4(j0[2], j0[3], j1[2], j1[3]);
+          pf[mt][ks][2] = dev::e4m3x4(j2[0], j2[1], j3[0], j3[1]);
+          pf[mt][ks][3] = dev::e4m3x4(j2[2], j2[3], j3[2], j3[3]);
+        }
+      }
+    }
+    if constexpr (kHalfV) {
+#pragma unroll
+      for (int c = 0; c < D / 16; ++c) {
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ++ks) {
+          u32 vb[4];
+          const int row = 16 * ks + (lane & 7) + (((lane >> 3) & 1) << 3), chunk = 2 * c + (lane >> 4);
+          dev::ldmatrix_x4_trans(vb, vtile + dev::swizzled_offset<kVHChunks>(row, chunk));
+          const u32 b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            if constexpr (kHalfO) {
+              dev::mma_m16n8k16_f16_f16(st.o[mt][2 * c], ph[mt][ks], b0);
+              dev::mma_m16n8k16_f16_f16(st.o[mt][2 * c + 1], ph[mt][ks], b1);
+            } else {
+              dev::mma_m16n8k16_f32<OUT>(st.o[mt][2 * c], ph[mt][ks], b0);
+              dev::mma_m16n8k16_f32<OUT>(st.o[mt][2 * c + 1], ph[mt][ks], b1);
+            }
+          }
+        }
+      }
+    } else {
+      // One n8 block of O at a time (x2 V loads): two_level's fresh accumulator is then 4 registers per
+      // m16 tile (and, measured with ptxas, this order also keeps fp32 at d = 256 on sm_90a from spilling).
+#pragma unroll
+      for (int n = 0; n < kON; ++n) {
+        float t[kMT][4];
+        if constexpr (ACC == Accum::two_level) {
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) t[mt][e] = 0.f;
+        }
+#pragma unroll
+        for (int ks = 0; ks < kPVSteps; ++ks) {
+          u32 vb[2];
+          const int row = 8 * n + (lane & 7), chunk = 2 * ks + ((lane >> 3) & 1);
+          dev::ldmatrix_x2(vb, vtile + row * BN + int8::swizzle<kNChunks>(row, chunk) * 16);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            if constexpr (ACC == Accum::two_level) dev::mma_m16n8k32_e4m3_f32(t[mt], pf[mt][ks], vb);
+            else dev::mma_m16n8k32_e4m3_f32(st.o[mt][n], pf[mt][ks], vb);
+          }
+        }
+        if constexpr (ACC == Accum::two_level) {
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) st.o[mt][n][e] += t[mt][e];
+        }
+      }
+    }
+  }
+
+  // O's two values (columns 2t4, 2t4 + 1) of row g + 8hf in n8 block n of m16 tile mt, as floats.
+  static __device__ __forceinline__ float2 o_pair(const State& st, int mt, int n, int hf) {
+    if constexpr (kHalfO) {
+      float lo, hi;
+      dev::unpack_half2(st.o[mt][n][hf], lo, hi);
+      return make_float2(lo, hi);
+    } else if constexpr (kIntPV) {
+      return make_float2(int8::i2f(st.o[mt][n][2 * hf]), int8::i2f(st.o[mt][n][2 * hf + 1]));
+    } else {
+      return make_float2(st.o[mt][n][2 * hf], st.o[mt][n][2 * hf + 1]);
+    }
+  }
+
+  // P from the logits and O += P·V with the V tile at vtile, by P·V format.
+  static __device__ __forceinline__ void softmax_pv(State& st, const Logits& u, u32 vtile) {
+    if constexpr (kIntPV) softmax_pv_int8(st, u, vtile);
+    else softmax_pv_float(st, u, vtile);
+  }
+
   // P̂ = round(kPScale · 2^(L - R)) packed straight into the A fragments of P·V, the two row sums,
   // and O += P̂·V̂ with the V^T tile at vtile.
-  static __device__ __forceinline__ void softmax_pv(State& st, const Logits& u, u32 vtile) {
+  static __device__ __forceinline__ void softmax_pv_int8(State& st, const Logits& u, u32 vtile) {
     const int lane = threadIdx.x & 31;
     u32 pf[kMT][kPVSteps][4];
 #pragma unroll
@@ -462,7 +751,7 @@ struct Kernel {
   static __device__ __forceinline__ void step(State& st, const Ctx& cx, const char* smem, u32 sbase, int t) {
     const int slot = t % STAGES;
     Scores s;
-    qk(s, st, sbase + k_off(slot), q_tile_addr(sbase));
+    qk(s, st, sbase + k_off(slot), WG ? q_tile_addr(sbase) : sbase);
     if constexpr (WG) {
       dev::wgmma_wait<0>();
       dev::fence_operands(s[0]);
@@ -482,6 +771,8 @@ struct Kernel {
   // This warpgroup's 64 rows of the first Q atom (the others follow BM * kAtomBytes apart).
   static __device__ __forceinline__ u32 q_tile_addr(u32 sbase) { return sbase + (threadIdx.x / 128) * 64 * kAtomBytes; }
 
+  static constexpr float kPScaleOf = kIntPV ? kPScale : (kHalfV ? 1.f : kFp8PScale);   // P per unit 2^(L - R)
+
   static __device__ __forceinline__ void store_output(const AttentionParams& p, const State& st,
                                                       const Ctx& cx, int b, int h, int h_kv) {
     const int lane = threadIdx.x & 31;
@@ -495,7 +786,7 @@ struct Kernel {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const float l_exact = dev::quad_sum(st.l_x[mt][hf]);
-        const float l = vmean ? l_exact : dev::quad_sum(static_cast<float>(st.l_q[mt][hf]));
+        const float l = vmean || !kIntPV ? l_exact : dev::quad_sum(static_cast<float>(st.l_q[mt][hf]));
         const int row = cx.row0 + 16 * mt + g + 8 * hf;
         if (row >= cx.q_len) continue;
         const bool seen = l > 0.f;
@@ -504,7 +795,8 @@ struct Kernel {
 #pragma unroll
         for (int n = 0; n < kON; ++n) {
           const int col = 8 * n + 2 * t4;
-          float v0 = int8::i2f(st.o[mt][n][2 * hf]) * inv, v1 = int8::i2f(st.o[mt][n][2 * hf + 1]) * inv;
+          const float2 o2 = o_pair(st, mt, n, hf);
+          float v0 = o2.x * inv, v1 = o2.y * inv;
           if (V_GRAN == Gran::per_channel) {
             const float2 sc = *reinterpret_cast<const float2*>(vs + col);
             v0 *= sc.x;
@@ -519,7 +811,7 @@ struct Kernel {
         }
         if (p.lse && t4 == 0) {
           p.lse[(static_cast<long long>(b) * p.heads_q + h) * cx.q_len + row] =
-              l_exact > 0.f ? (st.r[mt][hf] + dev::log2_approx(l_exact / kPScale)) * dev::kLn2 : dev::neg_inf();
+              l_exact > 0.f ? (st.r[mt][hf] + dev::log2_approx(l_exact / kPScaleOf)) * dev::kLn2 : dev::neg_inf();
         }
       }
   }
@@ -545,6 +837,8 @@ struct Kernel {
     cx.q_len = p.q_len;
     cx.causal_offset = p.kv_len - p.q_len;
     cx.row0 = q0 + warp * 16 * kMT;
+    cx.vh = static_cast<const dev::u16*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh;
+    cx.v_ss = p.v.ss;
 
     // KV tiles [0, n_tiles) hold every key any row of this CTA sees; the first n_full need no mask.
     int kv_end = p.kv_len;
@@ -558,7 +852,7 @@ struct Kernel {
     }
     const int n_tiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
     // Each thread holds bn / 4 keys of a row per tile, each P̂ <= 255: 255 · 32768 / 4 < kLRescale.
-    cx.check_lq = n_tiles * BN > 32768;
+    cx.check_lq = kIntPV && n_tiles * BN > 32768;   // float O has no integer range to keep
 
     State st;
     const signed char* qg = static_cast<const signed char*>(p.q.ptr) + b * p.q.sb + h * p.q.sh;
@@ -582,7 +876,7 @@ struct Kernel {
 #pragma unroll
       for (int n = 0; n < kON; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) st.o[mt][n][e] = 0;
+        for (int e = 0; e < (kHalfO ? 2 : 4); ++e) st.o[mt][n][e] = 0;
 
     if (n_tiles > 0) {
       u32 sbase = dev::smem_addr(smem);
@@ -612,7 +906,7 @@ struct Kernel {
       dev::cp_async_wait<STAGES - 2>();
       __syncthreads();
 #pragma unroll
-      for (int mt = 0; mt < (WG ? 0 : kMT); ++mt)
+      for (int mt = 0; mt < (WG || !kQInRegs ? 0 : kMT); ++mt)
 #pragma unroll
         for (int ks = 0; ks < kQKSteps; ++ks) {
           const int row = warp * 16 * kMT + 16 * mt + (lane & 15);

@@ -77,6 +77,8 @@ struct QuantRequest {
   bool smooth = false;          // subtract the per-channel mean over all tokens of (b, h)
   bool transpose = false;       // V: write V^T per head, zero-padded to seq_pad
   int d = 128;                  // 64, 96, 128 or 256
+  Fmt code = Fmt::int8;         // int8 codes, or fp8e4m3 (transposed per_channel V of pv=fp8e4m3:
+                                // e4m3 of x' / scale, RNE, saturating; scale = amax / 448, qmax = 448)
 };
 
 struct QuantProblem {
@@ -128,6 +130,8 @@ inline std::string quant_request_error(const QuantRequest& r, const QuantProblem
              r.gran != Gran::per_channel && r.gran != Gran::per_warp && r.gran != Gran::per_thread) {
     return "row quantization takes per_token, per_block, per_tensor, per_channel, per_warp or per_thread scales";
   }
+  if (r.code != Fmt::int8 && (r.code != Fmt::fp8e4m3 || !r.transpose || r.gran != Gran::per_channel))
+    return "fp8e4m3 codes are written for transposed per_channel V only";
   if (r.gran == Gran::per_block && r.group != 64 && r.group != 128)
     return "per_block group must be 64 or 128, got " + std::to_string(r.group);
   if ((r.gran == Gran::per_warp || r.gran == Gran::per_thread) && r.group != 32 && r.group != 64)
@@ -146,8 +150,9 @@ inline std::string quant_params_error(const QuantRequest& r, const QuantParams& 
   };
   if (!q.x.ptr || !q.y.ptr || !q.scale.ptr) return "quantizer needs x, y and scale pointers";
   if (q.d != r.d) return "QuantParams::d differs from the request's head dim";
-  if (q.qmax < 1.f || q.qmax > 127.f || q.qmax != static_cast<float>(static_cast<int>(q.qmax)))
-    return "qmax must be an integer in [1, 127]";
+  if (r.code == Fmt::fp8e4m3 ? q.qmax != 448.f
+                              : (q.qmax < 1.f || q.qmax > 127.f || q.qmax != static_cast<float>(static_cast<int>(q.qmax))))
+    return r.code == Fmt::fp8e4m3 ? "fp8e4m3 codes need qmax = 448 (the e4m3 maximum)" : "qmax must be an integer in [1, 127]";
   if (q.x.sc != 1 || misaligned(q.x.ptr, 16) || q.x.sb % 8 || q.x.sh % 8 || q.x.ss % 8)
     return "quantizer input rows must be contiguous and 16-byte aligned (x.sc = 1, strides multiple of 8)";
   if (r.transpose) {
@@ -204,7 +209,7 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
   }
   if (r.transpose) {
     plan.launches.push_back({"qattn::quant::QuantizeTransposed<" + in + ", " + d + ", " + gran_id(r.gran) +
-                                 ", " + sm + ">",
+                                 ", " + sm + (r.code == Fmt::fp8e4m3 ? ", qattn::Fmt::fp8e4m3" : "") + ">",
                              "quantize_transposed",
                              {static_cast<unsigned>(p.seq_pad / kTransposeTileTokens), heads, batch},
                              static_cast<unsigned>(kThreads), 0, 0});

@@ -11,13 +11,18 @@
 // stay whole chunks. Grid (seq_pad / 128, heads, batch).
 #pragma once
 
+#include "qattn/decode/fp8_e4m3.h"
 #include "qattn/quant/quant_device.cuh"
 
 namespace qattn {
 namespace quant {
 
-template <Fmt In, int D, Gran G, bool Smooth>
+// Code = fp8e4m3 (pv=fp8e4m3, per_channel only): the bytes are e4m3 of x' · (448 / amax_c), rounded to
+// nearest even and saturated at 448 by the shared encoder (qattn/decode/fp8_e4m3.h); p.qmax = 448.
+template <Fmt In, int D, Gran G, bool Smooth, Fmt Code = Fmt::int8>
 struct QuantizeTransposed {
+  static_assert(Code == Fmt::int8 || (Code == Fmt::fp8e4m3 && G == Gran::per_channel),
+                "transposed V codes: int8, or fp8e4m3 with per_channel scales");
   static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
   static_assert(G == Gran::per_channel || G == Gran::per_tensor,
                 "transposed V takes per_channel or per_tensor scales (a token scale would sit on the "
@@ -92,8 +97,12 @@ struct QuantizeTransposed {
         const bool valid = s_tile + 4 * quad + r < p.seq_len;
         const Vec8 x = unpack8<In>(raw[j][r]);
 #pragma unroll
-        for (int i = 0; i < kVecElems; ++i)
-          code[r][i] = valid ? to_code(x.v[i] - mean[i], mult[i], qmax) : 0;
+        for (int i = 0; i < kVecElems; ++i) {
+          if constexpr (Code == Fmt::fp8e4m3)   // the byte, as an int8 whose low 8 bits pack4_s8 keeps
+            code[r][i] = valid ? static_cast<signed char>(fp8::encode_e4m3((x.v[i] - mean[i]) * mult[i])) : 0;
+          else
+            code[r][i] = valid ? to_code(x.v[i] - mean[i], mult[i], qmax) : 0;
+        }
       }
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i) {
