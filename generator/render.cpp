@@ -73,9 +73,11 @@ Body attention_body(const Spec& s, const Tiling& t) {
   std::ostringstream tail;
   tail << s.head_dim << ", " << (s.causal ? "true" : "false") << ", " << t.block_m << ", " << t.block_n << ", "
        << t.warps << ", " << t.stages;
-  if (s.qk.fmt == Fmt::int8) tail << ", " << (t.wgmma ? "true" : "false");
+  const bool int_qk = s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4;   // int4: the int8 kernel (S4 or int8 compute)
+  if (int_qk) tail << ", " << (t.wgmma ? "true" : "false");
+  if (t.int4_mma) tail << ", true";   // S4: packed int4 Q/K
   tail << ">";
-  if (s.qk.fmt == Fmt::int8)
+  if (int_qk)
     return {"qattn/attention/prefill_int8.cuh",
             std::string("qattn::prefill_int8::Kernel<") + gran_enum(s.pv.gran) + ", " + fmt_enum(s.out) + ", " + tail.str()};
   return {"qattn/attention/prefill_fp16.cuh",

@@ -28,8 +28,12 @@
 //   bn     64 or 128                  the wgmma shapes m64n64 / m64n128 of Q·K^T.
 //   P·V    m64n<d>: n64, n128; d = 96 as n64 + n32 and d = 256 as two n128 (wgmma.cuh).
 //
+// The packed-int4 form (S4, tiling token _i4mma; qk=int4 only, mma.sync only) holds Q and K rows of
+// d / 2 bytes (two int4 codes per byte): Q and K tiles are half as large, the Q fragments take d / 16
+// registers (k64 steps of 32 bytes; d = 96 ends with a half step) instead of d / 8.
+//
 // Shared memory: the int8 Q tile (bm x d), then per stage a K tile (bn x d), a V^T tile (d x bn) and
-// the bn K scales (fp32). The warpgroup form keeps every tile on a 1024-byte boundary (its swizzle
+// the bn K scales (fp32); with S4 the Q and K tiles are bm x d/2 and bn x d/2 bytes. The warpgroup form keeps every tile on a 1024-byte boundary (its swizzle
 // atom): the scales of all stages follow the last V^T tile, and 1 KiB of slack aligns the base.
 #pragma once
 
@@ -46,8 +50,11 @@ namespace prefill_int8 {
 constexpr int kMaxSmemBytes = 227 * 1024;
 constexpr int kMaxArrayRegisters = 176;
 
-QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = false) {
-  return bm * d + stages * (2 * bn * d + 4 * bn) + (wg ? 1024 : 0);
+// Bytes of one Q or K row in shared and global memory: d int8 codes, or d int4 codes packed in pairs.
+QATTN_INT8_SHAPE_FN int qk_row_bytes(int d, bool s4 = false) { return s4 ? d / 2 : d; }
+
+QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = false, bool s4 = false) {
+  return bm * qk_row_bytes(d, s4) + stages * (bn * qk_row_bytes(d, s4) + bn * d + 4 * bn) + (wg ? 1024 : 0);
 }
 
 QATTN_INT8_SHAPE_FN int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
@@ -57,19 +64,21 @@ QATTN_INT8_SHAPE_FN int row_tiles_per_warp(int bm, int warps) {
   return (warps > 0 && bm % (16 * warps) == 0) ? bm / (16 * warps) : 0;
 }
 
-// Registers per thread of the int32 O accumulator, the S tile and the Q fragments.
-QATTN_INT8_SHAPE_FN int array_registers(int d, int bm, int bn, int warps, bool wg = false) {
-  return row_tiles_per_warp(bm, warps) * (d / 2 + bn / 2 + (wg ? 0 : d / 8));   // wgmma reads Q from smem
+// Registers per thread of the int32 O accumulator, the S tile and the Q fragments (4 per 32-byte
+// k-step of a Q row; wgmma reads Q from smem).
+QATTN_INT8_SHAPE_FN int array_registers(int d, int bm, int bn, int warps, bool wg = false, bool s4 = false) {
+  return row_tiles_per_warp(bm, warps) * (d / 2 + bn / 2 + (wg ? 0 : 4 * ((qk_row_bytes(d, s4) + 31) / 32)));
 }
 
-QATTN_INT8_SHAPE_FN bool tiling_ok(int d, int bm, int bn, int warps, int stages, bool wg = false) {
+QATTN_INT8_SHAPE_FN bool tiling_ok(int d, int bm, int bn, int warps, int stages, bool wg = false, bool s4 = false) {
   if (wg && (row_tiles_per_warp(bm, warps) != 1 || bn == 32)) return false;
+  if (s4 && wg) return false;   // the packed-int4 products exist in the mma.sync form only
   return (d == 64 || d == 96 || d == 128 || d == 256) && (warps == 4 || warps == 8) &&
          (row_tiles_per_warp(bm, warps) == 1 || row_tiles_per_warp(bm, warps) == 2) &&
          (bn == 32 || bn == 64 || bn == 128) && stages >= 2 && stages <= 4 &&
          !(d == 128 && bn == 128 && warps == 8 && !wg) && !(d == 96 && bn == 128 && stages == 3 && !wg) &&
-         array_registers(d, bm, bn, warps, wg) <= kMaxArrayRegisters &&
-         smem_bytes(d, bm, bn, stages, wg) <= kMaxSmemBytes;
+         array_registers(d, bm, bn, warps, wg, s4) <= kMaxArrayRegisters &&
+         smem_bytes(d, bm, bn, stages, wg, s4) <= kMaxSmemBytes;
 }
 
 }  // namespace prefill_int8
