@@ -110,6 +110,9 @@ int compile(int argc, char** argv) {
   std::fprintf(emit.empty() || args.has("out") ? stdout : stderr,
                "%s  regs %d  spills %d  smem %d  %s %.0f ms  (%zu bytes of cubin)\n", k.kernel_name.c_str(), k.registers,
                k.spill_bytes, k.smem_bytes, k.from_cache ? "cached, compiled in" : "compiled in", k.compile_ms, k.cubin.size());
+  // How the spec runs when its text does not say it (e.g. qk=int4 as int8 compute on sm_90a).
+  if (const std::string note = dispatch_note(spec, tiling); !note.empty())
+    std::fprintf(emit.empty() || args.has("out") ? stdout : stderr, "note: %s\n", note.c_str());
   return 0;
 }
 

@@ -36,6 +36,7 @@ int run(int argc, char** argv) {
               "accuracy cos=%.6f relL2=%.3e maxabs=%.3e nonfinite=%lld  %s\n",
               k.name().c_str(), to_string(resolved).c_str(), to_string(problem).c_str(), layout.c_str(), us, t.repeats,
               tops, acc.cosine, acc.rel_l2, acc.max_abs, acc.non_finite, acc.passed ? "PASS" : "FAIL");
+  if (const std::string note = dispatch_note(resolved, k.tiling()); !note.empty()) std::printf("note     %s\n", note.c_str());
   return acc.passed ? 0 : 1;
 }
 
@@ -47,6 +48,7 @@ int tune(int argc, char** argv) {
   require(validate(spec, problem));
   Runtime runtime(runtime_options(args));
   const TuningResult r = runtime.tune(spec, problem);
+  if (const std::string note = dispatch_note(runtime.resolve(spec)); !note.empty()) std::printf("note: %s\n", note.c_str());
   const double flops = attention_flops(problem, spec.head_dim, spec.causal);
   std::printf("%-16s %-15s %10s %8s  %s\n", "tiling", "status", "us", "TOPS", "detail");
   for (const CandidateOutcome& c : r.candidates)

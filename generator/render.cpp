@@ -82,13 +82,16 @@ Body attention_body(const Spec& s, const Tiling& t) {
   std::ostringstream tail;
   tail << s.head_dim << ", " << (s.causal ? "true" : "false") << ", " << t.block_m << ", " << t.block_n << ", "
        << t.warps << ", " << t.stages;
-  if (s.qk.fmt == Fmt::int8) tail << ", " << (t.wgmma ? "true" : "false");
-  // pv=fp16 / fp8e4m3 and the accumulation mode: the kernel's last two template parameters (left out
-  // for int8 P·V with fp32 accumulation, whose defaults they are, so those sources stay as they were).
-  if (s.qk.fmt == Fmt::int8 && (s.pv.fmt != Fmt::int8 || s.accum != Accum::fp32))
+  const bool int_qk = s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4;   // int4: the int8 kernel (S4 or int8 compute)
+  if (int_qk) tail << ", " << (t.wgmma ? "true" : "false");
+  // pv=fp16 / fp8e4m3, the accumulation mode and S4 (packed int4 Q/K): the kernel's last template
+  // parameters, left out where they are the defaults (int8 P·V, fp32, no S4), so those sources stay as
+  // they were.
+  if (int_qk && (s.pv.fmt != Fmt::int8 || s.accum != Accum::fp32 || t.int4_mma))
     tail << ", " << fmt_enum(s.pv.fmt) << ", " << accum_enum(s.accum);
+  if (t.int4_mma) tail << ", true";   // S4: packed int4 Q/K
   tail << ">";
-  if (s.qk.fmt == Fmt::int8)
+  if (int_qk)
     return {"qattn/attention/prefill_int8.cuh",
             std::string("qattn::prefill_int8::Kernel<") + gran_enum(s.pv.gran) + ", " + fmt_enum(s.out) + ", " + tail.str()};
   return {"qattn/attention/prefill_fp16.cuh",

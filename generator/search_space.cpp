@@ -81,6 +81,18 @@ std::vector<Tiling> preferred(const Spec& s) {
   // At d = 64, 4 blocks per SM (128 registers) beat the 3 that ptxas picks unasked by 8-10%.
   // d = 96 and 256 are not measured yet: d = 96 follows d = 128; at d = 256 the int32 O is 128
   // registers, so the register rule of prefill_int8_shape.h leaves bn 64 to wgmma and bn 32 to mma.sync.
+  // qk=int4 (issue #3): on sm_80 / sm_86 / sm_89 the packed-int4 form (_i4mma) with the int8 lists'
+  // shapes (its smaller Q/K tiles fit the same ones; not measured yet); on sm_90 / sm_90a the int8
+  // compute form, i.e. exactly the int8 lists (the s4 mma is emulated there: never offered).
+  if (s.qk.fmt == Fmt::int4 && int4_mma_by_default(s.arch)) {
+    Spec as_int8 = s;
+    as_int8.qk.fmt = Fmt::int8;
+    for (Tiling t : preferred(as_int8)) {
+      t.int4_mma = true;
+      out.push_back(t);
+    }
+    return out;
+  }
   // pv=fp16 (mma.sync only): the V tile is 2 bytes per element and the fp32 O / 16-bit P fragments
   // take more registers than the int8 path; ptxas spills at bn 128 for d 96 / 128 (sm_80 .. sm_90a), so
   // bn 64 first (accum=fp16 at d 64: bn 64 with 3 stages spills 8-16 bytes, 2 stages do not). Not timed.
@@ -118,13 +130,15 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
   std::vector<Tiling> all = preferred(spec);
   // The fp16/bf16 list is the measured shortlist; the int8 kernel's space is swept.
   // The wgmma forms also with a minimum of 4 blocks per SM (validate() drops those that cannot fit).
+  const bool i4mma = spec.qk.fmt == Fmt::int4 && int4_mma_by_default(spec.arch);   // see preferred()
   if (spec.quantized() && spec.phase == Phase::prefill)
     for (bool wg : {true, false})
       for (int bm : {64, 128})
         for (int bn : {32, 64, 128})
           for (int w : {4, 8})
             for (int st : {2, 3}) {
-              add_unique(all, Tiling{bm, bn, w, st, wg});
+              if (i4mma && wg) continue;   // the packed-int4 form is mma.sync only
+              add_unique(all, Tiling{bm, bn, w, st, wg, 0, i4mma});
               if (wg && w == 4) add_unique(all, Tiling{bm, bn, w, st, wg, 4});
             }
   std::vector<Tiling> valid;
@@ -168,6 +182,10 @@ std::vector<Spec> default_grid(Arch arch) {
     add({Fmt::int8, qg}, {Fmt::int8, Gran::per_tensor}, Fmt::fp16, 128, false, kSmoothK);
     add({Fmt::int8, qg}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, 128, true, kSmoothK | kSmoothV);
   }
+  // qk=int4 (issue #3): packed int4 Q·K^T (_i4mma) on sm_80 .. sm_89, int8 compute on sm_90 / sm_90a
+  // (validate.hpp, dispatch_note); once per mask with the int8 P·V of the main job.
+  for (bool causal : {false, true})
+    add({Fmt::int4, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::fp16, 128, causal, kSmoothK | kSmoothV);
   // d 96 and 256 (issue #3): each kernel family once per mask: fp16, bf16, and int8 with per-channel V
   // (fp16 out) and per-tensor V (bf16 out), whose Q/K granularities pick different quantization passes.
   for (int d : {96, 256})

@@ -7,13 +7,13 @@ namespace qattn {
 
 std::string to_string(const Tiling& t) {
   return "bm" + std::to_string(t.block_m) + "_bn" + std::to_string(t.block_n) + "_w" + std::to_string(t.warps) +
-         "_s" + std::to_string(t.stages) + (t.wgmma ? "_wg" : "") +
+         "_s" + std::to_string(t.stages) + (t.wgmma ? "_wg" : "") + (t.int4_mma ? "_i4mma" : "") +
          (t.min_blocks > 0 ? "_mb" + std::to_string(t.min_blocks) : "");
 }
 
 Tiling parse_tiling(std::string_view input) {
   auto parts = text::split(input, "_");
-  // The optional tokens, from the back: _mb<k>, then _wg.
+  // The optional tokens, from the back: _mb<k>, then one of _wg / _i4mma.
   long long min_blocks = 0;
   bool ok = true;
   if (parts.size() > 4 && text::starts_with(parts.back(), "mb")) {
@@ -21,7 +21,8 @@ Tiling parse_tiling(std::string_view input) {
     parts.pop_back();
   }
   const bool wgmma = parts.size() == 5 && parts[4] == "wg";
-  if (wgmma) parts.pop_back();
+  const bool int4_mma = parts.size() == 5 && parts[4] == "i4mma";
+  if (wgmma || int4_mma) parts.pop_back();
   const char* prefixes[] = {"bm", "bn", "w", "s"};
   long long values[4] = {0, 0, 0, 0};
   ok = ok && parts.size() == 4;
@@ -31,10 +32,10 @@ Tiling parse_tiling(std::string_view input) {
          values[i] > 0 && values[i] <= 1024;
   if (!ok)
     throw_bad_input("bad tiling '" + std::string(input) +
-                    "'; expected bm<rows>_bn<rows>_w<warps>_s<stages>[_wg][_mb<blocks>], e.g. bm128_bn64_w4_s2 or "
-                    "bm64_bn128_w4_s3_wg_mb4");
+                    "'; expected bm<rows>_bn<rows>_w<warps>_s<stages>[_wg|_i4mma][_mb<blocks>], e.g. bm128_bn64_w4_s2, "
+                    "bm64_bn128_w4_s3_wg_mb4 or bm64_bn64_w4_s2_i4mma");
   return Tiling{static_cast<int>(values[0]), static_cast<int>(values[1]), static_cast<int>(values[2]),
-                static_cast<int>(values[3]), wgmma, static_cast<int>(min_blocks)};
+                static_cast<int>(values[3]), wgmma, static_cast<int>(min_blocks), int4_mma};
 }
 
 }  // namespace qattn

@@ -61,15 +61,17 @@ Verdict validate_pv(const Spec& s) {
       return Verdict::no("accum=fp16 with pv=fp8e4m3: the FP8 mma accumulates in fp32 only; accepted: fp32, two_level");
     return Verdict::yes();
   }
-  return Verdict::no("qk=int8 with " + pv + " is not supported; accepted: pv=int8:per_tensor|per_channel, pv=fp16, "
+  return Verdict::no(std::string("qk=") + to_string(s.qk.fmt) + " with " + pv + " is not supported; accepted: pv=int8:per_tensor|per_channel, pv=fp16, "
                      "pv=fp8e4m3:per_channel");
 }
 
+// qk=int8 and qk=int4 (symmetric codes in [-7, 7]; the INT8 kernel, see dispatch_note) share the rules.
 Verdict validate_int8(const Spec& s) {
   const Gran g = s.qk.gran;
+  const std::string qk = std::string("qk=") + to_string(s.qk.fmt);
   if (g != Gran::per_tensor && g != Gran::per_block && g != Gran::per_token && g != Gran::per_warp &&
       g != Gran::per_thread)
-    return Verdict::no(std::string("qk=int8:") + to_string(g) +
+    return Verdict::no(qk + ":" + to_string(g) +
                        " is not supported; accepted: per_tensor, per_block, per_warp, per_thread, per_token");
   if (Verdict v = validate_pv(s); !v) return v;
   if (!is_float(s.out)) return Verdict::no(std::string("out=") + to_string(s.out) + " is not supported; accepted: fp16, bf16");
@@ -129,9 +131,9 @@ Verdict validate(const Spec& s) {
                        " is a decode mode (issue #4); accepted for prefill: exact");
   if (s.gqa < 1 || s.gqa > 64) return Verdict::no("gqa=" + std::to_string(s.gqa) + " is out of range; accepted: 1..64");
   if (is_float(s.qk.fmt)) return validate_float(s);
-  if (s.qk.fmt == Fmt::int8) return validate_int8(s);
+  if (s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4) return validate_int8(s);
   return Verdict::no(std::string("qk=") + to_string(s.qk.fmt) +
-                     " is not implemented yet (issue #3: int4, fp8); accepted: fp16, bf16, int8");
+                     " is not a prefill Q/K format (the SageAttention2 family quantizes Q/K to integers); accepted: fp16, bf16, int8, int4");
 }
 
 int kernel_smem_bytes(const Spec& s, const Tiling& t) {
@@ -150,16 +152,23 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
   }
   const int v_bytes = s.pv.fmt == Fmt::fp16 ? 2 : 1;   // pv=fp16: the V tile as given (fp16/bf16)
   if (!prefill_int8::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages, t.wgmma, v_bytes,
-                               s.accum == Accum::fp16))
+                               s.accum == Accum::fp16, t.int4_mma))
     return 0;
-  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma, v_bytes);
+  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma, v_bytes, t.int4_mma);
 }
 
 Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (Verdict v = validate(s); !v) return v;
   if (s.arch == Arch::unset) return Verdict::no("no arch: set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a> or run on a GPU");
-  if (t.wgmma && (s.qk.fmt != Fmt::int8 || s.phase != Phase::prefill))
-    return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) exists for the int8 prefill kernel only; drop _wg");
+  const bool int_prefill = s.phase == Phase::prefill && (s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4);
+  if (t.wgmma && !int_prefill)
+    return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) exists for the int8 prefill kernel only "
+                       "(qk=int8, or qk=int4 as int8 compute); drop _wg");
+  if (t.int4_mma && (s.qk.fmt != Fmt::int4 || s.phase != Phase::prefill))
+    return Verdict::no("tiling " + to_string(t) + ": _i4mma (packed int4 Q·K^T) applies to prefill qk=int4 only; drop _i4mma");
+  if (t.int4_mma && t.wgmma)
+    return Verdict::no("tiling " + to_string(t) + ": the packed int4 form (_i4mma) runs on mma.sync only; "
+                       "drop _wg (int8 compute on wgmma) or _i4mma");
   if (t.wgmma && s.pv.fmt != Fmt::int8)
     return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) runs int8 P·V only; pv=" + to_string(s.pv.fmt) +
                        " uses the mma.sync form: drop _wg");
@@ -172,7 +181,8 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
                        (s.flow == Dataflow::gemv ? "gemv_" : "") + "shape.h)");
   if (smem == 0)
     return Verdict::no("tiling " + to_string(t) + " is not supported by the " +
-                       (is_float(s.qk.fmt) ? "fp16/bf16" : "int8") + " kernel at d=" + std::to_string(s.head_dim) +
+                       (is_float(s.qk.fmt) ? "fp16/bf16" : t.int4_mma ? "packed int4" : "int8") + " kernel at d=" +
+                       std::to_string(s.head_dim) +
                        " (see the valid tilings at the top of templates/qattn/attention/prefill_*.cuh)");
   if (smem > limits.max_smem_per_block)
     return Verdict::no("tiling " + to_string(t) + " needs " + std::to_string(smem) + " bytes of shared memory; " +
@@ -203,6 +213,29 @@ Verdict validate(const Spec& s, const Problem& p) {
                        std::to_string(p.heads_kv) + " but the spec says gqa=" + std::to_string(s.gqa) +
                        "; accepted: hq = gqa * hkv");
   return Verdict::yes();
+}
+
+bool int4_mma_by_default(Arch arch) { return arch != Arch::sm_90 && arch != Arch::sm_90a && arch != Arch::unset; }
+
+std::string dispatch_note(const Spec& s) {
+  if (s.phase != Phase::prefill || s.qk.fmt != Fmt::int4 || s.arch == Arch::unset || int4_mma_by_default(s.arch))
+    return "";
+  Tiling int8_compute;
+  return dispatch_note(s, int8_compute);
+}
+
+std::string dispatch_note(const Spec& s, const Tiling& t) {
+  if (s.phase != Phase::prefill || s.qk.fmt != Fmt::int4 || s.arch == Arch::unset) return "";
+  const std::string arch = to_string(s.arch);
+  if (t.int4_mma && !int4_mma_by_default(s.arch))
+    return "qk=int4 with _i4mma on " + arch + " runs packed INT4 mma.sync, which is emulated on Hopper (slow; "
+           "meant for testing): the default there is int8 compute";
+  if (!t.int4_mma && int4_mma_by_default(s.arch))
+    return "qk=int4 on " + arch + " runs as int8 compute because the tiling has no _i4mma (codes stay in [-7,7]); "
+           "add _i4mma for the packed INT4 tensor cores";
+  if (!t.int4_mma)
+    return "qk=int4 on " + arch + " runs as int8 compute (INT4 mma.sync is emulated on Hopper); codes stay in [-7,7]";
+  return "";
 }
 
 void require(const Verdict& v) {

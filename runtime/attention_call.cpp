@@ -85,13 +85,14 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   }
   // Quantized: Q and K as int8 rows [b, h, s, d]; V as int8 V^T per head, padded to kVPadTokens.
   const int d = spec.head_dim;
-  std::array<rt::QuantSlot, 3> slots = rt::quant_slots(spec, p);
+  std::array<rt::QuantSlot, 3> slots = rt::quant_slots(spec, p, tiling.int4_mma);
   size_t bytes = 0, scratch_floats = 0;
   for (rt::QuantSlot& s : slots) {
     if (!s.active) continue;
     const long long rows = static_cast<long long>(s.problem.batch) * s.problem.heads;
     s.codes = bytes;
-    bytes = align_up(bytes + static_cast<size_t>(rows) * s.problem.seq_pad * d);
+    s.row_bytes = s.request.pack4 ? d / 2 : d;   // packed int4: two codes per byte
+    bytes = align_up(bytes + static_cast<size_t>(rows) * s.problem.seq_pad * s.row_bytes);
     s.scales = bytes;
     bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(s.plan.scale_floats));
     s.mean = bytes;
@@ -123,8 +124,9 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
       continue;
     }
     const long long heads = s.problem.heads, seq = s.problem.seq_pad;
+    const long long rb = s.row_bytes;
     s.y = s.request.transpose ? TensorRef{base + s.codes, heads * d * seq, d * seq, 1, seq}
-                              : TensorRef{base + s.codes, heads * seq * d, seq * d, d, 1};
+                              : TensorRef{base + s.codes, heads * seq * rb, seq * rb, rb, 1};
     QuantParams qp{};
     qp.x = ref_of(inputs[i]);
     qp.y = s.y;
@@ -136,7 +138,7 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
     qp.seq_len = s.problem.seq_len;
     qp.seq_pad = s.problem.seq_pad;
     qp.d = d;
-    qp.qmax = s.request.code == Fmt::fp8e4m3 ? 448.f : 127.f;   // fp8: scale = amax / 448
+    qp.qmax = s.request.code == Fmt::fp8e4m3 ? 448.f : static_cast<float>(s.request.qmax);   // fp8: amax / 448; int4 Q/K: 7
     const std::string err = quant::quant_params_error(s.request, qp);
     if (!err.empty()) throw_bad_input("cannot quantize " + std::string("qkv").substr(static_cast<size_t>(i), 1) + ": " + err);
     for (const quant::QuantLaunch& l : s.plan.launches) {

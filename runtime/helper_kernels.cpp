@@ -1,5 +1,7 @@
 #include "runtime/helper_kernels.hpp"
 
+#include "qattn/validate.hpp"
+
 namespace qattn::rt {
 namespace {
 
@@ -13,13 +15,16 @@ std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLa
                         : r.gran == Gran::per_thread ? "thr" + std::to_string(r.group)
                         : r.gran == Gran::per_tensor ? "ten"
                                                      : "chn";
-  return std::string("qattn_quant_") + (r.in == Fmt::bf16 ? "bf16" : "f16") + (r.code == Fmt::fp8e4m3 ? "_e4m3" : "_i8") + g + (r.smooth ? "_smooth" : "") +
+  // _i8: one code per byte (int8, and int4's [-7, 7] codes: qmax is a launch parameter); _i4p: packed int4;
+  // _e4m3: fp8 V^T.
+  return std::string("qattn_quant_") + (r.in == Fmt::bf16 ? "bf16" : "f16") +
+         (r.code == Fmt::fp8e4m3 ? "_e4m3" : r.pack4 ? "_i4p" : "_i8") + g + (r.smooth ? "_smooth" : "") +
          (r.transpose ? "_vt" : "") + "_d" + std::to_string(r.d) + "__" + l.tag;
 }
 
 }  // namespace
 
-std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p) {
+std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool int4_mma) {
   const int d = spec.head_dim;
   // per_warp / per_thread: the Q mapping (group 32) and the K mapping (group 64) of quant_shape.h; the
   // scales come out expanded per row, so the attention kernel runs its per-token path.
@@ -35,6 +40,11 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p) {
   slots[2].request = {spec.out, spec.pv.gran, 0, (spec.smooth & kSmoothV) != 0, true, d, spec.pv.fmt == Fmt::fp8e4m3 ? Fmt::fp8e4m3 : Fmt::int8};
   slots[2].problem = {p.batch, p.heads_kv, p.kv_len, kv_pad};
   slots[2].active = spec.pv.fmt != Fmt::fp16;   // pv=fp16: the kernel reads V as given
+  if (spec.qk.fmt == Fmt::int4)
+    for (int i : {0, 1}) {
+      slots[static_cast<size_t>(i)].request.qmax = 7;
+      slots[static_cast<size_t>(i)].request.pack4 = int4_mma;
+    }
   for (QuantSlot& s : slots)
     if (s.active) s.plan = quant::plan_quant(s.request, s.problem);
   return slots;
@@ -70,7 +80,7 @@ std::vector<Source> helper_sources(const Spec& spec) {
   if (spec.phase == Phase::decode) return {render_decode_combine(spec), render_kv_append(spec)};
   if (!spec.quantized()) return out;
   const Problem nominal{1, spec.gqa, 1, 128, 128};
-  for (const QuantSlot& s : quant_slots(spec, nominal))
+  for (const QuantSlot& s : quant_slots(spec, nominal, spec.qk.fmt == Fmt::int4 && int4_mma_by_default(spec.arch)))
     for (const quant::QuantLaunch& l : s.plan.launches) out.push_back(quant_source(s.request, l, spec.arch));
   if (spec.smooth & kSmoothK) {
     out.push_back(row_dot_source(spec));

@@ -18,20 +18,23 @@ struct QuantSlot {
   quant::QuantProblem problem;
   quant::QuantPlan plan;
   size_t codes = 0, scales = 0, mean = 0;
+  int row_bytes = 0;   // bytes per row of codes (packed int4: d/2), filled in by the caller
   TensorRef y{};
   bool active = true;   // false: the operand is used as given (V of pv=fp16): no passes, no workspace
 };
 
 // Q and K as int8 rows [b, h, s, d] (per_block: groups of 64 tokens; K smoothed when the spec says so);
 // V as int8 V^T per head, padded to kVPadTokens (mean subtracted when the spec smooths V; the kernel
-// adds it back to O).
-std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem);
+// adds it back to O). qk=int4: Q and K codes in [-7, 7] (qmax 7), packed two per byte (rows of d/2
+// bytes) when the kernel's tiling runs the packed form (int4_mma = tiling.int4_mma), else one per byte.
+std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem, bool int4_mma);
 
 Source quant_source(const quant::QuantRequest& request, const quant::QuantLaunch& launch, Arch arch);
 Source row_dot_source(const Spec& spec);   // q · mean_k per row (K smoothing)
 Source add_scaled_source(Arch arch);       // lse += softmax_scale * dot
 
 // Every helper kernel attention() launches for `spec` (arch set): for compile-only cache warm-up and tests.
+// qk=int4: the quantizers of the arch's default form (int4_mma_by_default, validate.hpp).
 std::vector<Source> helper_sources(const Spec& spec);
 
 }  // namespace qattn::rt

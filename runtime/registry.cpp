@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "cache/log.hpp"
 #include "cache/open_layer.hpp"
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
@@ -171,6 +172,9 @@ std::shared_ptr<LoadedKernel> Runtime::Impl::load(const Spec& spec, const Tiling
   const std::string name = kernel_name(spec, tiling);
   if (auto it = by_name.find(name); it != by_name.end()) return it->second;
   require(validate(spec, tiling, limits()));
+  // How the kernel runs when the spec's text does not say it (qk=int4 as int8 compute on sm_90, ...):
+  // printed once per process under QATTN_LOG=1, like the cache's warnings.
+  if (const std::string note = dispatch_note(spec, tiling); !note.empty()) cache::log_once("qattn: " + name + ": " + note);
   rt::Binary bin = binaries->get({render_attention(spec, tiling)}).front();
   if (!bin.error.empty()) throw Error(ErrorKind::failure, bin.error);
   counters.compiles = binaries->compiles();

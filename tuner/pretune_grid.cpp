@@ -202,12 +202,14 @@ std::string default_pretune_grid_json() {
     // Prefill: the common head dims only; d 96 and 256 (fewer models, and d 256 times ~2x longer) would
     // push the default past its 10-minute budget. A model that needs them lists them in its own grid.
     // per_warp / per_thread run the per_token kernel (their quantizer differs, the tiling trade-offs do
-    // not): tuning them again would only spend the budget.
+    // not): tuning them again would only spend the budget. So do qk=int4 (on the H100 it runs the int8
+    // kernel over [-7, 7] codes; a model on sm_80 .. sm_89 that wants the packed form tuned lists it).
     const bool fragment_scales = s.qk.gran == Gran::per_warp || s.qk.gran == Gran::per_thread;
     // fp16 / fp8 P·V after int8 Q·K^T (issue #3) stay out too for now: the 10-minute budget has no room
-    // for them (a grid that needs them lists them).
+    // for them (a grid that needs them lists them); so does qk=int4 (the int8 kernel on the H100).
     const bool float_pv = s.quantized() && s.pv.fmt != Fmt::int8;
-    if (s.phase == Phase::prefill && (s.head_dim == 64 || s.head_dim == 128) && !fragment_scales && !float_pv)
+    if (s.phase == Phase::prefill && (s.head_dim == 64 || s.head_dim == 128) && !fragment_scales && !float_pv &&
+        s.qk.fmt != Fmt::int4)
       prefill.push_back(to_string(s));
   }
   // Decode: the families the dataflow/split sweeps cover (row caches, not flashq), ~5 s each on an H100.

@@ -1,6 +1,9 @@
 // qattn::Tiling — the compile-time tunables of a kernel (what the tuner chooses among).
 // Text form: "bm128_bn64_w4_s2" (block of query rows, block of KV rows, warps, pipeline stages), with
 // "_wg" appended when the products run on warpgroup tensor cores (wgmma, sm_90a) instead of mma.sync,
+// or "_i4mma" when Q·K^T of a qk=int4 spec runs on packed int4 tensor cores (mma.sync m16n8k64 .s4,
+// Q/K rows of d/2 bytes); without it a qk=int4 spec runs on int8 tensor cores over the same [-7, 7]
+// codes stored one per byte (the only fast form on sm_90, where the s4 mma is emulated),
 // then "_mb<k>" when the kernel asks ptxas for k resident blocks per SM (__launch_bounds__(threads, k):
 // registers capped at 64K / (k * threads)), e.g. "bm64_bn128_w4_s3_wg_mb4".
 #pragma once
@@ -16,9 +19,10 @@ struct Tiling {
   int stages = 2;
   bool wgmma = false;
   int min_blocks = 0;   // 0: no hint
+  bool int4_mma = false;   // qk=int4: packed int4 Q/K on mma.sync .s4 (token _i4mma); never with wgmma
   bool operator==(const Tiling& o) const {
     return block_m == o.block_m && block_n == o.block_n && warps == o.warps && stages == o.stages &&
-           wgmma == o.wgmma && min_blocks == o.min_blocks;
+           wgmma == o.wgmma && min_blocks == o.min_blocks && int4_mma == o.int4_mma;
   }
   bool operator!=(const Tiling& o) const { return !(*this == o); }
 };

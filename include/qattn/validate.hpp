@@ -33,6 +33,19 @@ Verdict validate(const Spec& spec, const Problem& problem);            // sizes 
 // Throw qattn::Error(bad_input) with the verdict's reason when it is not ok.
 void require(const Verdict& verdict);
 
+// How a supported spec runs when that is not what its text suggests; "" when there is nothing to say.
+// Today: prefill qk=int4. Its Q·K^T runs on packed INT4 tensor cores (mma.sync m16n8k64 .s4, tiling
+// token _i4mma) by default on sm_80 / sm_86 / sm_89, and as INT8 compute over the same [-7, 7] codes
+// stored one per byte on sm_90 / sm_90a, where the s4 mma is emulated and slow; e.g.
+//   "qk=int4 on sm_90a runs as int8 compute (INT4 mma.sync is emulated on Hopper); codes stay in [-7,7]".
+// The one-argument form describes the arch's default form (what the search space offers); the
+// two-argument form describes the given tiling (e.g. _i4mma forced on sm_90, or no _i4mma on sm_89).
+// The CLI prints it where it explains a spec, and the runtime logs it once per kernel it prepares.
+std::string dispatch_note(const Spec& spec);
+std::string dispatch_note(const Spec& spec, const Tiling& tiling);
+// Whether qk=int4 prefill runs on packed INT4 tensor cores (_i4mma) by default on `arch`.
+bool int4_mma_by_default(Arch arch);
+
 // Dynamic shared memory bytes the kernel for (spec, tiling) needs; 0 when the tiling is invalid.
 int kernel_smem_bytes(const Spec& spec, const Tiling& tiling);
 

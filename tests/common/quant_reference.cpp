@@ -242,5 +242,27 @@ QuantCheck check_quantized(const HostTensor& x, const QuantRef& ref, const Quant
   return r;
 }
 
+std::vector<std::uint8_t> pack_int4(const std::vector<std::int8_t>& codes, int d) {
+  if (d % 2 != 0 || codes.size() % static_cast<size_t>(d) != 0) throw std::invalid_argument("pack_int4: rows of an even d");
+  std::vector<std::uint8_t> out(codes.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int lo = codes[2 * i], hi = codes[2 * i + 1];
+    if (lo < -8 || lo > 7 || hi < -8 || hi > 7) throw std::invalid_argument("pack_int4: a code outside [-8, 7]");
+    out[i] = static_cast<std::uint8_t>((lo & 0xf) | ((hi & 0xf) << 4));
+  }
+  return out;
+}
+
+std::vector<std::int8_t> unpack_int4(const std::vector<std::uint8_t>& packed, int d) {
+  if (d % 2 != 0 || packed.size() % static_cast<size_t>(d / 2) != 0) throw std::invalid_argument("unpack_int4: rows of an even d");
+  std::vector<std::int8_t> out(packed.size() * 2);
+  auto nibble = [](int v) { return static_cast<std::int8_t>(v >= 8 ? v - 16 : v); };
+  for (size_t i = 0; i < packed.size(); ++i) {
+    out[2 * i] = nibble(packed[i] & 0xf);
+    out[2 * i + 1] = nibble(packed[i] >> 4);
+  }
+  return out;
+}
+
 }  // namespace test
 }  // namespace qattn

@@ -92,5 +92,12 @@ struct QuantCheck {
 // `x` must be exactly the kernel's input (already rounded to fp16/bf16).
 QuantCheck check_quantized(const HostTensor& x, const QuantRef& ref, const QuantizedView& got);
 
+// Packed int4 rows (qk=int4's packed form, quant_shape.h): codes in [-8, 7], two per byte, code 2i in
+// the low nibble of byte i and 2i + 1 in the high one (two's complement). `codes` holds rows of `d`
+// codes (d even); the result rows of d / 2 bytes, in the same row order. unpack_int4 is its inverse
+// (sign-extending each nibble).
+std::vector<std::uint8_t> pack_int4(const std::vector<std::int8_t>& codes, int d);
+std::vector<std::int8_t> unpack_int4(const std::vector<std::uint8_t>& packed, int d);
+
 }  // namespace test
 }  // namespace qattn

@@ -4,6 +4,7 @@
 // with the exact q, as the runtime's LSE correction does). LSE is 1-Lipschitz in the largest score
 // change, so no kernel given these quantized inputs can be asked to get its LSE closer than this.
 // `group`: per_block tokens; per_warp / per_thread use the Q mapping for q and the K mapping for k.
+// `qmax`: 127 (int8 Q/K) or 7 (int4 Q/K).
 #pragma once
 #include <vector>
 
@@ -14,7 +15,7 @@ namespace qattn {
 namespace test {
 
 std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, Gran gran, int group, bool smooth_k,
-                                      bool causal);
+                                      bool causal, double qmax = 127);
 
 }  // namespace test
 }  // namespace qattn

@@ -28,7 +28,7 @@ TEST(Render, TranslationUnitNamesTheKernelAndIncludesOnlyEmbeddedHeaders) {
     const auto end = src.text.find('"', inc + 10);
     EXPECT_TRUE(embedded(src.text.substr(inc + 10, end - inc - 10))) << src.text;
     const char* body = decode ? (s.flow == Dataflow::gemv ? "decode::GemvKernel<" : "decode::Kernel<")
-                       : s.qk.fmt == Fmt::int8 ? "prefill_int8::Kernel<"
+                       : s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4 ? "prefill_int8::Kernel<"
                                                : "prefill_fp16::Kernel<";
     EXPECT_NE(src.text.find(body), std::string::npos) << src.text;
   }

@@ -80,7 +80,8 @@ const Row kTable[] = {
     {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=qk", false, "accepted: none, k, v, kv"},
     {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=kv", false, "needs per-channel V scales"},
     {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=kv", true, ""},
-    {"prefill qk=int4:per_thread pv=int8:per_tensor out=fp16 d=128", false, "accepted: fp16, bf16, int8"},
+    {"prefill qk=int4:per_thread pv=int8:per_tensor out=fp16 d=128", true, ""},
+    {"prefill qk=fp8e4m3:per_token pv=int8:per_tensor out=fp16 d=128", false, "accepted: fp16, bf16, int8, int4"},
 };
 
 TEST(Validate, Table) {

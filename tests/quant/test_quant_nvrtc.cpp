@@ -34,8 +34,11 @@ std::map<std::string, unsigned> planned_passes(bool all_dims) {
         for (bool transpose : {false, true})
           for (Gran gran : {Gran::per_token, Gran::per_block, Gran::per_tensor, Gran::per_channel, Gran::per_warp,
                             Gran::per_thread})
-            for (int group : {32, 64, 128}) {   // per_block 64 | 128; per_warp / per_thread 32 (Q) | 64 (K)
+            for (int group : {32, 64, 128})   // per_block 64 | 128; per_warp / per_thread 32 (Q) | 64 (K)
+            for (bool pack4 : {false, true}) {   // qk=int4's packed rows (qmax 7)
               QuantRequest r;
+              r.pack4 = pack4;
+              r.qmax = pack4 ? 7 : 127;
               r.in = in;
               r.gran = gran;
               r.group = group;

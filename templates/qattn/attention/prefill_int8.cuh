@@ -71,6 +71,16 @@
 //   and fp16 P need. The row sum l is the exact fp32 sum before rounding (no integer range to keep).
 //   At d = 256, pv=fp16 reloads the Q fragments from the resident Q tile every KV tile (kQInRegs):
 //   with the fp32 O and 16-bit P fragments, keeping them spilled on sm_80 .. sm_90a.
+// Packed INT4 Q/K (template parameter S4, tiling token _i4mma; qk=int4, mma.sync form only): Q and K
+// hold codes in [-7, 7] packed two per byte (element 2i in the low nibble of byte i), rows of d / 2
+// bytes, and Q·K^T runs on mma.sync m16n8k64 .s4. A packed row of d int4 codes has, byte for byte, the
+// fragment layout of an int8 row of d / 2 bytes (an s4 k64 step reads the same 32 bytes per row, at
+// the same lanes, as an s8 k32 step), so the Q / K tiles, swizzle, loader and ldmatrix run unchanged
+// on "QK row bytes" kQB = d / 2; only the mma differs. d = 96 (48 bytes) ends with a half step: its
+// upper 16 bytes of A and B are zero registers, and the tiles are three 16-byte atoms (no swizzle
+// needed: 8 rows of one atom are 128 contiguous bytes). P·V is unchanged (u8 P, int8 V^T), and the
+// bias trick holds with room to spare (|S| <= d · 7 · 7). On sm_90 the s4 mma is emulated (slow):
+// there int4 specs run this kernel with S4 = false on the same [-7, 7] codes stored as int8.
 //
 // Requirements on the tensors (see abi.h): Q, K, O rows contiguous (sc = 1); V^T rows (sc = row stride)
 // zero-padded to kVPadTokens tokens (pv=fp16: V rows contiguous, 16-byte aligned, not padded); every
@@ -110,10 +120,12 @@ constexpr float kHalfLShare = 32.f;
 template <bool B, class T, class F> struct Pick { using type = T; };
 template <class T, class F> struct Pick<false, T, F> { using type = F; };
 
-// PV (P·V operand format) and ACC (its accumulation) come last with defaults that give the int8 kernel.
+// PV (P·V operand format), ACC (its accumulation) and S4 (packed int4 Q·K^T) come last, with defaults
+// that give the int8 kernel.
 template <Gran V_GRAN, Fmt OUT, int D, bool CAUSAL, int BM, int BN, int WARPS, int STAGES, bool WG = false,
-          Fmt PV = Fmt::int8, Accum ACC = Accum::fp32>
+          Fmt PV = Fmt::int8, Accum ACC = Accum::fp32, bool S4 = false>
 struct Kernel {
+  static_assert(!(S4 && WG), "prefill_int8: the packed-int4 Q·K^T (S4) exists in the mma.sync form only");
   static_assert(PV == Fmt::int8 || PV == Fmt::fp16 || PV == Fmt::fp8e4m3, "prefill_int8: pv must be int8, fp16 or fp8e4m3");
   static_assert(PV == Fmt::fp16 ? V_GRAN == Gran::none
                                 : (V_GRAN == Gran::per_channel || (PV == Fmt::int8 && V_GRAN == Gran::per_tensor)),
@@ -131,45 +143,49 @@ struct Kernel {
   static constexpr int kVBytes = kHalfV ? 2 : 1;
   // pv=fp16 at d = 256: the fp32 O (128 registers) leaves no room for the Q fragments (32) next to the
   // 16-bit P fragments, so Q·K^T reads them from the resident Q tile every KV tile (8 ldmatrix.x4).
-  static constexpr bool kQInRegs = !(kHalfV && D == 256);
+  // (S4 keeps them: packed Q fragments are half as many.)
+  static constexpr bool kQInRegs = !(kHalfV && D == 256) || S4;
 
  public:
-  static_assert(tiling_ok(D, BM, BN, WARPS, STAGES, WG, kVBytes, kHalfO),
+  static_assert(tiling_ok(D, BM, BN, WARPS, STAGES, WG, kVBytes, kHalfO, S4),
                 "prefill_int8: invalid tiling (see prefill_int8_shape.h)");
   static constexpr int kThreads = WARPS * 32;
-  static constexpr int kSmemBytes = smem_bytes(D, BM, BN, STAGES, WG, kVBytes);
+  static constexpr int kSmemBytes = smem_bytes(D, BM, BN, STAGES, WG, kVBytes, S4);
 
  private:
   using u32 = dev::u32;
   static constexpr int kMT = BM / (16 * WARPS);   // m16 row tiles per warp
   static constexpr int kSN = BN / 8;              // n8 column blocks of S
   static constexpr int kON = D / 8;               // n8 column blocks of O
-  static constexpr int kQKSteps = D / 32;         // k32 steps of Q·K^T
+  static constexpr int kQB = qk_row_bytes(D, S4);   // bytes per Q / K row (S4: d / 2)
+  static constexpr int kQKSteps = (kQB + 31) / 32;   // 32-byte steps of Q·K^T (k32 s8 or k64 s4)
   static constexpr int kPVSteps = BN / 32;        // k32 steps of P·V
-  static constexpr int kDChunks = D / 16;         // 16-byte chunks per Q / K row
+  static constexpr int kDChunks = kQB / 16;       // 16-byte chunks per Q / K row
   // Q and K tiles are stored as kAtoms column blocks ("atoms") of kAtomBytes per row, each a
   // [rows][kAtomBytes] tile swizzled by int8::swizzle: one atom of d bytes at d = 64 and 128, two of
   // 128 at d = 256, three of 32 at d = 96. wgmma needs it (its K-major smem operands have rows of one
   // swizzle atom, 32, 64 or 128 bytes), and ldmatrix reads every layout without bank conflicts.
-  static constexpr int kAtomBytes = D % 128 == 0 ? 128 : (D % 64 == 0 ? 64 : 32);
+  // S4 (rows of d / 2 bytes) at d = 96: three atoms of 16 bytes.
+  static constexpr int kAtomBytes = kQB % 128 == 0 ? 128 : (kQB % 64 == 0 ? 64 : (kQB % 32 == 0 ? 32 : 16));
   static constexpr int kAtomChunks = kAtomBytes / 16;
-  static constexpr int kAtoms = D / kAtomBytes;
+  static constexpr int kAtoms = kQB / kAtomBytes;
   static constexpr int kNChunks = BN / 16;        // 16-byte chunks per V^T row
-  static constexpr int kKTileBytes = BN * D;      // == V^T tile bytes (int8, fp8)
-  static constexpr int kVTileBytes = BN * D * kVBytes;
+  static constexpr int kKTileBytes = BN * kQB;    // K tile (int8 rows of d bytes, or packed int4 of d / 2)
+  static constexpr int kVTileBytes = BN * D * kVBytes;   // V^T (int8, fp8) or V (fp16 / bf16) tile
   // Shared memory (offsets from the base): Q, then per stage K and V^T (and, for mma.sync, the K
   // scales); the wgmma form keeps the scales of all stages after the last stage (1024-byte tiles).
   static constexpr int kStageBytes = kKTileBytes + kVTileBytes + (WG ? 0 : 4 * BN);
-  static __device__ __forceinline__ int k_off(int slot) { return BM * D + slot * kStageBytes; }
+  static __device__ __forceinline__ int k_off(int slot) { return BM * kQB + slot * kStageBytes; }
   static __device__ __forceinline__ int v_off(int slot) { return k_off(slot) + kKTileBytes; }
   static __device__ __forceinline__ int scale_off(int slot) {
-    return WG ? BM * D + STAGES * kStageBytes + slot * 4 * BN : k_off(slot) + kKTileBytes + kVTileBytes;
+    return WG ? BM * kQB + STAGES * kStageBytes + slot * 4 * BN : k_off(slot) + kKTileBytes + kVTileBytes;
   }
   // Address of 16-byte chunk `chunk` of row `row` in the Q or K tile of ROWS rows at `tile` (see
   // kAtomBytes). Summed left to right as the d = 64 / 128 kernels always did (same code as before).
   template <int ROWS>
   static __device__ __forceinline__ u32 qk_addr(u32 tile, int row, int chunk) {
-    if constexpr (kAtoms == 1) return tile + row * D + int8::swizzle<kDChunks>(row, chunk) * 16;
+    if constexpr (kAtomChunks == 1) return tile + chunk * (ROWS * 16) + row * 16;   // S4, d = 96
+    else if constexpr (kAtoms == 1) return tile + row * kQB + int8::swizzle<kDChunks>(row, chunk) * 16;
     else
       return tile + (chunk / kAtomChunks) * (ROWS * kAtomBytes) + row * kAtomBytes +
              int8::swizzle<kAtomChunks>(row, chunk % kAtomChunks) * 16;
@@ -381,6 +397,8 @@ struct Kernel {
         dev::wgmma_s8s8_ss<BN>(s[0], qd + atom * (BM * kAtomBytes / 16) + step, kd + atom * (BN * kAtomBytes / 16) + step);
       }
       dev::wgmma_commit();   // the caller waits
+    } else if constexpr (S4) {
+      qk_s4(s, st, ktile);
     } else {
 #pragma unroll
       for (int j = 0; j < kSN; ++j) {
@@ -404,6 +422,64 @@ struct Kernel {
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) dev::mma_m16n8k32_s8_s32(s[mt][j], qf[mt][ks], kb);
         }
+      }
+    }
+  }
+
+  // S4: S += Q̂·K̂^T on packed int4 rows of kQB bytes, one m16n8k64 .s4 mma per 32-byte step. K's
+  // B fragments come as in the int8 path (x4: two steps; x2: one step); a trailing 16-byte half step
+  // (d = 96) takes an x1 load and a zero upper register.
+  static __device__ __forceinline__ void qk_s4(Scores& s, const State& st, u32 ktile) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < kSN; ++j) {
+      const int row = 8 * j + (lane & 7);
+#pragma unroll
+      for (int h = 0; h < kQB / 64; ++h) {
+        u32 kb[4];
+        dev::ldmatrix_x4(kb, qk_addr<BN>(ktile, row, 4 * h + (lane >> 3)));
+        const u32 b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          dev::mma_m16n8k64_s4_s32(s[mt][j], st.qf[mt][2 * h], b0);
+          dev::mma_m16n8k64_s4_s32(s[mt][j], st.qf[mt][2 * h + 1], b1);
+        }
+      }
+      if constexpr (kQB % 64 >= 32) {   // one whole step left (d = 64: the only one; d = 96: the first)
+        constexpr int ks = kQB / 64 * 2;
+        u32 kb[2];
+        dev::ldmatrix_x2(kb, qk_addr<BN>(ktile, row, 2 * ks + ((lane >> 3) & 1)));
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) dev::mma_m16n8k64_s4_s32(s[mt][j], st.qf[mt][ks], kb);
+      }
+      if constexpr (kQB % 32 != 0) {    // d = 96: the last 16 bytes (32 codes); the other half is zero
+        constexpr int ks = kQKSteps - 1;
+        u32 kb[1];
+        dev::ldmatrix_x1(kb, qk_addr<BN>(ktile, row, 2 * ks));
+        const u32 b[2] = {kb[0], 0u};
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) dev::mma_m16n8k64_s4_s32(s[mt][j], st.qf[mt][ks], b);
+      }
+    }
+  }
+
+  // S4: this warp's Q A-fragments from the packed Q tile; the half step of d = 96 loads its lower
+  // 16 bytes (x2: rows 0-7 and 8-15) and zeroes the upper two registers.
+  static __device__ __forceinline__ void load_q_s4(State& st, u32 sbase) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      const int row = warp * 16 * kMT + 16 * mt + (lane & 15);
+#pragma unroll
+      for (int ks = 0; ks < kQB / 32; ++ks) dev::ldmatrix_x4(st.qf[mt][ks], qk_addr<BM>(sbase, row, 2 * ks + (lane >> 4)));
+      if constexpr (kQB % 32 != 0) {
+        constexpr int ks = kQKSteps - 1;
+        u32 qa[2];
+        dev::ldmatrix_x2(qa, qk_addr<BM>(sbase, row, 2 * ks));
+        st.qf[mt][ks][0] = qa[0];
+        st.qf[mt][ks][1] = qa[1];
+        st.qf[mt][ks][2] = 0u;
+        st.qf[mt][ks][3] = 0u;
       }
     }
   }
@@ -905,8 +981,9 @@ struct Kernel {
       }
       dev::cp_async_wait<STAGES - 2>();
       __syncthreads();
+      if constexpr (S4) load_q_s4(st, sbase);
 #pragma unroll
-      for (int mt = 0; mt < (WG || !kQInRegs ? 0 : kMT); ++mt)
+      for (int mt = 0; mt < (WG || S4 || !kQInRegs ? 0 : kMT); ++mt)
 #pragma unroll
         for (int ks = 0; ks < kQKSteps; ++ks) {
           const int row = warp * 16 * kMT + 16 * mt + (lane & 15);

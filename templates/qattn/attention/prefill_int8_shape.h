@@ -31,9 +31,12 @@
 // pv=fp16 / fp8e4m3 (mma.sync form only): the fp16/bf16 V tile is bn x d x 2 bytes (v_bytes = 2) in
 // place of the int8 V^T tile; fp8 V^T is 1 byte per element like int8. O is fp32 (same registers as
 // int32) or, with accum=fp16, half2 (d / 4 registers per m16 tile: half_o).
+// The packed-int4 form (S4, tiling token _i4mma; qk=int4 only, mma.sync only) holds Q and K rows of
+// d / 2 bytes (two int4 codes per byte): Q and K tiles are half as large, the Q fragments take d / 16
+// registers (k64 steps of 32 bytes; d = 96 ends with a half step) instead of d / 8.
 //
 // Shared memory: the int8 Q tile (bm x d), then per stage a K tile (bn x d), a V^T tile (d x bn) and
-// the bn K scales (fp32). The warpgroup form keeps every tile on a 1024-byte boundary (its swizzle
+// the bn K scales (fp32); with S4 the Q and K tiles are bm x d/2 and bn x d/2 bytes. The warpgroup form keeps every tile on a 1024-byte boundary (its swizzle
 // atom): the scales of all stages follow the last V^T tile, and 1 KiB of slack aligns the base.
 #pragma once
 
@@ -52,8 +55,12 @@ constexpr int kMaxArrayRegisters = 176;
 
 // v_bytes: bytes per V element in the stage tiles: 1 for int8 and fp8 V^T, 2 for the fp16/bf16 V of
 // pv=fp16 (which the kernel reads as given, row-major).
-QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = false, int v_bytes = 1) {
-  return bm * d + stages * ((1 + v_bytes) * bn * d + 4 * bn) + (wg ? 1024 : 0);
+// Bytes of one Q or K row in shared and global memory: d int8 codes, or d int4 codes packed in pairs.
+QATTN_INT8_SHAPE_FN int qk_row_bytes(int d, bool s4 = false) { return s4 ? d / 2 : d; }
+
+QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = false, int v_bytes = 1,
+                                   bool s4 = false) {
+  return bm * qk_row_bytes(d, s4) + stages * (bn * qk_row_bytes(d, s4) + v_bytes * bn * d + 4 * bn) + (wg ? 1024 : 0);
 }
 
 QATTN_INT8_SHAPE_FN int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
@@ -64,20 +71,23 @@ QATTN_INT8_SHAPE_FN int row_tiles_per_warp(int bm, int warps) {
 }
 
 // Registers per thread of the O accumulator (int32 or fp32: d / 2 per m16 tile; half2 O of accum=fp16:
-// d / 4), the S tile and the Q fragments.
-QATTN_INT8_SHAPE_FN int array_registers(int d, int bm, int bn, int warps, bool wg = false, bool half_o = false) {
-  return row_tiles_per_warp(bm, warps) * ((half_o ? d / 4 : d / 2) + bn / 2 + (wg ? 0 : d / 8));   // wgmma reads Q from smem
+// d / 4), the S tile and the Q fragments (4 per 32-byte k-step of a Q row; wgmma reads Q from smem).
+QATTN_INT8_SHAPE_FN int array_registers(int d, int bm, int bn, int warps, bool wg = false, bool half_o = false,
+                                        bool s4 = false) {
+  return row_tiles_per_warp(bm, warps) *
+         ((half_o ? d / 4 : d / 2) + bn / 2 + (wg ? 0 : 4 * ((qk_row_bytes(d, s4) + 31) / 32)));
 }
 
 QATTN_INT8_SHAPE_FN bool tiling_ok(int d, int bm, int bn, int warps, int stages, bool wg = false, int v_bytes = 1,
-                                   bool half_o = false) {
+                                   bool half_o = false, bool s4 = false) {
   if (wg && (row_tiles_per_warp(bm, warps) != 1 || bn == 32)) return false;
+  if (s4 && wg) return false;   // the packed-int4 products exist in the mma.sync form only
   return (d == 64 || d == 96 || d == 128 || d == 256) && (warps == 4 || warps == 8) &&
          (row_tiles_per_warp(bm, warps) == 1 || row_tiles_per_warp(bm, warps) == 2) &&
          (bn == 32 || bn == 64 || bn == 128) && stages >= 2 && stages <= 4 &&
          !(d == 128 && bn == 128 && warps == 8 && !wg) && !(d == 96 && bn == 128 && stages == 3 && !wg) &&
-         !(wg && v_bytes != 1) && array_registers(d, bm, bn, warps, wg, half_o) <= kMaxArrayRegisters &&
-         smem_bytes(d, bm, bn, stages, wg, v_bytes) <= kMaxSmemBytes;
+         !(wg && v_bytes != 1) && array_registers(d, bm, bn, warps, wg, half_o, s4) <= kMaxArrayRegisters &&
+         smem_bytes(d, bm, bn, stages, wg, v_bytes, s4) <= kMaxSmemBytes;
 }
 
 }  // namespace prefill_int8

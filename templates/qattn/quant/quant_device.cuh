@@ -74,6 +74,15 @@ __device__ __forceinline__ unsigned pack4_s8(int a, int b, int c, int d) {
          (unsigned(d) << 24);
 }
 
+// Eight codes in [-8, 7] as eight two's-complement nibbles, code i in bits 4i..4i+3: byte j holds
+// codes 2j (low nibble) and 2j + 1 (high nibble), the layout of mma.sync's .s4 operands.
+__device__ __forceinline__ unsigned pack8_s4(const int (&c)[8]) {
+  unsigned r = 0u;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) r |= (unsigned(c[i]) & 0xfu) << (4 * i);
+  return r;
+}
+
 // Max over aligned groups of `width` lanes (width a power of two dividing 32).
 template <int width>
 __device__ __forceinline__ float group_max(float v) {

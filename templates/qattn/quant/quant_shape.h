@@ -22,6 +22,12 @@
 // in int8 storage); -qmax-1 never appears. On the GPU, x' / scale is x' * (qmax / amax) in fp32, so a
 // code may differ by 1 from an exact float64 evaluation right at a rounding tie.
 //
+// INT4 (qk=int4): qmax = 7, the same passes. The codes go out either one per byte (int8 storage, as
+// above: the int8-compute form of the attention kernel) or, with QuantRequest::pack4 (rows only),
+// packed two per byte for the packed-int4 kernel (mma.sync .s4 operand layout): channel c of row s is
+// the low (c even) or high (c odd) nibble of byte y[b*y.sb + h*y.sh + s*y.ss + c/2], two's complement;
+// a row is d/2 bytes and y's strides count bytes. Padding rows are zero bytes.
+//
 // Output layouts (x, y indices are TensorRef order (b, h, s, c); strides in elements):
 //   Q/K codes (transpose = false): int8 at y[b*y.sb + h*y.sh + s*y.ss + c], y.sc = 1, for s < seq_pad;
 //       rows s in [seq_len, seq_pad) are 0 and have no scale (seq_pad = seq_len when no padding).
@@ -79,6 +85,8 @@ struct QuantRequest {
   int d = 128;                  // 64, 96, 128 or 256
   Fmt code = Fmt::int8;         // int8 codes, or fp8e4m3 (transposed per_channel V of pv=fp8e4m3:
                                 // e4m3 of x' / scale, RNE, saturating; scale = amax / 448, qmax = 448)
+  bool pack4 = false;           // rows only, codes within [-7, 7]: two codes per byte (see INT4 above)
+  int qmax = 127;               // the QuantParams::qmax the caller passes: 127 (int8) or 7 (int4)
 };
 
 struct QuantProblem {
@@ -132,6 +140,9 @@ inline std::string quant_request_error(const QuantRequest& r, const QuantProblem
   }
   if (r.code != Fmt::int8 && (r.code != Fmt::fp8e4m3 || !r.transpose || r.gran != Gran::per_channel))
     return "fp8e4m3 codes are written for transposed per_channel V only";
+  if (r.qmax < 1 || r.qmax > 127) return "quantizer qmax must be in [1, 127], got " + std::to_string(r.qmax);
+  if (r.pack4 && (r.transpose || r.qmax > 7 || r.code != Fmt::int8))
+    return "packed int4 output (pack4) takes int8 row quantization (no transpose) with qmax <= 7";
   if (r.gran == Gran::per_block && r.group != 64 && r.group != 128)
     return "per_block group must be 64 or 128, got " + std::to_string(r.group);
   if ((r.gran == Gran::per_warp || r.gran == Gran::per_thread) && r.group != 32 && r.group != 64)
@@ -150,9 +161,13 @@ inline std::string quant_params_error(const QuantRequest& r, const QuantParams& 
   };
   if (!q.x.ptr || !q.y.ptr || !q.scale.ptr) return "quantizer needs x, y and scale pointers";
   if (q.d != r.d) return "QuantParams::d differs from the request's head dim";
-  if (r.code == Fmt::fp8e4m3 ? q.qmax != 448.f
-                              : (q.qmax < 1.f || q.qmax > 127.f || q.qmax != static_cast<float>(static_cast<int>(q.qmax))))
-    return r.code == Fmt::fp8e4m3 ? "fp8e4m3 codes need qmax = 448 (the e4m3 maximum)" : "qmax must be an integer in [1, 127]";
+  if (r.code == Fmt::fp8e4m3) {
+    if (q.qmax != 448.f) return "fp8e4m3 codes need qmax = 448 (the e4m3 maximum)";
+  } else {
+    if (q.qmax < 1.f || q.qmax > 127.f || q.qmax != static_cast<float>(static_cast<int>(q.qmax)))
+      return "qmax must be an integer in [1, 127]";
+    if (q.qmax != static_cast<float>(r.qmax)) return "QuantParams::qmax differs from the request's qmax";
+  }
   if (q.x.sc != 1 || misaligned(q.x.ptr, 16) || q.x.sb % 8 || q.x.sh % 8 || q.x.ss % 8)
     return "quantizer input rows must be contiguous and 16-byte aligned (x.sc = 1, strides multiple of 8)";
   if (r.transpose) {
@@ -161,6 +176,8 @@ inline std::string quant_params_error(const QuantRequest& r, const QuantParams& 
     if (q.y.sc < q.seq_pad) return "transposed V output rows (y.sc) shorter than seq_pad";
   } else if (q.y.sc != 1 || misaligned(q.y.ptr, 8) || q.y.sb % 8 || q.y.sh % 8 || q.y.ss % 8) {
     return "quantized rows need y.sc = 1, 8-byte aligned y and strides multiple of 8";
+  } else if (r.pack4 && q.y.ss < r.d / 2) {
+    return "packed int4 rows (pack4) need y.ss >= d/2 bytes";
   }
   if (r.smooth && (!q.mean || misaligned(q.mean, 16))) return "smoothing needs a 16-byte aligned mean buffer";
   if ((r.smooth || r.gran == Gran::per_tensor || r.gran == Gran::per_channel) &&
@@ -218,7 +235,7 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
     const int group = r.gran == Gran::per_block || fragment ? r.group : r.gran == Gran::per_token ? 1 : 0;
     const int tile = r.gran == Gran::per_block ? r.group : kRowTileTokens;
     plan.launches.push_back({"qattn::quant::QuantizeRows<" + in + ", " + d + ", " + gran_id(r.gran) + ", " +
-                                 std::to_string(group) + ", " + sm + ">",
+                                 std::to_string(group) + ", " + sm + (r.pack4 ? ", true" : "") + ">",
                              "quantize_rows",
                              {static_cast<unsigned>((p.seq_pad + tile - 1) / tile), heads, batch},
                              static_cast<unsigned>(kThreads), 0, 0});

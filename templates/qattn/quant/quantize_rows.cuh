@@ -15,6 +15,8 @@
 //                what per_token costs: the fewer scale loads that make these granularities faster in
 //                SageAttention2 are not taken. Rows past seq_len add nothing to a group's abs-max (a
 //                tail group takes the max of its existing rows only); an all-zero group gets scale 0.
+// Pack4 (qk=int4's packed form; qmax <= 7): codes go out two per byte, element 2i in the low nibble
+// of byte i (the mma.sync .s4 operand layout), rows of D/2 bytes: a thread's 8 codes are 4 bytes.
 // Smooth subtracts QuantParams::mean (FinalizeStats) before everything. Rows in [seq_len, seq_pad) are
 // written as code 0 and get no scale. Grid (ceil(seq_pad / tile tokens), heads, batch).
 #pragma once
@@ -24,7 +26,7 @@
 namespace qattn {
 namespace quant {
 
-template <Fmt In, int D, Gran G, int Group, bool Smooth>
+template <Fmt In, int D, Gran G, int Group, bool Smooth, bool Pack4 = false>
 struct QuantizeRows {
   static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
   static constexpr bool kFragment = G == Gran::per_warp || G == Gran::per_thread;   // group scales per row
@@ -178,6 +180,11 @@ struct QuantizeRows {
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i)
         code[i] = s < p.seq_len ? to_code(x.v[i] - mean[i], mult_row[j] * mult_chan[i], qmax) : 0;
+      if constexpr (Pack4) {   // byte c0/2 + i of the row holds codes c0 + 2i (low) and c0 + 2i + 1 (high)
+        signed char* row = static_cast<signed char*>(p.y.ptr) + (b * p.y.sb + h * p.y.sh + s * p.y.ss);
+        *reinterpret_cast<unsigned*>(row + c0 / 2) = pack8_s4(code);
+        continue;
+      }
       uint2 packed;
       packed.x = pack4_s8(code[0], code[1], code[2], code[3]);
       packed.y = pack4_s8(code[4], code[5], code[6], code[7]);

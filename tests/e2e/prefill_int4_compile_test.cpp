@@ -1,0 +1,134 @@
+// NVRTC compile of every prefill qk=int4 point (granularity x d x mask) for sm_80, sm_89 and sm_90a,
+// no GPU needed, and no ptxas spill stores: the packed-int4 form (_i4mma) on sm_80 / sm_89 (their
+// default) with every candidate tiling the search space offers there, the int8-compute form's default
+// tiling (wgmma) on sm_90a, and the packed form forced on sm_90a (what the H100 test runs to check its
+// correctness). Then the helper kernels of each point (its quantizers,
+// the packed ones included).
+// The Q/K granularity changes only the quantization passes and the kernel's name, not its body: the
+// attention kernels are compiled once per distinct template instantiation, and checked for every
+// point that instantiates it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "qattn/kernel_name.hpp"
+#include "qattn/render.hpp"
+#include "qattn/runtime.hpp"
+#include "qattn/search_space.hpp"
+#include "qattn/validate.hpp"
+
+namespace qattn {
+namespace {
+
+const Gran kGrans[] = {Gran::per_tensor, Gran::per_block, Gran::per_warp, Gran::per_thread, Gran::per_token};
+
+std::vector<Spec> int4_points(Arch arch) {
+  std::vector<Spec> out;
+  for (Gran g : kGrans)
+    for (int d : {64, 96, 128, 256})
+      for (bool causal : {false, true}) {
+        Spec s;
+        s.qk = {Fmt::int4, g};
+        s.pv = {Fmt::int8, Gran::per_channel};
+        s.out = d == 96 ? Fmt::bf16 : Fmt::fp16;
+        s.head_dim = d;
+        s.causal = causal;
+        s.smooth = kSmoothK | kSmoothV;
+        s.arch = arch;
+        out.push_back(s);
+      }
+  return out;
+}
+
+// The template instantiation a point compiles to (the line of the rendered source that calls run()).
+std::string body_of(const Spec& s, const Tiling& t) {
+  const std::string text = render_attention(s, t).text;
+  const size_t at = text.find("qattn::prefill_int8::Kernel<");
+  return text.substr(at, text.find("::run(", at) - at);
+}
+
+class Int4CompileGrid : public ::testing::TestWithParam<Arch> {};
+
+TEST_P(Int4CompileGrid, EveryPointAndCandidateCompilesWithoutSpills) {
+  const Arch arch = GetParam();
+  const DeviceLimits lim = default_limits(arch);
+  // (spec, tiling) per distinct body; every point's tilings map onto them.
+  std::map<std::string, std::pair<Spec, Tiling>> bodies;
+  std::map<std::string, std::vector<std::string>> users;
+  size_t points = 0;
+  for (const Spec& s : int4_points(arch)) {
+    std::vector<Tiling> tilings = candidate_tilings(s, lim);
+    ASSERT_FALSE(tilings.empty()) << to_string(s);
+    EXPECT_EQ(tilings.front().int4_mma, arch != Arch::sm_90a) << to_string(s);
+    if (arch == Arch::sm_90a) {
+      // The int8-compute form is the int8 kernel: its default tiling here (the int8 candidates are the
+      // int8 grid's business: two of them spill 4 bytes on sm_90a), then the packed form, forced: what
+      // the H100 checks for correctness.
+      tilings.resize(1);
+      Tiling forced = candidate_tilings([&] { Spec s89 = s; s89.arch = Arch::sm_89; return s89; }(), default_limits(Arch::sm_89)).front();
+      ASSERT_TRUE(validate(s, forced, lim)) << to_string(forced);
+      tilings.push_back(forced);
+    }
+    for (const Tiling& t : tilings) {
+      const std::string b = body_of(s, t);
+      bodies.emplace(b, std::make_pair(s, t));
+      users[b].push_back(kernel_name(s, t));
+      ++points;
+    }
+  }
+  RuntimeOptions o;
+  o.use_cache = false;
+  Runtime rt(o);
+  std::vector<std::pair<std::string, std::pair<Spec, Tiling>>> work(bodies.begin(), bodies.end());
+  std::vector<CompiledKernel> done(work.size());
+  std::vector<std::string> errors(work.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned w = 0; w < std::max(1u, std::thread::hardware_concurrency()); ++w)
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < work.size(); i = next++) {
+        try {
+          done[i] = rt.compile(work[i].second.first, work[i].second.second);
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      }
+    });
+  for (auto& t : pool) t.join();
+  for (size_t i = 0; i < work.size(); ++i) {
+    const std::string& name = done[i].kernel_name.empty() ? work[i].first : done[i].kernel_name;
+    EXPECT_EQ(errors[i], "") << name;
+    EXPECT_FALSE(done[i].cubin.empty()) << name;
+    EXPECT_GT(done[i].registers, 0) << name;
+    EXPECT_LE(done[i].registers, 255) << name;
+    EXPECT_EQ(done[i].spill_bytes, 0) << name << " (and " << users[work[i].first].size() - 1 << " more points)";
+  }
+  std::printf("[ compiled ] %zu int4 points / tilings as %zu distinct kernels for %s\n", points, work.size(), to_string(arch));
+}
+
+TEST_P(Int4CompileGrid, EveryHelperKernelCompiles) {
+  RuntimeOptions o;
+  o.use_cache = false;
+  Runtime rt(o);
+  std::set<std::string> names;
+  for (const Spec& s : int4_points(GetParam()))
+    for (const CompiledKernel& k : rt.compile_helpers(s)) {
+      EXPECT_FALSE(k.cubin.empty()) << k.kernel_name;
+      names.insert(k.kernel_name);
+    }
+  // The packed quantizers (_i4p) serve Q and K on the archs whose default is the packed form.
+  bool packed = false;
+  for (const std::string& n : names) packed |= n.find("_i4p") != std::string::npos;
+  EXPECT_EQ(packed, int4_mma_by_default(GetParam()));
+  std::printf("[ compiled ] %zu helper kernels for %s\n", names.size(), to_string(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, Int4CompileGrid, ::testing::Values(Arch::sm_80, Arch::sm_89, Arch::sm_90a),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+}  // namespace
+}  // namespace qattn
