@@ -73,7 +73,8 @@ Body attention_body(const Spec& s, const Tiling& t) {
   std::ostringstream tail;
   tail << s.head_dim << ", " << (s.causal ? "true" : "false") << ", " << t.block_m << ", " << t.block_n << ", "
        << t.warps << ", " << t.stages;
-  if (s.qk.fmt == Fmt::int8) tail << ", " << (t.wgmma ? "true" : "false");
+  // int8: WG, then QSMOOTH only when set (the names of the other kernels' instantiations stay as they were).
+  if (s.qk.fmt == Fmt::int8) tail << ", " << (t.wgmma ? "true" : "false") << ((s.smooth & kSmoothQ) ? ", true" : "");
   tail << ">";
   if (s.qk.fmt == Fmt::int8)
     return {"qattn/attention/prefill_int8.cuh",

@@ -81,7 +81,8 @@ std::vector<Tiling> preferred(const Spec& s) {
   // At d = 64, 4 blocks per SM (128 registers) beat the 3 that ptxas picks unasked by 8-10%.
   // d = 96 and 256 are not measured yet: d = 96 follows d = 128; at d = 256 the int32 O is 128
   // registers, so the register rule of prefill_int8_shape.h leaves bn 64 to wgmma and bn 32 to mma.sync.
-  if (s.arch == Arch::sm_90a) {
+  // Q smoothing runs in the mma.sync form only (validate() refuses _wg for it).
+  if (s.arch == Arch::sm_90a && !(s.smooth & kSmoothQ)) {
     if (s.head_dim <= 64)
       out = {{64, 128, 4, 3, true, 4}, {64, 128, 4, 2, true, 4}, {64, 128, 4, 2, true}, {128, 128, 8, 2, true}};
     else if (s.head_dim <= 128) out = {{64, 128, 4, 2, true}, {128, 64, 8, 2, true}, {64, 64, 4, 3, true}};
@@ -108,6 +109,7 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
   if (spec.quantized() && spec.phase == Phase::prefill)
     for (bool wg : {true, false})
       for (int bm : {64, 128})
+        if (!(wg && (spec.smooth & kSmoothQ)))
         for (int bn : {32, 64, 128})
           for (int w : {4, 8})
             for (int st : {2, 3}) {
@@ -164,6 +166,15 @@ std::vector<Spec> default_grid(Arch arch) {
       add({Fmt::int8, causal ? Gran::per_block : Gran::per_tensor}, {Fmt::int8, Gran::per_tensor}, Fmt::bf16, d, causal,
           kSmoothK);
     }
+  // Q smoothing (smooth=q with k, and v where V is per-channel; issue #3): the mma.sync kernel with the
+  // ΔS product, every head dim and mask, and the quantizer's block-mean passes for every Q granularity.
+  for (int d : {64, 96, 128, 256})
+    for (bool causal : {false, true}) {
+      add({Fmt::int8, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::fp16, d, causal, kSmoothQ | kSmoothK | kSmoothV);
+      add({Fmt::int8, Gran::per_block}, {Fmt::int8, Gran::per_tensor}, Fmt::bf16, d, causal, kSmoothQ | kSmoothK);
+    }
+  for (Gran qg : {Gran::per_tensor, Gran::per_warp, Gran::per_thread})
+    add({Fmt::int8, qg}, {Fmt::int8, Gran::per_tensor}, Fmt::fp16, 128, qg == Gran::per_warp, kSmoothQ | kSmoothK);
   // Decode: every KV-cache format and head dim, contiguous and non-causal, and paged with the causal
   // mask (several new tokens per sequence), GQA 4; and each format with softmax=sas.
   const Operand kv_formats[] = {{Fmt::fp16, Gran::none}, {Fmt::bf16, Gran::none}, {Fmt::int8, Gran::per_token},

@@ -34,9 +34,6 @@ Verdict validate_int8(const Spec& s) {
   if (s.pv.gran != Gran::per_tensor && s.pv.gran != Gran::per_channel)
     return Verdict::no(std::string("pv=int8:") + to_string(s.pv.gran) + " is not supported; accepted: per_tensor, per_channel");
   if (!is_float(s.out)) return Verdict::no(std::string("out=") + to_string(s.out) + " is not supported; accepted: fp16, bf16");
-  if (s.smooth & kSmoothQ)
-    return Verdict::no("smooth=" + smooth_to_string(s.smooth) +
-                       ": Q smoothing is not implemented yet (issue #3); accepted: none, k, v, kv");
   if ((s.smooth & kSmoothV) && s.pv.gran != Gran::per_channel)
     return Verdict::no("smooth=" + smooth_to_string(s.smooth) + " with pv=int8:" + to_string(s.pv.gran) +
                        ": V smoothing needs per-channel V scales; accepted: pv=int8:per_channel");
@@ -112,7 +109,7 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
     return prefill_fp16::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, 2);
   }
   if (!prefill_int8::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages, t.wgmma)) return 0;
-  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma);
+  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma, (s.smooth & kSmoothQ) != 0);
 }
 
 Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
@@ -120,6 +117,9 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (s.arch == Arch::unset) return Verdict::no("no arch: set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a> or run on a GPU");
   if (t.wgmma && (s.qk.fmt != Fmt::int8 || s.phase != Phase::prefill))
     return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) exists for the int8 prefill kernel only; drop _wg");
+  if (t.wgmma && (s.smooth & kSmoothQ))
+    return Verdict::no("tiling " + to_string(t) + ": smooth=" + smooth_to_string(s.smooth) +
+                       " (Q smoothing) runs in the mma.sync form only; drop _wg (accepted with _wg: smooth=none, k, v, kv)");
   if (t.wgmma && s.arch != Arch::sm_90a)
     return Verdict::no("tiling " + to_string(t) + ": wgmma needs arch=sm_90a (got " + to_string(s.arch) + "); drop _wg");
   const int smem = kernel_smem_bytes(s, t);

@@ -5,7 +5,7 @@ namespace {
 
 const char* kLseHeader = "qattn/attention/lse_correction.cuh";
 
-// qattn_quant_<in>_i8<gran>[_smooth][_vt]_d<d>__<pass>: the quantization family of the name grammar.
+// qattn_quant_<in>_i8<gran>[_smooth][_qmean][_vt]_d<d>__<pass>: the quantization family of the name grammar.
 std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLaunch& l) {
   const std::string g = r.gran == Gran::per_token    ? "tok"
                         : r.gran == Gran::per_block  ? "blk" + std::to_string(r.group)
@@ -14,6 +14,7 @@ std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLa
                         : r.gran == Gran::per_tensor ? "ten"
                                                      : "chn";
   return std::string("qattn_quant_") + (r.in == Fmt::bf16 ? "bf16" : "f16") + "_i8" + g + (r.smooth ? "_smooth" : "") +
+         (r.block_mean ? "_qmean" : "") +
          (r.transpose ? "_vt" : "") + "_d" + std::to_string(r.d) + "__" + l.tag;
 }
 
@@ -28,7 +29,7 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p) {
   const int k_group = spec.qk.gran == Gran::per_block || fragment ? 64 : 0;
   const int kv_pad = (p.kv_len + kVPadTokens - 1) / kVPadTokens * kVPadTokens;
   std::array<QuantSlot, 3> slots;
-  slots[0].request = {spec.out, spec.qk.gran, q_group, false, false, d};
+  slots[0].request = {spec.out, spec.qk.gran, q_group, false, false, d, (spec.smooth & kSmoothQ) != 0};
   slots[0].problem = {p.batch, p.heads_q, p.q_len, p.q_len};
   slots[1].request = {spec.out, spec.qk.gran, k_group, (spec.smooth & kSmoothK) != 0, false, d};
   slots[1].problem = {p.batch, p.heads_kv, p.kv_len, p.kv_len};

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "qattn/attention/prefill_int8_shape.h"
+
 #include "qattn/search_space.hpp"
 #include "qattn/validate.hpp"
 
@@ -56,11 +58,16 @@ const Row kTable[] = {
     {"prefill qk=int8:per_thread pv=int8:per_tensor out=fp16 d=96", true, ""},
     {"prefill qk=int8:per_channel pv=int8:per_tensor out=fp16 d=128", false,
      "accepted: per_tensor, per_block, per_warp, per_thread, per_token"},
-    {"prefill qk=int8:per_thread pv=int8:per_tensor out=fp16 d=128 smooth=qk", false, "accepted: none, k, v, kv"},
+    {"prefill qk=int8:per_thread pv=int8:per_tensor out=fp16 d=128 smooth=qk", true, ""},
     {"prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=128", false, "pv=int8:per_tensor|per_channel"},
     {"prefill qk=int8:per_token pv=int8:per_token out=fp16 d=128", false, "accepted: per_tensor, per_channel"},
     {"prefill qk=int8:per_token pv=int8:per_tensor out=int8 d=128", false, "accepted: fp16, bf16"},
-    {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=qk", false, "accepted: none, k, v, kv"},
+    {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=qk", true, ""},
+    {"prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=64 smooth=q", true, ""},
+    {"prefill qk=int8:per_block pv=int8:per_channel out=bf16 d=256 causal smooth=qkv", true, ""},
+    {"prefill qk=int8:per_warp pv=int8:per_channel out=fp16 d=96 smooth=qv", true, ""},
+    {"prefill qk=fp16 pv=fp16 out=fp16 d=128 smooth=q", false, "smoothing applies to quantized"},
+    {"decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 smooth=q", false, "accepted for decode: none"},
     {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=kv", false, "needs per-channel V scales"},
     {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=kv", true, ""},
     {"prefill qk=int4:per_thread pv=int8:per_tensor out=fp16 d=128", false, "accepted: fp16, bf16, int8"},
@@ -112,6 +119,28 @@ TEST(Validate, WgmmaTilingsOnlyForInt8OnSm90a) {
   EXPECT_FALSE(v.ok);
   EXPECT_NE(v.reason.find("int8 prefill kernel only"), std::string::npos) << v.reason;
   EXPECT_FALSE(default_tiling(f, lim).wgmma);
+}
+
+// Q smoothing (smooth=q...) runs in the mma.sync form only: _wg is refused with a reason and never offered,
+// also where the wgmma form is otherwise preferred (sm_90a); the extra shared memory is counted.
+TEST(Validate, QSmoothingRefusesWgmma) {
+  for (const char* text : {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal smooth=qkv arch=sm_90a",
+                           "prefill qk=int8:per_block pv=int8:per_tensor out=bf16 d=64 smooth=qk arch=sm_90a",
+                           "prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=256 smooth=q arch=sm_90a"}) {
+    const Spec s = parse_spec(text);
+    const DeviceLimits lim = default_limits(s.arch);
+    const Verdict v = validate(s, Tiling{64, 128, 4, 2, true}, lim);
+    EXPECT_FALSE(v.ok) << text;
+    EXPECT_NE(v.reason.find("mma.sync form only; drop _wg"), std::string::npos) << v.reason;
+    const auto c = candidate_tilings(s, lim);
+    EXPECT_FALSE(c.empty()) << text;
+    for (const Tiling& t : c) EXPECT_FALSE(t.wgmma) << text << " " << to_string(t);
+    Spec plain = s;
+    plain.smooth &= ~kSmoothQ;
+    const Tiling t = c.front();
+    EXPECT_EQ(kernel_smem_bytes(s, t) - kernel_smem_bytes(plain, t),
+              prefill_int8::qsmooth_bytes(s.head_dim, t.block_m, t.block_n)) << text;
+  }
 }
 
 // _mb<k> asks for k resident blocks; refused when k blocks cannot share the SM.

@@ -31,6 +31,8 @@
 // Shared memory: the int8 Q tile (bm x d), then per stage a K tile (bn x d), a V^T tile (d x bn) and
 // the bn K scales (fp32). The warpgroup form keeps every tile on a 1024-byte boundary (its swizzle
 // atom): the scales of all stages follow the last V^T tile, and 1 KiB of slack aligns the base.
+// Q smoothing (mma.sync form only) appends qsmooth_bytes: the A fragments of the block means (16 d),
+// the staged ΔS of one KV tile (bm / 64 rows x bn fp32) and the block means' scales (8 fp32).
 #pragma once
 
 // NVRTC only compiles functions marked for the device; the host compiler knows no such marks.
@@ -46,8 +48,11 @@ namespace prefill_int8 {
 constexpr int kMaxSmemBytes = 227 * 1024;
 constexpr int kMaxArrayRegisters = 176;
 
-QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = false) {
-  return bm * d + stages * (2 * bn * d + 4 * bn) + (wg ? 1024 : 0);
+// Q smoothing's shared memory (prefill_int8.cuh, "Q smoothing"): after everything else.
+QATTN_INT8_SHAPE_FN int qsmooth_bytes(int d, int bm, int bn) { return 16 * d + 4 * (bm / 64) * bn + 4 * 8; }
+
+QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = false, bool qsmooth = false) {
+  return bm * d + stages * (2 * bn * d + 4 * bn) + (wg ? 1024 : 0) + (qsmooth ? qsmooth_bytes(d, bm, bn) : 0);
 }
 
 QATTN_INT8_SHAPE_FN int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }

@@ -12,6 +12,8 @@
 //   per_tensor                         TensorAmax (zero amax_scratch[0] first), Quantize{Rows|Transposed}
 //   per_tensor, smooth                 ChannelStats<in, d, true>, FinalizeStats (zero [0] first), Quantize*
 //   per_channel (rows or V^T)          ChannelStats<in, d, true>, FinalizeStats, Quantize{Rows|Transposed}
+//   block_mean (Q), token-wise         QuantizeRows<..., false, true>            (one pass: means and codes)
+//   block_mean (Q), per_tensor         BlockMeanAmax (zero amax_scratch[0] first), QuantizeRows<..., true>
 // Grids x blocks: ChannelStats, TensorAmax (stats_splits(seq_len), heads, batch) x 256;
 //   FinalizeStats (heads, batch, 1) x d; QuantizeRows (ceil(seq_pad / tile), heads, batch) x 256 with
 //   tile = G for per_block, else kRowTileTokens (64: whole per_warp / per_thread groups); QuantizeTransposed (seq_pad / 128, heads, batch) x 256.
@@ -37,6 +39,9 @@
 //     dense_scale_ref() gives the compact strides; scale_floats counts that compact buffer.
 //   Mean (smooth): fp32 [batch][heads][d] contiguous at QuantParams::mean: the per-channel mean over all
 //       seq_len tokens of (b, h) (for K it cancels in softmax; for V add it back to O).
+//   Block means (block_mean): fp32 [batch][heads][ceil(seq_len / kQMeanBlock)][d] contiguous at
+//       QuantParams::mean: the per-channel mean of each block of 64 rows (over its rows below seq_len);
+//       x' = x - mean of the row's block (AttentionParams::q_mean; the kernel adds q̄·k back).
 //   Scratch (QuantParams::amax_scratch, scratch_floats fp32, never read back by the caller):
 //       [0] per_tensor abs-max (zeroed before the launch whose zero_scratch_floats says so);
 //       [kStatsOffset ...] per-chunk channel sum/max/min [batch][heads][stats_splits(seq_len)][3][d]
@@ -77,6 +82,7 @@ struct QuantRequest {
   bool smooth = false;          // subtract the per-channel mean over all tokens of (b, h)
   bool transpose = false;       // V: write V^T per head, zero-padded to seq_pad
   int d = 128;                  // 64, 96, 128 or 256
+  bool block_mean = false;      // Q smoothing: subtract the mean of each block of kQMeanBlock rows
 };
 
 struct QuantProblem {
@@ -128,6 +134,8 @@ inline std::string quant_request_error(const QuantRequest& r, const QuantProblem
              r.gran != Gran::per_channel && r.gran != Gran::per_warp && r.gran != Gran::per_thread) {
     return "row quantization takes per_token, per_block, per_tensor, per_channel, per_warp or per_thread scales";
   }
+  if (r.block_mean && (r.smooth || r.transpose || r.gran == Gran::per_channel))
+    return "block means (Q smoothing) take row quantization with token-wise or per_tensor scales and no other smoothing";
   if (r.gran == Gran::per_block && r.group != 64 && r.group != 128)
     return "per_block group must be 64 or 128, got " + std::to_string(r.group);
   if ((r.gran == Gran::per_warp || r.gran == Gran::per_thread) && r.group != 32 && r.group != 64)
@@ -157,7 +165,7 @@ inline std::string quant_params_error(const QuantRequest& r, const QuantParams& 
   } else if (q.y.sc != 1 || misaligned(q.y.ptr, 8) || q.y.sb % 8 || q.y.sh % 8 || q.y.ss % 8) {
     return "quantized rows need y.sc = 1, 8-byte aligned y and strides multiple of 8";
   }
-  if (r.smooth && (!q.mean || misaligned(q.mean, 16))) return "smoothing needs a 16-byte aligned mean buffer";
+  if ((r.smooth || r.block_mean) && (!q.mean || misaligned(q.mean, 16))) return "smoothing needs a 16-byte aligned mean buffer";
   if ((r.smooth || r.gran == Gran::per_tensor || r.gran == Gran::per_channel) &&
       (!q.amax_scratch || misaligned(q.amax_scratch, 16)))
     return "this quantization needs a 16-byte aligned amax_scratch of plan.scratch_floats floats";
@@ -182,6 +190,7 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
   if (!err.empty()) throw_bad_input(err);
 
   const std::string d = std::to_string(r.d), in = fmt_id(r.in), sm = r.smooth ? "true" : "false";
+  const std::string bm = r.block_mean ? ", true" : "";   // QuantizeRows' BlockMean (left out when false)
   const unsigned splits = static_cast<unsigned>(stats_splits(p.seq_len));
   const unsigned heads = static_cast<unsigned>(p.heads), batch = static_cast<unsigned>(p.batch);
   const bool per_tensor = r.gran == Gran::per_tensor;
@@ -197,6 +206,11 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
                              "finalize_stats", {heads, batch, 1}, static_cast<unsigned>(r.d), 0,
                              per_tensor ? 1 : 0});
     plan.scratch_floats = kStatsOffset + 3LL * r.d * splits * p.heads * p.batch;
+  } else if (per_tensor && r.block_mean) {
+    plan.launches.push_back({"qattn::quant::BlockMeanAmax<" + in + ", " + d + ">", "block_mean_amax",
+                             {static_cast<unsigned>((p.seq_len + kRowTileTokens - 1) / kRowTileTokens), heads, batch},
+                             static_cast<unsigned>(kThreads), 0, 1});
+    plan.scratch_floats = 1;
   } else if (per_tensor) {
     plan.launches.push_back({"qattn::quant::TensorAmax<" + in + ", " + d + ">", "tensor_amax",
                              {splits, heads, batch}, static_cast<unsigned>(kThreads), 0, 1});
@@ -213,12 +227,13 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
     const int group = r.gran == Gran::per_block || fragment ? r.group : r.gran == Gran::per_token ? 1 : 0;
     const int tile = r.gran == Gran::per_block ? r.group : kRowTileTokens;
     plan.launches.push_back({"qattn::quant::QuantizeRows<" + in + ", " + d + ", " + gran_id(r.gran) + ", " +
-                                 std::to_string(group) + ", " + sm + ">",
+                                 std::to_string(group) + ", " + sm + bm + ">",
                              "quantize_rows",
                              {static_cast<unsigned>((p.seq_pad + tile - 1) / tile), heads, batch},
                              static_cast<unsigned>(kThreads), 0, 0});
   }
   if (r.smooth) plan.mean_floats = 1LL * p.batch * p.heads * r.d;
+  if (r.block_mean) plan.mean_floats = 1LL * p.batch * p.heads * ((p.seq_len + kQMeanBlock - 1) / kQMeanBlock) * r.d;
   const ScaleRef s = dense_scale_ref(r, p, nullptr);
   plan.scale_group = s.group;
   plan.scale_floats = per_tensor ? 1 : s.sb * p.batch;
