@@ -108,7 +108,8 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
     if (!prefill_fp16::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages)) return 0;
     return prefill_fp16::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, 2);
   }
-  if (!prefill_int8::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages, t.wgmma)) return 0;
+  if (!prefill_int8::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages, t.wgmma, (s.smooth & kSmoothQ) != 0))
+    return 0;
   return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma, (s.smooth & kSmoothQ) != 0);
 }
 

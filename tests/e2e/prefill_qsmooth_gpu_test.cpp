@@ -1,3 +1,4 @@
+// QSmoothQuantizer: the block-mean Q passes alone, against the float64 block means and quantizer.
 // Q smoothing (smooth=q: Q minus its 64-row block means, ΔS = q̄·K added back in the int8 kernel) against
 // the float64 reference, on Q data where it pays (a few large channels plus an offset per 64-row block,
 // qsmooth_reference.hpp): smooth none / k / qk / qkv at per_block and per_token (per_tensor, per_warp,
@@ -12,13 +13,18 @@
 #include <map>
 
 #include "qattn/kernel_name.hpp"
+#include "qattn/quant/quant_shape.h"
 #include "qattn/runtime.hpp"
 #include "qattn/search_space.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/helper_kernels.hpp"
+#include "runtime/module.hpp"
+#include "runtime/nvrtc_compiler.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/metrics.hpp"
 #include "tests/common/qsmooth_reference.hpp"
+#include "tests/common/quant_reference.hpp"
 #include "tests/common/random_data.hpp"
 #include "tests/common/reference_attention.hpp"
 #include "tests/common/score_error.hpp"
@@ -204,6 +210,104 @@ TEST_F(QSmoothComparison, SmoothQkBeatsSmoothKOnBlockOffsetData) {
       }
       EXPECT_LT(by_smooth["qk"].rel_l1, by_smooth["k"].rel_l1) << gran << (causal ? " causal" : "");
     }
+}
+
+// The Q passes with block means (every Q granularity, d 64 / 96 / 128 / 256, lengths that cut blocks):
+// the means within fp32 summation of the float64 ones, and the codes and scales, code for code, those
+// of the float64 quantizer applied to x minus the kernel's own means. Outputs poisoned first.
+class QSmoothQuantizer : public test::GpuTest {
+ protected:
+  const rt::Kernel& pass(const Source& src) {
+    auto it = kernels_.find(src.kernel_name);
+    if (it != kernels_.end()) return it->second.second;
+    rt::CompileRequest req;
+    req.source = src.text;
+    req.program_name = src.kernel_name + ".cu";
+    req.arch = rt::arch_for(rt::query_device(kDevice));
+    const rt::CompileResult r = rt::compile(req);
+    EXPECT_TRUE(r.ok) << r.log;
+    rt::Module m = rt::Module::load(r.cubin, kDevice);
+    rt::Kernel k = m.kernel(src.kernel_name);
+    return kernels_.emplace(src.kernel_name, std::make_pair(std::move(m), std::move(k))).first->second.second;
+  }
+  std::map<std::string, std::pair<rt::Module, rt::Kernel>> kernels_;
+};
+
+TEST_F(QSmoothQuantizer, BlockMeansAndCodesMatchTheReference) {
+  const Arch arch = parse_arch(rt::arch_for(rt::query_device(kDevice)));
+  struct G {
+    Gran gran;
+    int group;
+  };
+  const G grans[] = {{Gran::per_token, 0}, {Gran::per_block, 64}, {Gran::per_tensor, 0}, {Gran::per_warp, 32},
+                     {Gran::per_thread, 32}};
+  int cases = 0;
+  for (const G& g : grans)
+    for (int d : {64, 96, 128, 256})
+      for (int seq : {1, 63, 65, 1000}) {
+        const Fmt fmt = (d + seq) % 2 ? Fmt::bf16 : Fmt::fp16;
+        const Layout layout = seq % 2 ? Layout::bshd : Layout::bhsd;
+        const int batch = 2, heads = 2;
+        const std::uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE(std::string(to_string(g.gran)) + " d=" + std::to_string(d) + " seq=" + std::to_string(seq) + " " +
+                     to_string(fmt) + " " + test::seed_note(seed));
+        HostTensor x = test::q_block_offset_data({batch, heads, seq, d}, layout, seed);
+        test::round_to(x, fmt);
+        quant::QuantRequest req{fmt, g.gran, g.group, false, false, d};
+        req.block_mean = true;
+        const quant::QuantProblem prob{batch, heads, seq, seq};
+        const quant::QuantPlan plan = quant::plan_quant(req, prob);
+        const rt::DeviceBuffer dx = rt::DeviceBuffer::from(test::encode(x, fmt));
+        std::vector<std::int8_t> poison(static_cast<size_t>(batch * heads * seq * d));
+        test::fill_poison(poison);
+        const rt::DeviceBuffer dy = rt::DeviceBuffer::from(poison);
+        std::vector<float> nan_scales(static_cast<size_t>(plan.scale_floats)), nan_mean(static_cast<size_t>(plan.mean_floats));
+        test::fill_nan(nan_scales);
+        test::fill_nan(nan_mean);
+        const rt::DeviceBuffer ds = rt::DeviceBuffer::from(nan_scales), dmean = rt::DeviceBuffer::from(nan_mean);
+        rt::DeviceBuffer dscratch(sizeof(float) * std::max<long long>(1, plan.scratch_floats));
+        QuantParams qp{};
+        qp.x = TensorRef{dx.as<void>(), x.strides.sb, x.strides.sh, x.strides.ss, 1};
+        qp.y = TensorRef{dy.as<void>(), 1LL * heads * seq * d, 1LL * seq * d, d, 1};
+        qp.scale = quant::dense_scale_ref(req, prob, ds.as<float>());
+        qp.mean = dmean.as<float>();
+        qp.amax_scratch = plan.scratch_floats ? dscratch.as<float>() : nullptr;
+        qp.batch = batch;
+        qp.heads = heads;
+        qp.seq_len = seq;
+        qp.seq_pad = seq;
+        qp.d = d;
+        qp.qmax = 127.f;
+        ASSERT_EQ(quant::quant_params_error(req, qp), "");
+        for (const quant::QuantLaunch& l : plan.launches) {
+          if (l.zero_scratch_floats) rt::fill_bytes(dscratch.ptr(), 0, sizeof(float) * l.zero_scratch_floats);
+          pass(rt::quant_source(req, l, arch)).launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1},
+                                                      l.smem_bytes, nullptr, qp);
+        }
+        rt::synchronize_device(kDevice);
+        const std::vector<float> mean = dmean.to_vector<float>();
+        const std::vector<double> mean_ref = test::q_block_means(x);
+        ASSERT_EQ(mean.size(), mean_ref.size());
+        long long bad_means = 0;
+        for (size_t i = 0; i < mean.size(); ++i) bad_means += !(std::fabs(mean[i] - mean_ref[i]) <= 1e-5 * (1 + std::fabs(mean_ref[i])));
+        EXPECT_EQ(bad_means, 0);
+        // The reference quantizes x minus the kernel's own means (so a mean's last fp32 bit cannot move a code).
+        const HostTensor xs = test::subtract_q_block_means(x, std::vector<double>(mean.begin(), mean.end()));
+        const std::vector<std::int8_t> codes = dy.to_vector<std::int8_t>();
+        const std::vector<float> scales = ds.to_vector<float>();
+        test::QuantizedView view;
+        view.codes = codes.data();
+        view.strides = test::Strides{qp.y.sb, qp.y.sh, qp.y.ss, qp.y.sc};
+        view.seq_pad = seq;
+        view.scales = scales.data();
+        view.scale_sb = qp.scale.sb;
+        view.scale_sh = qp.scale.sh;
+        const test::QuantCheck check =
+            test::check_quantized(xs, test::quantize_reference(xs, {g.gran, g.group, 127, false}), view);
+        EXPECT_TRUE(check.ok()) << check.report();
+        ++cases;
+      }
+  std::printf("[ quant   ] %d block-mean cases checked\n", cases);
 }
 
 }  // namespace

@@ -49,6 +49,18 @@ TEST(Render, Int8FormFollowsTheTiling) {
   EXPECT_NE(mb.text.find("__launch_bounds__(128, 4)"), std::string::npos) << mb.text;
 }
 
+// smooth=q adds the kernel's QSMOOTH argument (after WG); other specs render as before, without it.
+TEST(Render, QSmoothingAddsTheLastTemplateArgument) {
+  const Spec s = parse_spec("prefill qk=int8:per_block pv=int8:per_tensor out=fp16 d=128 causal smooth=qk arch=sm_89");
+  const Source q = render_attention(s, Tiling{64, 128, 4, 2});
+  EXPECT_NE(q.text.find("64, 128, 4, 2, false, true>"), std::string::npos) << q.text;
+  Spec k = s;
+  k.smooth = kSmoothK;
+  const Source plain = render_attention(k, Tiling{64, 128, 4, 2});
+  EXPECT_NE(plain.text.find("64, 128, 4, 2, false>"), std::string::npos) << plain.text;
+  EXPECT_NE(q.kernel_name, plain.kernel_name);
+}
+
 // per_warp / per_thread Q/K scales reach the kernel expanded per row (quant_shape.h): the spec renders
 // the per_token kernel body, under a name that keeps its own granularity.
 TEST(Render, FragmentGranularitiesRenderThePerTokenKernel) {

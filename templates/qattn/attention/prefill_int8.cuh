@@ -48,14 +48,14 @@
 //   rounding must stay far below Q̂'s: ~amax/64500). Per KV tile one m16 × bn product (d / 32
 //   mma.m16n8k32 per n8 block, the n8 blocks split over the warps: block_mean_scores) gives ΔS of every
 //   block mean for every key; the warps stage ΔS · k_scale in shared memory and every thread reads
-//   its own keys as float4s, like the K scales (logits).
+//   its own keys (float2 pairs, in the order of the K scales) in logits().
 //   Synchronisation: one extra __syncthreads per tile, between the ΔS stores and the logits. It sits
 //   after the warp's own Q·K^T (whose mma latency overlaps the wait), and one ΔS buffer suffices: the
 //   next tile's stores come after the loop's top barrier, which every thread passes only after its
 //   reads. (Computing ΔS of tile t + 1 during tile t would save the barrier but needs tile t + 1
 //   resident one tile earlier, i.e. one stage less of prefetch; not done.)
 //   Cost: a warp's share of the ΔS mmas is 1 / (warps · m16 row tiles per warp) of its Q·K^T mmas,
-//   plus per score one FMA and a quarter of a float4 load.
+//   plus per score one FMA and half of a float2 load.
 //   INT4 K (m16n8k64 .s4): both operands are 4-bit there, so the block means need 4-bit codes: rows
 //   0 .. 3 round(q̄ / s) in [-7, 7] and rows 8 .. 11 the residual × 14 give only ~amax / 200; a second
 //   mma per k-step (another m16 tile of two more residual levels) brings it near the int8 form's
@@ -106,7 +106,7 @@ struct Kernel {
   static_assert(V_GRAN == Gran::per_tensor || V_GRAN == Gran::per_channel,
                 "prefill_int8: V scale must be per_tensor or per_channel");
   static_assert(OUT == Fmt::fp16 || OUT == Fmt::bf16, "prefill_int8: output must be fp16 or bf16");
-  static_assert(tiling_ok(D, BM, BN, WARPS, STAGES, WG), "prefill_int8: invalid tiling (see prefill_int8_shape.h)");
+  static_assert(tiling_ok(D, BM, BN, WARPS, STAGES, WG, QSMOOTH), "prefill_int8: invalid tiling (see prefill_int8_shape.h)");
   static_assert(!(QSMOOTH && WG), "prefill_int8: Q smoothing exists in the mma.sync form only");
   static_assert(BM % kQMeanBlock == 0, "prefill_int8: bm must be a whole number of Q-mean blocks");
 
@@ -340,21 +340,18 @@ struct Kernel {
       const float4 lo = *reinterpret_cast<const float4*>(kscale + 32 * ps + 4 * t4);
       const float4 hi = *reinterpret_cast<const float4*>(kscale + 32 * ps + 16 + 4 * t4);
       const float ksc[4][2] = {{lo.x, lo.y}, {lo.z, lo.w}, {hi.x, hi.y}, {hi.z, hi.w}};
-      // The same keys of ΔS, from the row block of each m16 tile (all 16 rows lie in one block).
-      float dsk[kMT][4][2];
-      if constexpr (QSMOOTH) {
-        const int warp = threadIdx.x >> 5;
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          const float* dsrow = ds + ((warp * 16 * kMT + 16 * mt) / kQMeanBlock) * BN + 32 * ps + 4 * t4;
-          const float4 dlo = *reinterpret_cast<const float4*>(dsrow);
-          const float4 dhi = *reinterpret_cast<const float4*>(dsrow + 16);
-          dsk[mt][0][0] = dlo.x, dsk[mt][0][1] = dlo.y, dsk[mt][1][0] = dlo.z, dsk[mt][1][1] = dlo.w;
-          dsk[mt][2][0] = dhi.x, dsk[mt][2][1] = dhi.y, dsk[mt][3][0] = dhi.z, dsk[mt][3][1] = dhi.w;
-        }
-      }
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
+        // The same two keys of ΔS, from the row block of each m16 tile (its 16 rows lie in one block);
+        // a float2 per block jj rather than float4s per k-step keeps fewer registers live (spills).
+        float2 dsk[kMT];
+        if constexpr (QSMOOTH) {
+          const int warp = threadIdx.x >> 5;
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+            dsk[mt] = *reinterpret_cast<const float2*>(ds + ((warp * 16 * kMT + 16 * mt) / kQMeanBlock) * BN + 32 * ps +
+                                                       16 * (jj >> 1) + 2 * (jj & 1) + 4 * t4);
+        }
         const float kbias[2] = {-int8::kMagic * ksc[jj][0], -int8::kMagic * ksc[jj][1]};
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
@@ -362,7 +359,7 @@ struct Kernel {
           for (int e = 0; e < 4; ++e) {
             float x = kRawS ? int8::i2f(s[mt][4 * ps + jj][e]) * ksc[jj][e & 1]
                             : fmaf(__int_as_float(s[mt][4 * ps + jj][e]), ksc[jj][e & 1], kbias[e & 1]);
-            if constexpr (QSMOOTH) x = fmaf(dsk[mt][jj][e & 1], st.dsf[mt][e >> 1], x);
+            if constexpr (QSMOOTH) x = fmaf((e & 1) ? dsk[mt].y : dsk[mt].x, st.dsf[mt][e >> 1], x);
             if (MASKED && 32 * ps + 16 * (jj >> 1) + 2 * (jj & 1) + (e & 1) > last[mt][e >> 1]) x = dev::neg_inf();
             u[mt][4 * ps + jj][e] = x;
           }

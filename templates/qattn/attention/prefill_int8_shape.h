@@ -17,6 +17,11 @@
 //   not (d 128, bn 128, 8 warps)     (mma.sync form) ptxas spills 8 bytes for its causal form on sm_80 .. sm_89, and
 //                                    it is slower than bm 64 / 4 warps on H100 anyway.
 //   not (d 96, bn 128, 3 stages)     (mma.sync form) ptxas spills 4 bytes (causal, sm_80 and sm_90a).
+//   Q smoothing (qsmooth) also not:  ptxas settles below its limit and spills (causal): bm 64 with 4 warps at
+//                                    d 128 bn 64 3 stages (8 bytes, sm_80), d 128 bn 128 3 stages (4, sm_90a),
+//                                    d 96 bn 64 2 stages (4, sm_90a); d 64 bm 128 bn 64 8 warps 2 stages
+//                                    (8, sm_80). Swept: every tiling at d 64 / 96 / 128 / 256 causal on
+//                                    sm_80 and sm_90a, d 128 on sm_89 (dev/notes/qsmooth.md).
 //   d 256                            the int32 O alone is 128 registers: one row tile per warp, and the
 //                                    register rule leaves bn 32 to the mma.sync form (its Q fragments
 //                                    are another 32), bn 64 to the wgmma form.
@@ -67,8 +72,17 @@ QATTN_INT8_SHAPE_FN int array_registers(int d, int bm, int bn, int warps, bool w
   return row_tiles_per_warp(bm, warps) * (d / 2 + bn / 2 + (wg ? 0 : d / 8));   // wgmma reads Q from smem
 }
 
-QATTN_INT8_SHAPE_FN bool tiling_ok(int d, int bm, int bn, int warps, int stages, bool wg = false) {
+// The mma.sync tilings whose Q-smoothing form spills (see the top).
+QATTN_INT8_SHAPE_FN bool qsmooth_spills(int d, int bm, int bn, int warps, int stages) {
+  return (bm == 64 && warps == 4 &&
+          ((d == 128 && bn == 64 && stages == 3) || (d == 128 && bn == 128 && stages == 3) ||
+           (d == 96 && bn == 64 && stages == 2))) ||
+         (d == 64 && bm == 128 && bn == 64 && warps == 8 && stages == 2);
+}
+
+QATTN_INT8_SHAPE_FN bool tiling_ok(int d, int bm, int bn, int warps, int stages, bool wg = false, bool qsmooth = false) {
   if (wg && (row_tiles_per_warp(bm, warps) != 1 || bn == 32)) return false;
+  if (qsmooth && (wg || qsmooth_spills(d, bm, bn, warps, stages))) return false;
   return (d == 64 || d == 96 || d == 128 || d == 256) && (warps == 4 || warps == 8) &&
          (row_tiles_per_warp(bm, warps) == 1 || row_tiles_per_warp(bm, warps) == 2) &&
          (bn == 32 || bn == 64 || bn == 128) && stages >= 2 && stages <= 4 &&
