@@ -63,7 +63,7 @@ QATTN_VARIANTS = {
                            "accum=two_level smooth=kv",
     "qattn_int8_fp16": "prefill qk=int8:per_warp pv=fp16 out=fp16 d={d}{causal} smooth=k",
     "qattn_int8_fp16_acc16": "prefill qk=int8:per_warp pv=fp16 out=fp16 d={d}{causal} accum=fp16 smooth=k",
-    "qattn_int4_fp8": "prefill qk=int4:per_warp pv=fp8e4m3:per_channel out=fp16 d={d}{causal} smooth=kv",
+    "qattn_int4_fp8": "prefill qk=int4:per_warp pv=fp8e4m3:per_channel out=fp16 d={d}{causal} smooth=qkv",
 }
 # The variants of the default grid (issue 2's table); --grid formats runs them all.
 DEFAULT_VARIANTS = ["sdpa_flash", "sdpa_cudnn", "qattn_fp16", "qattn_int8_per_token", "qattn_int8_per_block",

@@ -84,12 +84,15 @@ Body attention_body(const Spec& s, const Tiling& t) {
        << t.warps << ", " << t.stages;
   const bool int_qk = s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4;   // int4: the int8 kernel (S4 or int8 compute)
   if (int_qk) tail << ", " << (t.wgmma ? "true" : "false");
-  // pv=fp16 / fp8e4m3, the accumulation mode and S4 (packed int4 Q/K): the kernel's last template
-  // parameters, left out where they are the defaults (int8 P·V, fp32, no S4), so those sources stay as
-  // they were.
-  if (int_qk && (s.pv.fmt != Fmt::int8 || s.accum != Accum::fp32 || t.int4_mma))
+  // pv=fp16 / fp8e4m3, the accumulation mode, S4 (packed int4 Q/K), QSMOOTH and INT4: the kernel's last
+  // template parameters, left out where they are the defaults (int8 P·V, fp32, no S4, no Q smoothing, int8 codes), so
+  // those sources stay as they were.
+  const bool qsmooth = (s.smooth & kSmoothQ) != 0, int4 = s.qk.fmt == Fmt::int4;
+  if (int_qk && (s.pv.fmt != Fmt::int8 || s.accum != Accum::fp32 || t.int4_mma || qsmooth || int4))
     tail << ", " << fmt_enum(s.pv.fmt) << ", " << accum_enum(s.accum);
-  if (t.int4_mma) tail << ", true";   // S4: packed int4 Q/K
+  if (t.int4_mma || qsmooth || int4) tail << ", " << (t.int4_mma ? "true" : "false");   // S4: packed int4 Q/K
+  if (qsmooth || int4) tail << ", " << (qsmooth ? "true" : "false");                     // QSMOOTH
+  if (int4) tail << ", true";                                                            // INT4: raw S
   tail << ">";
   if (int_qk)
     return {"qattn/attention/prefill_int8.cuh",

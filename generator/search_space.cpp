@@ -84,7 +84,7 @@ std::vector<Tiling> preferred(const Spec& s) {
   // qk=int4 (issue #3): on sm_80 / sm_86 / sm_89 the packed-int4 form (_i4mma) with the int8 lists'
   // shapes (its smaller Q/K tiles fit the same ones; not measured yet); on sm_90 / sm_90a the int8
   // compute form, i.e. exactly the int8 lists (the s4 mma is emulated there: never offered).
-  if (s.qk.fmt == Fmt::int4 && int4_mma_by_default(s.arch)) {
+  if (s.qk.fmt == Fmt::int4 && int4_mma_by_default(s)) {
     Spec as_int8 = s;
     as_int8.qk.fmt = Fmt::int8;
     for (Tiling t : preferred(as_int8)) {
@@ -106,7 +106,8 @@ std::vector<Tiling> preferred(const Spec& s) {
     if (s.head_dim <= 128) return {{64, 64, 4, 2}, {64, 64, 4, 3}, {128, 64, 8, 2}};
     return {{64, 32, 4, 2}, {64, 32, 4, 3}, {128, 32, 8, 2}};
   }
-  if (s.arch == Arch::sm_90a && s.pv.fmt == Fmt::int8) {
+  // Q smoothing runs in the mma.sync form only (validate() refuses _wg for it).
+  if (s.arch == Arch::sm_90a && s.pv.fmt == Fmt::int8 && !(s.smooth & kSmoothQ)) {
     if (s.head_dim <= 64)
       out = {{64, 128, 4, 3, true, 4}, {64, 128, 4, 2, true, 4}, {64, 128, 4, 2, true}, {128, 128, 8, 2, true}};
     else if (s.head_dim <= 128) out = {{64, 128, 4, 2, true}, {128, 64, 8, 2, true}, {64, 64, 4, 3, true}};
@@ -130,10 +131,11 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
   std::vector<Tiling> all = preferred(spec);
   // The fp16/bf16 list is the measured shortlist; the int8 kernel's space is swept.
   // The wgmma forms also with a minimum of 4 blocks per SM (validate() drops those that cannot fit).
-  const bool i4mma = spec.qk.fmt == Fmt::int4 && int4_mma_by_default(spec.arch);   // see preferred()
+  const bool i4mma = int4_mma_by_default(spec);   // see preferred()
   if (spec.quantized() && spec.phase == Phase::prefill)
     for (bool wg : {true, false})
       for (int bm : {64, 128})
+        if (!(wg && (spec.smooth & kSmoothQ)))
         for (int bn : {32, 64, 128})
           for (int w : {4, 8})
             for (int st : {2, 3}) {
@@ -210,6 +212,15 @@ std::vector<Spec> default_grid(Arch arch) {
     add({Fmt::int8, Gran::per_token}, {Fmt::fp8e4m3, Gran::per_channel}, Fmt::fp16, d, c, kSmoothK);
     grid.back().accum = Accum::two_level;
   }
+  // Q smoothing (smooth=q with k, and v where V is per-channel; issue #3): the mma.sync kernel with the
+  // ΔS product, every head dim and mask, and the quantizer's block-mean passes for every Q granularity.
+  for (int d : {64, 96, 128, 256})
+    for (bool causal : {false, true}) {
+      add({Fmt::int8, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::fp16, d, causal, kSmoothQ | kSmoothK | kSmoothV);
+      add({Fmt::int8, Gran::per_block}, {Fmt::int8, Gran::per_tensor}, Fmt::bf16, d, causal, kSmoothQ | kSmoothK);
+    }
+  for (Gran qg : {Gran::per_tensor, Gran::per_warp, Gran::per_thread})
+    add({Fmt::int8, qg}, {Fmt::int8, Gran::per_tensor}, Fmt::fp16, 128, qg == Gran::per_warp, kSmoothQ | kSmoothK);
   // Decode: every KV-cache format and head dim, contiguous and non-causal, and paged with the causal
   // mask (several new tokens per sequence), GQA 4; and each format with softmax=sas.
   const Operand kv_formats[] = {{Fmt::fp16, Gran::none}, {Fmt::bf16, Gran::none}, {Fmt::int8, Gran::per_token},

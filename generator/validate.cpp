@@ -75,9 +75,6 @@ Verdict validate_int8(const Spec& s) {
                        " is not supported; accepted: per_tensor, per_block, per_warp, per_thread, per_token");
   if (Verdict v = validate_pv(s); !v) return v;
   if (!is_float(s.out)) return Verdict::no(std::string("out=") + to_string(s.out) + " is not supported; accepted: fp16, bf16");
-  if (s.smooth & kSmoothQ)
-    return Verdict::no("smooth=" + smooth_to_string(s.smooth) +
-                       ": Q smoothing is not implemented yet (issue #3); accepted: none, k, v, kv");
   if ((s.smooth & kSmoothV) && s.pv.fmt == Fmt::int8 && s.pv.gran != Gran::per_channel)
     return Verdict::no("smooth=" + smooth_to_string(s.smooth) + " with pv=int8:" + to_string(s.pv.gran) +
                        ": V smoothing needs per-channel V scales; accepted: pv=int8:per_channel");
@@ -150,11 +147,12 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
     if (!prefill_fp16::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages)) return 0;
     return prefill_fp16::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, 2);
   }
+  const bool qsmooth = (s.smooth & kSmoothQ) != 0;
   const int v_bytes = s.pv.fmt == Fmt::fp16 ? 2 : 1;   // pv=fp16: the V tile as given (fp16/bf16)
   if (!prefill_int8::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages, t.wgmma, v_bytes,
-                               s.accum == Accum::fp16, t.int4_mma))
+                               s.accum == Accum::fp16, t.int4_mma, qsmooth))
     return 0;
-  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma, v_bytes, t.int4_mma);
+  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma, v_bytes, t.int4_mma, qsmooth);
 }
 
 Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
@@ -172,6 +170,12 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (t.wgmma && s.pv.fmt != Fmt::int8)
     return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) runs int8 P·V only; pv=" + to_string(s.pv.fmt) +
                        " uses the mma.sync form: drop _wg");
+  if (t.wgmma && (s.smooth & kSmoothQ))
+    return Verdict::no("tiling " + to_string(t) + ": smooth=" + smooth_to_string(s.smooth) +
+                       " (Q smoothing) runs in the mma.sync form only; drop _wg (accepted with _wg: smooth=none, k, v, kv)");
+  if (t.int4_mma && (s.smooth & kSmoothQ))
+    return Verdict::no("tiling " + to_string(t) + ": smooth=" + smooth_to_string(s.smooth) +
+                       " (Q smoothing) needs int8 K tiles for its ΔS product; drop _i4mma (qk=int4 then runs as int8 compute)");
   if (t.wgmma && s.arch != Arch::sm_90a)
     return Verdict::no("tiling " + to_string(t) + ": wgmma needs arch=sm_90a (got " + to_string(s.arch) + "); drop _wg");
   const int smem = kernel_smem_bytes(s, t);
@@ -217,8 +221,12 @@ Verdict validate(const Spec& s, const Problem& p) {
 
 bool int4_mma_by_default(Arch arch) { return arch != Arch::sm_90 && arch != Arch::sm_90a && arch != Arch::unset; }
 
+bool int4_mma_by_default(const Spec& s) {
+  return s.phase == Phase::prefill && s.qk.fmt == Fmt::int4 && int4_mma_by_default(s.arch) && !(s.smooth & kSmoothQ);
+}
+
 std::string dispatch_note(const Spec& s) {
-  if (s.phase != Phase::prefill || s.qk.fmt != Fmt::int4 || s.arch == Arch::unset || int4_mma_by_default(s.arch))
+  if (s.phase != Phase::prefill || s.qk.fmt != Fmt::int4 || s.arch == Arch::unset || int4_mma_by_default(s))
     return "";
   Tiling int8_compute;
   return dispatch_note(s, int8_compute);
@@ -230,6 +238,9 @@ std::string dispatch_note(const Spec& s, const Tiling& t) {
   if (t.int4_mma && !int4_mma_by_default(s.arch))
     return "qk=int4 with _i4mma on " + arch + " runs packed INT4 mma.sync, which is emulated on Hopper (slow; "
            "meant for testing): the default there is int8 compute";
+  if (!t.int4_mma && int4_mma_by_default(s.arch) && (s.smooth & kSmoothQ))
+    return "qk=int4 with smooth=" + smooth_to_string(s.smooth) + " on " + arch +
+           " runs as int8 compute: Q smoothing's ΔS product reads int8 K tiles (codes stay in [-7,7])";
   if (!t.int4_mma && int4_mma_by_default(s.arch))
     return "qk=int4 on " + arch + " runs as int8 compute because the tiling has no _i4mma (codes stay in [-7,7]); "
            "add _i4mma for the packed INT4 tensor cores";

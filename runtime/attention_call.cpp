@@ -148,7 +148,7 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
       auto fn = impl_->load_source(rt::quant_source(s.request, l, spec.arch));
       fn->launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes, cu_stream, qp);
     }
-    if (i == 0) { ap.q = s.y; ap.q_scale = qp.scale; }
+    if (i == 0) { ap.q = s.y; ap.q_scale = qp.scale; ap.q_mean = qp.mean; }   // mean: Q block means (smooth=q)
     if (i == 1) { ap.k = s.y; ap.k_scale = qp.scale; }
     if (i == 2) { ap.v = s.y; ap.v_scale = qp.scale; ap.v_mean = qp.mean; }   // mean: V smoothing, added back to O
   }

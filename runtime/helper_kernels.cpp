@@ -7,7 +7,7 @@ namespace {
 
 const char* kLseHeader = "qattn/attention/lse_correction.cuh";
 
-// qattn_quant_<in>_i8<gran>[_smooth][_vt]_d<d>__<pass>: the quantization family of the name grammar.
+// qattn_quant_<in>_i8<gran>[_smooth][_qmean][_vt]_d<d>__<pass>: the quantization family of the name grammar.
 std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLaunch& l) {
   const std::string g = r.gran == Gran::per_token    ? "tok"
                         : r.gran == Gran::per_block  ? "blk" + std::to_string(r.group)
@@ -16,9 +16,10 @@ std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLa
                         : r.gran == Gran::per_tensor ? "ten"
                                                      : "chn";
   // _i8: one code per byte (int8, and int4's [-7, 7] codes: qmax is a launch parameter); _i4p: packed int4;
-  // _e4m3: fp8 V^T.
+  // _e4m3: fp8 V^T; _qmean: Q minus its 64-row block means (Q smoothing).
   return std::string("qattn_quant_") + (r.in == Fmt::bf16 ? "bf16" : "f16") +
          (r.code == Fmt::fp8e4m3 ? "_e4m3" : r.pack4 ? "_i4p" : "_i8") + g + (r.smooth ? "_smooth" : "") +
+         (r.block_mean ? "_qmean" : "") +
          (r.transpose ? "_vt" : "") + "_d" + std::to_string(r.d) + "__" + l.tag;
 }
 
@@ -34,10 +35,12 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool in
   const int kv_pad = (p.kv_len + kVPadTokens - 1) / kVPadTokens * kVPadTokens;
   std::array<QuantSlot, 3> slots;
   slots[0].request = {spec.out, spec.qk.gran, q_group, false, false, d};
+  slots[0].request.block_mean = (spec.smooth & kSmoothQ) != 0;   // Q smoothing: 64-row block means
   slots[0].problem = {p.batch, p.heads_q, p.q_len, p.q_len};
   slots[1].request = {spec.out, spec.qk.gran, k_group, (spec.smooth & kSmoothK) != 0, false, d};
   slots[1].problem = {p.batch, p.heads_kv, p.kv_len, p.kv_len};
-  slots[2].request = {spec.out, spec.pv.gran, 0, (spec.smooth & kSmoothV) != 0, true, d, spec.pv.fmt == Fmt::fp8e4m3 ? Fmt::fp8e4m3 : Fmt::int8};
+  slots[2].request = {spec.out, spec.pv.gran, 0, (spec.smooth & kSmoothV) != 0, true, d};
+  slots[2].request.code = spec.pv.fmt == Fmt::fp8e4m3 ? Fmt::fp8e4m3 : Fmt::int8;
   slots[2].problem = {p.batch, p.heads_kv, p.kv_len, kv_pad};
   slots[2].active = spec.pv.fmt != Fmt::fp16;   // pv=fp16: the kernel reads V as given
   if (spec.qk.fmt == Fmt::int4)
@@ -80,7 +83,7 @@ std::vector<Source> helper_sources(const Spec& spec) {
   if (spec.phase == Phase::decode) return {render_decode_combine(spec), render_kv_append(spec)};
   if (!spec.quantized()) return out;
   const Problem nominal{1, spec.gqa, 1, 128, 128};
-  for (const QuantSlot& s : quant_slots(spec, nominal, spec.qk.fmt == Fmt::int4 && int4_mma_by_default(spec.arch)))
+  for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma_by_default(spec)))
     for (const quant::QuantLaunch& l : s.plan.launches) out.push_back(quant_source(s.request, l, spec.arch));
   if (spec.smooth & kSmoothK) {
     out.push_back(row_dot_source(spec));

@@ -206,10 +206,10 @@ std::string default_pretune_grid_json() {
     // kernel over [-7, 7] codes; a model on sm_80 .. sm_89 that wants the packed form tuned lists it).
     const bool fragment_scales = s.qk.gran == Gran::per_warp || s.qk.gran == Gran::per_thread;
     // fp16 / fp8 P·V after int8 Q·K^T (issue #3) stay out too for now: the 10-minute budget has no room
-    // for them (a grid that needs them lists them); so does qk=int4 (the int8 kernel on the H100).
+    // for them (a grid that needs them lists them); so does Q smoothing (smooth=q, mma.sync form only).
     const bool float_pv = s.quantized() && s.pv.fmt != Fmt::int8;
     if (s.phase == Phase::prefill && (s.head_dim == 64 || s.head_dim == 128) && !fragment_scales && !float_pv &&
-        s.qk.fmt != Fmt::int4)
+        s.qk.fmt != Fmt::int4 && !(s.smooth & kSmoothQ))
       prefill.push_back(to_string(s));
   }
   // Decode: the families the dataflow/split sweeps cover (row caches, not flashq), ~5 s each on an H100.

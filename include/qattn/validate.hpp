@@ -45,6 +45,9 @@ std::string dispatch_note(const Spec& spec);
 std::string dispatch_note(const Spec& spec, const Tiling& tiling);
 // Whether qk=int4 prefill runs on packed INT4 tensor cores (_i4mma) by default on `arch`.
 bool int4_mma_by_default(Arch arch);
+// Whether this spec's default form is the packed one: qk=int4 prefill on such an arch, without Q
+// smoothing (its ΔS product needs int8 K tiles, so smooth=q runs as int8 compute everywhere).
+bool int4_mma_by_default(const Spec& spec);
 
 // Dynamic shared memory bytes the kernel for (spec, tiling) needs; 0 when the tiling is invalid.
 int kernel_smem_bytes(const Spec& spec, const Tiling& tiling);

@@ -68,6 +68,10 @@ struct AttentionParams {
   TensorRef q, k, v, o;
   ScaleRef q_scale, k_scale, v_scale;
   const float* v_mean;   // per-channel mean of V added back to O (V smoothing), [b, h_kv, d] contiguous; may be null
+  // Q smoothing (smooth=q): the per-channel mean of each block of kQMeanBlock query rows, subtracted from
+  // Q before quantization; fp32 [b, h_q, ceil(q_len / kQMeanBlock), d] contiguous. The kernel adds
+  // softmax_scale * q_mean(block of row) · k back to every score (before the row max). null = no Q smoothing.
+  const float* q_mean;
   float* lse;            // optional natural-log log-sum-exp per row, [b, h_q, q_len] contiguous; may be null
   int batch, heads_q, heads_kv, q_len, kv_len;
   float softmax_scale;   // multiplies Q·K^T before softmax (1/sqrt(d) by default)
@@ -183,5 +187,9 @@ struct KvAppendParams {
 
 // Quantized V is stored transposed with its token axis padded to this multiple (>= every tile's block_n).
 constexpr int kVPadTokens = 128;
+
+// Query rows per Q-smoothing block (AttentionParams::q_mean): fixed, so the quantizer does not depend on
+// the attention tiling; every prefill bm is a multiple of it and every warp's rows lie inside one block.
+constexpr int kQMeanBlock = 64;
 
 }  // namespace qattn

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <thread>
 
+#include "tests/common/qsmooth_reference.hpp"
 #include "tests/common/quant_reference.hpp"
 #include "tests/common/reference_attention.hpp"
 
@@ -12,10 +13,12 @@ namespace qattn {
 namespace test {
 
 std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, Gran gran, int group, bool smooth_k,
-                                      bool causal, double qmax) {
+                                      bool causal, double qmax, bool smooth_q) {
   // per_warp / per_thread: Q and K take their own mappings (group 32 and 64); `group` is ignored.
   const bool fragment = gran == Gran::per_warp || gran == Gran::per_thread;
-  const QuantRef qr = quantize_reference(q, {gran, fragment ? 32 : group, qmax, false});
+  const std::vector<double> q_means = smooth_q ? q_block_means(q) : std::vector<double>();
+  const QuantRef qr = quantize_reference(smooth_q ? subtract_q_block_means(q, q_means) : q,
+                                         {gran, fragment ? 32 : group, qmax, false});
   const QuantRef kr = quantize_reference(k, {gran, fragment ? 64 : group, qmax, smooth_k});
   const int B = q.shape.batch, HQ = q.shape.heads, HK = k.shape.heads, QL = q.shape.seq, KL = k.shape.seq;
   const int D = q.shape.dim, G = HQ / HK;
@@ -24,12 +27,16 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
   std::vector<double> kx(static_cast<size_t>(B) * HK * KL * D), kh(kx.size());
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < HQ; ++h)
-      for (int i = 0; i < QL; ++i)
+      for (int i = 0; i < QL; ++i) {
+        MeanCodes mean;   // the block mean as the kernel multiplies it (smooth_q)
+        if (smooth_q)
+          mean = quantize_mean(&q_means[((static_cast<size_t>(b) * HQ + h) * q_mean_blocks(QL) + i / kQMeanBlock) * D], D);
         for (int c = 0; c < D; ++c) {
           const size_t at = ((static_cast<size_t>(b) * HQ + h) * QL + i) * D + c;
           qx[at] = q.at(b, h, i, c);
-          qh[at] = qr.code(b, h, i, c) * qr.scale(b, h, i, c);
+          qh[at] = qr.code(b, h, i, c) * qr.scale(b, h, i, c) + (smooth_q ? mean.value(c) : 0.0);
         }
+      }
     for (int h = 0; h < HK; ++h)
       for (int j = 0; j < KL; ++j)
         for (int c = 0; c < D; ++c) {

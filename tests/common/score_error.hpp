@@ -5,6 +5,8 @@
 // change, so no kernel given these quantized inputs can be asked to get its LSE closer than this.
 // `group`: per_block tokens; per_warp / per_thread use the Q mapping for q and the K mapping for k.
 // `qmax`: 127 (int8 Q/K) or 7 (int4 Q/K).
+// `smooth_q` (smooth=q): q̂ = Q̂' + q̄̂ with Q' = Q minus its 64-row block means (quantized as Q) and q̄̂ the
+// kernel's two-code block means (qsmooth_reference.hpp).
 #pragma once
 #include <vector>
 
@@ -15,7 +17,7 @@ namespace qattn {
 namespace test {
 
 std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, Gran gran, int group, bool smooth_k,
-                                      bool causal, double qmax = 127);
+                                      bool causal, double qmax = 127, bool smooth_q = false);
 
 }  // namespace test
 }  // namespace qattn

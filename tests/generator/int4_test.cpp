@@ -47,7 +47,6 @@ TEST(Int4Prefill, RefusalsNameWhatIsAccepted) {
       {"prefill qk=int4:per_token pv=int4:per_token out=fp16 d=128", "qk=int4 with pv=int4"},
       {"prefill qk=int4:per_token pv=int8:per_token out=fp16 d=128", "accepted: per_tensor, per_channel"},
       {"prefill qk=int4:per_token pv=int8:per_tensor out=int8 d=128", "accepted: fp16, bf16"},
-      {"prefill qk=int4:per_token pv=int8:per_tensor out=fp16 d=128 smooth=q", "accepted: none, k, v, kv"},
       {"prefill qk=int4:per_token pv=int8:per_channel out=fp16 d=192", "accepted: 64, 96, 128, 256"},
   };
   for (const Row& r : rows) {
@@ -72,6 +71,17 @@ TEST(Int4Prefill, TilingFormsAreCheckedWithReasons) {
   Verdict v = validate(h, Tiling{64, 128, 4, 2, true, 0, true}, lim);
   EXPECT_FALSE(v.ok);
   EXPECT_TRUE(contains(v.reason, "mma.sync only")) << v.reason;
+  // Q smoothing's ΔS product reads int8 K tiles: smooth=q runs as int8 compute, the packed form is refused,
+  // and the default form (and its dispatch note) says so on every arch.
+  for (Arch a : {Arch::sm_80, Arch::sm_89, Arch::sm_90a}) {
+    const Spec q = int4_spec("per_token", 128, false, a, " smooth=qk");
+    const Verdict vq = validate(q, packed, default_limits(a));
+    EXPECT_FALSE(vq.ok) << to_string(a);
+    EXPECT_TRUE(contains(vq.reason, "drop _i4mma")) << vq.reason;
+    EXPECT_FALSE(int4_mma_by_default(q));
+    EXPECT_FALSE(default_tiling(q, default_limits(a)).int4_mma) << to_string(a);
+    EXPECT_TRUE(contains(dispatch_note(q), "int8 compute")) << to_string(a) << ": " << dispatch_note(q);
+  }
   Spec i8 = h;
   i8.qk.fmt = Fmt::int8;
   v = validate(i8, packed, lim);
@@ -142,15 +152,15 @@ TEST(Int4Prefill, KernelNamesRoundTripAndDifferByForm) {
     EXPECT_THROW(parse_tiling(bad), Error) << bad;
 }
 
-// Packed: the int8 kernel with S4 = true (last template argument) and half-size Q / K tiles; int8
-// compute: exactly the int8 kernel's instantiation.
+// Packed: the int8 kernel with S4 = true and half-size Q / K tiles; int8 compute: S4 = false. Both
+// set INT4 (raw, exactly converted S: see prefill_int8.cuh's kRawS).
 TEST(Int4Prefill, RenderPicksTheFormAndSharedMemoryShrinks) {
   const Spec s = int4_spec("per_token", 128, false, Arch::sm_89, " smooth=k");
   const Source p = render_attention(s, Tiling{64, 64, 4, 2, false, 0, true});
-  EXPECT_TRUE(contains(p.text, "qattn::prefill_int8::Kernel<qattn::Gran::per_channel, qattn::Fmt::fp16, 128, false, 64, 64, 4, 2, false, qattn::Fmt::int8, qattn::Accum::fp32, true>"))
+  EXPECT_TRUE(contains(p.text, "qattn::prefill_int8::Kernel<qattn::Gran::per_channel, qattn::Fmt::fp16, 128, false, 64, 64, 4, 2, false, qattn::Fmt::int8, qattn::Accum::fp32, true, false, true>"))
       << p.text;
   const Source c = render_attention(s, Tiling{64, 64, 4, 2});
-  EXPECT_TRUE(contains(c.text, "qattn::prefill_int8::Kernel<qattn::Gran::per_channel, qattn::Fmt::fp16, 128, false, 64, 64, 4, 2, false>"))
+  EXPECT_TRUE(contains(c.text, "qattn::prefill_int8::Kernel<qattn::Gran::per_channel, qattn::Fmt::fp16, 128, false, 64, 64, 4, 2, false, qattn::Fmt::int8, qattn::Accum::fp32, false, false, true>"))
       << c.text;
   for (int d : {64, 96, 128, 256}) {
     const Spec sd = int4_spec("per_token", d, false, Arch::sm_80);

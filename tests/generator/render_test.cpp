@@ -71,6 +71,18 @@ TEST(Render, PvFormatAndAccumulationAreTheLastTemplateArguments) {
   EXPECT_THROW(render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_80"), t), Error);
 }
 
+// smooth=q adds the kernel's QSMOOTH argument (after WG); other specs render as before, without it.
+TEST(Render, QSmoothingAddsTheLastTemplateArgument) {
+  const Spec s = parse_spec("prefill qk=int8:per_block pv=int8:per_tensor out=fp16 d=128 causal smooth=qk arch=sm_89");
+  const Source q = render_attention(s, Tiling{64, 128, 4, 2});
+  EXPECT_NE(q.text.find("64, 128, 4, 2, false, qattn::Fmt::int8, qattn::Accum::fp32, false, true>"), std::string::npos) << q.text;
+  Spec k = s;
+  k.smooth = kSmoothK;
+  const Source plain = render_attention(k, Tiling{64, 128, 4, 2});
+  EXPECT_NE(plain.text.find("64, 128, 4, 2, false>"), std::string::npos) << plain.text;
+  EXPECT_NE(q.kernel_name, plain.kernel_name);
+}
+
 // per_warp / per_thread Q/K scales reach the kernel expanded per row (quant_shape.h): the spec renders
 // the per_token kernel body, under a name that keeps its own granularity.
 TEST(Render, FragmentGranularitiesRenderThePerTokenKernel) {

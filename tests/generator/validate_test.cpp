@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "qattn/attention/prefill_int8_shape.h"
+
 #include "qattn/search_space.hpp"
 #include "qattn/validate.hpp"
 
@@ -74,10 +76,15 @@ const Row kTable[] = {
     {"prefill qk=int8:per_thread pv=int8:per_tensor out=fp16 d=96", true, ""},
     {"prefill qk=int8:per_channel pv=int8:per_tensor out=fp16 d=128", false,
      "accepted: per_tensor, per_block, per_warp, per_thread, per_token"},
-    {"prefill qk=int8:per_thread pv=int8:per_tensor out=fp16 d=128 smooth=qk", false, "accepted: none, k, v, kv"},
+    {"prefill qk=int8:per_thread pv=int8:per_tensor out=fp16 d=128 smooth=qk", true, ""},
     {"prefill qk=int8:per_token pv=int8:per_token out=fp16 d=128", false, "accepted: per_tensor, per_channel"},
     {"prefill qk=int8:per_token pv=int8:per_tensor out=int8 d=128", false, "accepted: fp16, bf16"},
-    {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=qk", false, "accepted: none, k, v, kv"},
+    {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=qk", true, ""},
+    {"prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=64 smooth=q", true, ""},
+    {"prefill qk=int8:per_block pv=int8:per_channel out=bf16 d=256 causal smooth=qkv", true, ""},
+    {"prefill qk=int8:per_warp pv=int8:per_channel out=fp16 d=96 smooth=qv", true, ""},
+    {"prefill qk=fp16 pv=fp16 out=fp16 d=128 smooth=q", false, "smoothing applies to quantized"},
+    {"decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 smooth=q", false, "accepted for decode: none"},
     {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=kv", false, "needs per-channel V scales"},
     {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=kv", true, ""},
     {"prefill qk=int4:per_thread pv=int8:per_tensor out=fp16 d=128", true, ""},
@@ -169,6 +176,33 @@ TEST(Validate, FloatPvFormatsRefuseWgmmaAndCountTheirSharedMemory) {
     }
     EXPECT_GE(n16, 8) << to_string(a);
     EXPECT_EQ(n8 > 0, a != Arch::sm_80) << to_string(a);
+  }
+}
+
+// Q smoothing (smooth=q...) runs in the mma.sync form only: _wg is refused with a reason and never offered,
+// also where the wgmma form is otherwise preferred (sm_90a); the extra shared memory is counted.
+TEST(Validate, QSmoothingRefusesWgmma) {
+  for (const char* text : {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal smooth=qkv arch=sm_90a",
+                           "prefill qk=int8:per_block pv=int8:per_tensor out=bf16 d=64 smooth=qk arch=sm_90a",
+                           "prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=256 smooth=q arch=sm_90a"}) {
+    const Spec s = parse_spec(text);
+    const DeviceLimits lim = default_limits(s.arch);
+    const Verdict v = validate(s, Tiling{64, 128, 4, 2, true}, lim);
+    EXPECT_FALSE(v.ok) << text;
+    EXPECT_NE(v.reason.find("mma.sync form only; drop _wg"), std::string::npos) << v.reason;
+    const auto c = candidate_tilings(s, lim);
+    EXPECT_FALSE(c.empty()) << text;
+    for (const Tiling& t : c) EXPECT_FALSE(t.wgmma) << text << " " << to_string(t);
+    Spec plain = s;
+    plain.smooth &= ~kSmoothQ;
+    const Tiling t = c.front();
+    // The tilings whose Q-smoothing form spills are refused for it, not for the kernel without it.
+    if (s.head_dim == 128) {
+      EXPECT_FALSE(validate(s, Tiling{64, 64, 4, 3}, lim).ok);
+      EXPECT_TRUE(validate(plain, Tiling{64, 64, 4, 3}, lim).ok);
+    }
+    EXPECT_EQ(kernel_smem_bytes(s, t) - kernel_smem_bytes(plain, t),
+              prefill_int8::qsmooth_bytes(s.head_dim, t.block_m, t.block_n)) << text;
   }
 }
 

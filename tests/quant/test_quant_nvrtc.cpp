@@ -48,6 +48,9 @@ std::map<std::string, unsigned> planned_passes(bool all_dims) {
               const QuantProblem p{1, 1, 1000, 1024};
               if (!quant_request_error(r, p).empty()) continue;
               for (const QuantLaunch& l : plan_quant(r, p).launches) passes[l.pass] = l.block;
+              r.block_mean = true;   // Q smoothing (block means): the plan refuses what it does not cover
+              if (!quant_request_error(r, p).empty()) continue;
+              for (const QuantLaunch& l : plan_quant(r, p).launches) passes[l.pass] = l.block;
             }
   // pv=fp8e4m3: the transposed per-channel V pass with e4m3 codes.
   for (Fmt in : {Fmt::fp16, Fmt::bf16})

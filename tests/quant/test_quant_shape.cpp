@@ -47,6 +47,37 @@ TEST(QuantShape, PerTokenIsOnePass) {
   EXPECT_EQ(plan.scale_group, 1);
 }
 
+// Q smoothing by block means: one pass for token-wise scales (means and codes from the same loaded
+// tile), a block-mean abs-max pass first for per_tensor; the means are [b, h, ceil(s / 64), d].
+TEST(QuantShape, BlockMeansAreOnePassExceptPerTensor) {
+  for (Gran g : {Gran::per_token, Gran::per_block, Gran::per_warp, Gran::per_thread}) {
+    QuantRequest r = request(g, g == Gran::per_block ? 64 : g == Gran::per_token ? 0 : 32, false, false, Fmt::bf16, 96);
+    r.block_mean = true;
+    const QuantPlan plan = plan_quant(r, QuantProblem{2, 8, 1000, 1000});
+    ASSERT_EQ(plan.launches.size(), 1u) << static_cast<int>(g);
+    EXPECT_NE(plan.launches[0].pass.find(", false, true>"), std::string::npos) << plan.launches[0].pass;
+    expect_grid(plan.launches[0], (1000 + 63) / 64, 8, 2);
+    EXPECT_EQ(plan.mean_floats, 2LL * 8 * 16 * 96);
+    EXPECT_EQ(plan.scratch_floats, 0);
+  }
+  QuantRequest t = request(Gran::per_tensor, 0, false, false);
+  t.block_mean = true;
+  const QuantPlan plan = plan_quant(t, QuantProblem{1, 4, 65, 65});
+  ASSERT_EQ(plan.launches.size(), 2u);
+  EXPECT_EQ(plan.launches[0].pass, "qattn::quant::BlockMeanAmax<qattn::Fmt::fp16, 128>");
+  EXPECT_EQ(plan.launches[0].zero_scratch_floats, 1);
+  expect_grid(plan.launches[0], 2, 4, 1);
+  EXPECT_EQ(plan.launches[1].pass, "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_tensor, 0, false, false, true>");
+  EXPECT_EQ(plan.mean_floats, 1LL * 4 * 2 * 128);
+  EXPECT_EQ(plan.scratch_floats, 1);
+  // Not with the whole-sequence mean, V's transposed layout or per-channel scales.
+  for (QuantRequest bad : {request(Gran::per_token, 0, true, false), request(Gran::per_tensor, 0, false, true),
+                           request(Gran::per_channel, 0, false, false)}) {
+    bad.block_mean = true;
+    EXPECT_NE(quant_request_error(bad, QuantProblem{1, 1, 256, 256}), "");
+  }
+}
+
 TEST(QuantShape, SmoothedPerBlockReadsTwice) {
   const QuantProblem p{1, 4, 1500, 1536};
   const QuantPlan plan = plan_quant(request(Gran::per_block, 64, true, false, Fmt::bf16, 64), p);

@@ -32,7 +32,34 @@
 // Masking: keys >= kv_len and, when CAUSAL, keys > row + (kv_len - q_len) get P̂ = 0 exactly; rows that
 // see no key write zeros (lse = -inf). Tiles that need no mask take a mask-free path.
 // lse is that of the logits the kernel sees: with K smoothing it lacks softmax_scale · q·mean_k
-// (see lse_correction.cuh).
+// (see lse_correction.cuh); Q smoothing adds nothing to correct (ΔS restores q̄_b·k).
+//
+// Q smoothing (QSMOOTH, smooth=q; SageAttention2 §3.3; mma.sync form only, validate() refuses _wg):
+//   the quantizer subtracted from Q the per-channel mean q̄_b of each block b of kQMeanBlock (64) rows
+//   (p.q_mean, [b, h_q, ceil(q_len / 64), d]), so Q̂ holds Q - q̄_b. The true score is
+//   S = (Q - q̄_b)·K + q̄_b·K, and the second term differs per key, so it must join S before the row
+//   max and carry the same softmax_scale: u += ΔS · mscale / q_scale (units of u; see dsf).
+//   With K smoothing, K here is already K - mean_k, and ΔS uses that same K̂ (the LSE fix then adds
+//   q·mean_k with the full q, as without Q smoothing; ΔS itself restores the true logits, so the Q part
+//   needs no LSE correction).
+//   ΔS on the tensor cores: the bm / 64 block means of a CTA (1 .. 4) are rows of one m16 A tile,
+//   quantized once at CTA start (prepare_block_means) as two int8 codes each, high codes in rows
+//   0 .. 3 and the rounding residual × 254 in rows 8 .. 11 (the mean repeats in 64 rows, so its own
+//   rounding must stay far below Q̂'s: ~amax/64500). Per KV tile one m16 × bn product (d / 32
+//   mma.m16n8k32 per n8 block, the n8 blocks split over the warps: block_mean_scores) gives ΔS of every
+//   block mean for every key; the warps stage ΔS · k_scale in shared memory and every thread reads
+//   its own keys (float2 pairs, in the order of the K scales) in logits().
+//   Synchronisation: one extra __syncthreads per tile, between the ΔS stores and the logits. It sits
+//   after the warp's own Q·K^T (whose mma latency overlaps the wait), and one ΔS buffer suffices: the
+//   next tile's stores come after the loop's top barrier, which every thread passes only after its
+//   reads. (Computing ΔS of tile t + 1 during tile t would save the barrier but needs tile t + 1
+//   resident one tile earlier, i.e. one stage less of prefetch; not done.)
+//   Cost: a warp's share of the ΔS mmas is 1 / (warps · m16 row tiles per warp) of its Q·K^T mmas,
+//   plus per score one FMA and half of a float2 load.
+//   INT4 K (m16n8k64 .s4): both operands are 4-bit there, so the block means need 4-bit codes: rows
+//   0 .. 3 round(q̄ / s) in [-7, 7] and rows 8 .. 11 the residual × 14 give only ~amax / 200; a second
+//   mma per k-step (another m16 tile of two more residual levels) brings it near the int8 form's
+//   precision. That is block_mean_scores' inner loop; the staging and logits() need no change.
 //
 // Two forms of the two products (template parameter WG):
 //   mma.sync (sm_80+): each warp multiplies its 16 or 32 rows; Q fragments live in registers.
@@ -120,12 +147,16 @@ constexpr float kHalfLShare = 32.f;
 template <bool B, class T, class F> struct Pick { using type = T; };
 template <class T, class F> struct Pick<false, T, F> { using type = F; };
 
-// PV (P·V operand format), ACC (its accumulation) and S4 (packed int4 Q·K^T) come last, with defaults
-// that give the int8 kernel.
+// PV (P·V operand format), ACC (its accumulation), S4 (packed int4 Q·K^T) and QSMOOTH (Q smoothing)
+// come last, with defaults that give the int8 kernel.
 template <Gran V_GRAN, Fmt OUT, int D, bool CAUSAL, int BM, int BN, int WARPS, int STAGES, bool WG = false,
-          Fmt PV = Fmt::int8, Accum ACC = Accum::fp32, bool S4 = false>
+          Fmt PV = Fmt::int8, Accum ACC = Accum::fp32, bool S4 = false, bool QSMOOTH = false, bool INT4 = false>
 struct Kernel {
+  static_assert(!S4 || INT4, "prefill_int8: the packed form (S4) holds qk=int4 codes");
   static_assert(!(S4 && WG), "prefill_int8: the packed-int4 Q·K^T (S4) exists in the mma.sync form only");
+  static_assert(!(QSMOOTH && WG), "prefill_int8: Q smoothing exists in the mma.sync form only");
+  static_assert(!(QSMOOTH && S4), "prefill_int8: Q smoothing's ΔS mma reads int8 K tiles (no S4)");
+  static_assert(BM % kQMeanBlock == 0, "prefill_int8: bm must be a whole number of Q-mean blocks");
   static_assert(PV == Fmt::int8 || PV == Fmt::fp16 || PV == Fmt::fp8e4m3, "prefill_int8: pv must be int8, fp16 or fp8e4m3");
   static_assert(PV == Fmt::fp16 ? V_GRAN == Gran::none
                                 : (V_GRAN == Gran::per_channel || (PV == Fmt::int8 && V_GRAN == Gran::per_tensor)),
@@ -147,10 +178,10 @@ struct Kernel {
   static constexpr bool kQInRegs = !(kHalfV && D == 256) || S4;
 
  public:
-  static_assert(tiling_ok(D, BM, BN, WARPS, STAGES, WG, kVBytes, kHalfO, S4),
+  static_assert(tiling_ok(D, BM, BN, WARPS, STAGES, WG, kVBytes, kHalfO, S4, QSMOOTH),
                 "prefill_int8: invalid tiling (see prefill_int8_shape.h)");
   static constexpr int kThreads = WARPS * 32;
-  static constexpr int kSmemBytes = smem_bytes(D, BM, BN, STAGES, WG, kVBytes, S4);
+  static constexpr int kSmemBytes = smem_bytes(D, BM, BN, STAGES, WG, kVBytes, S4, QSMOOTH);
 
  private:
   using u32 = dev::u32;
@@ -196,7 +227,11 @@ struct Kernel {
   // the old values, so no per-tile initialisation) and converted with I2FP, which sm_90 runs at the
   // rate of plain ALU ops (measured: 5-7% faster than the biased start).
   using Scores = int[kMT][kSN][4];
-  static constexpr bool kRawS = WG;
+  // qk=int4 (INT4, either form) takes raw S too, zeroed before the first mma.sync and converted with
+  // I2F: the biased start's -kMagic · k_scale bias rounds in fp32 by up to ~0.75 · k_scale, a code
+  // product's worth of error that is nothing next to int8's 127² range but a third of a step with int4's
+  // 7² (measured on H100: LSE errors of 0.1 - 0.35 past the quantization's own bound on causal rows).
+  static constexpr bool kRawS = WG || INT4;
   using Logits = float[kMT][kSN][4];    // u = S · k_scale
   using RowVals = float[kMT][2];        // one value per row: rows g and g + 8 of each m16 tile
 
@@ -223,6 +258,7 @@ struct Kernel {
     float l_x[kMT][2];          // this thread's share of the same sum before rounding
     float r[kMT][2];            // reference max R
     float qs[kMT][2];           // q_scale · softmax_scale · log2(e)
+    float dsf[kMT][2];          // QSMOOTH: scale of the row's block mean / q_scale (see Q smoothing)
   };
 
   // K rows are stored permuted: within every 32 keys, smem row 8j + n holds the key that S column n of
@@ -376,13 +412,13 @@ struct Kernel {
     } else if constexpr (!WG) {
       load_q_fragments(qf, qtile);
     }
-    if constexpr (!kRawS) {
+    if constexpr (!WG) {   // the wgmma form's first product ignores the old values
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int j = 0; j < kSN; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][j][e] = int8::kMagicBits;
+          for (int e = 0; e < 4; ++e) s[mt][j][e] = kRawS ? 0 : int8::kMagicBits;
     }
     if constexpr (WG) {
       const dev::u64 qd = dev::wgmma_desc(qtile, kAtomBytes), kd = dev::wgmma_desc(ktile, kAtomBytes);
@@ -485,9 +521,11 @@ struct Kernel {
   }
 
   // u = S · k_scale (masked keys: -inf) and the tile max of L per row. Returns whether R must rise.
+  // QSMOOTH: ds = the staged ΔS · k_scale of the CTA's block means (block_mean_scores), added to u
+  // (times the row's dsf) before the max.
   template <bool MASKED>
   static __device__ __forceinline__ bool logits(Logits& u, RowVals& m_tile, const Scores& s, const State& st,
-                                                const Ctx& cx, const float* kscale, int k0) {
+                                                const Ctx& cx, const float* kscale, int k0, const float* ds) {
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
     // Last key each row may see (kv_len - 1, or its causal limit), relative to this thread's first key.
@@ -510,6 +548,16 @@ struct Kernel {
       const float ksc[4][2] = {{lo.x, lo.y}, {lo.z, lo.w}, {hi.x, hi.y}, {hi.z, hi.w}};
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
+        // The same two keys of ΔS, from the row block of each m16 tile (its 16 rows lie in one block);
+        // a float2 per block jj rather than float4s per k-step keeps fewer registers live (spills).
+        float2 dsk[kMT];
+        if constexpr (QSMOOTH) {
+          const int warp = threadIdx.x >> 5;
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+            dsk[mt] = *reinterpret_cast<const float2*>(ds + ((warp * 16 * kMT + 16 * mt) / kQMeanBlock) * BN + 32 * ps +
+                                                       16 * (jj >> 1) + 2 * (jj & 1) + 4 * t4);
+        }
         const float kbias[2] = {-int8::kMagic * ksc[jj][0], -int8::kMagic * ksc[jj][1]};
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
@@ -517,6 +565,7 @@ struct Kernel {
           for (int e = 0; e < 4; ++e) {
             float x = kRawS ? int8::i2f(s[mt][4 * ps + jj][e]) * ksc[jj][e & 1]
                             : fmaf(__int_as_float(s[mt][4 * ps + jj][e]), ksc[jj][e & 1], kbias[e & 1]);
+            if constexpr (QSMOOTH) x = fmaf((e & 1) ? dsk[mt].y : dsk[mt].x, st.dsf[mt][e >> 1], x);
             if (MASKED && 32 * ps + 16 * (jj >> 1) + 2 * (jj & 1) + (e & 1) > last[mt][e >> 1]) x = dev::neg_inf();
             u[mt][4 * ps + jj][e] = x;
           }
@@ -822,12 +871,137 @@ struct Kernel {
     }
   }
 
+
+  // ---- Q smoothing (QSMOOTH; see "Q smoothing" at the top) ----
+  // Shared memory after everything else (qsmooth_bytes in prefill_int8_shape.h):
+  //   kMeanFragOff:  the m16n8k32 A fragments of the block means, [kQKSteps][32 lanes] x 4 u32: row g < kQBlocks
+  //                  holds the high codes of block g, row 8 + g its low codes, the other rows zero;
+  //   kDsOff:        ΔS · k_scale of the current KV tile, [kQBlocks][BN] fp32, keys in natural order;
+  //   kMeanScaleOff: the scale of each block mean's high codes, [8] fp32.
+  static constexpr int kQBlocks = BM / kQMeanBlock;   // 1 .. 4 block means per CTA
+  static constexpr int kMeanFragOff = smem_bytes(D, BM, BN, STAGES, WG, kVBytes, S4);
+  static constexpr int kDsOff = kMeanFragOff + 16 * D;
+  static constexpr int kMeanScaleOff = kDsOff + 4 * kQBlocks * BN;
+  // The low codes carry the rounding residual of the high codes in units of 1/kMeanLowScale high codes.
+  static constexpr float kMeanLowScale = 254.f;
+
+  // Packs 4 floats, already in code units and within [-127.5, 127.5], into 4 int8 codes (round to
+  // nearest even, as the quantizer does).
+  static __device__ __forceinline__ u32 pack_codes(float a, float b, float c, float d) {
+    auto byte = [](float x) { return static_cast<u32>(__float2int_rn(fminf(fmaxf(x, -127.f), 127.f)) & 0xff); };
+    return byte(a) | (byte(b) << 8) | (byte(c) << 16) | (byte(d) << 24);
+  }
+
+  // Quantizes this CTA's block means (p.q_mean) into the A fragments in shared memory, two int8 codes
+  // per value: hi = round(m / s) with s = amax / 127, lo = round((m / s - hi) · kMeanLowScale), so
+  // m ≈ s · (hi + lo / kMeanLowScale) to ~1/64000 of amax: the mean is shared by the 64 rows of its block,
+  // so its rounding error would repeat in each of them, and the otherwise idle rows 8 .. 15 of the m16
+  // tile carry lo for free. Warp w fills fragment row w (and w + WARPS); rows past kQBlocks or past
+  // q_len are zero. The caller's barrier publishes it.
+  static __device__ void prepare_block_means(const AttentionParams& p, char* smem, int b, int h, int q0) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    u32* frag = reinterpret_cast<u32*>(smem + kMeanFragOff);
+    float* mscale = reinterpret_cast<float*>(smem + kMeanScaleOff);
+    const int n_blocks = (p.q_len + kQMeanBlock - 1) / kQMeanBlock;
+    for (int g = warp; g < 8; g += WARPS) {
+      const int blk = q0 / kQMeanBlock + g;
+      const bool live = g < kQBlocks && blk < n_blocks;
+      const float* mean = p.q_mean + ((static_cast<long long>(b) * p.heads_q + h) * n_blocks + (live ? blk : 0)) * D;
+      float amax = 0.f;
+      if (live)
+        for (int c = lane; c < D; c += 32) amax = fmaxf(amax, fabsf(mean[c]));
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, dev::shfl_xor(amax, off));
+      const float inv = amax > 0.f ? 127.f / amax : 0.f;
+      if (lane == 0) mscale[g] = amax / 127.f;
+      // Word w holds channels 4w .. 4w + 3: k-step w / 8, bytes 16 · ((w % 8) / 4) + 4 · (w % 4) of it,
+      // which is register 2 · half (+1 for the low codes) of lane 4g + w % 4.
+      for (int w = lane; w < D / 4; w += 32) {
+        u32 hi = 0u, lo = 0u;
+        if (live) {
+          const float4 m = *reinterpret_cast<const float4*>(mean + 4 * w);
+          const float x[4] = {m.x * inv, m.y * inv, m.z * inv, m.w * inv};
+          float r[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) r[i] = (x[i] - rintf(x[i])) * kMeanLowScale;
+          hi = pack_codes(x[0], x[1], x[2], x[3]);
+          lo = pack_codes(r[0], r[1], r[2], r[3]);
+        }
+        const int ks = w / 8, half = (w % 8) / 4, t4 = w % 4;
+        u32* dst = frag + (ks * 32 + 4 * g + t4) * 4 + 2 * half;
+        dst[0] = hi;   // a0 / a2: row g
+        dst[1] = lo;   // a1 / a3: row g + 8
+      }
+    }
+  }
+
+  // Per row: the factor from staged ΔS · k_scale (units of high mean codes x K codes x k_scale) to u's
+  // units (Q codes x K codes x k_scale), i.e. mscale / q_scale. A row whose smoothed codes are all zero
+  // (q_scale 0: a row equal to its block mean, as a block of one row) takes mscale as its q_scale:
+  // its S is 0 whatever the scale, and the logits stay u · qs. After the barrier after prepare_block_means.
+  static __device__ void init_block_mean_factors(State& st, const AttentionParams& p, const char* smem,
+                                                 const float* qscale, int q0) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float* mscale = reinterpret_cast<const float*>(smem + kMeanScaleOff);
+    const float qmul = p.softmax_scale * dev::kLog2e;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = warp * 16 * kMT + 16 * mt + (lane >> 2) + 8 * hf, row = q0 + r;
+        const float ms = mscale[r / kQMeanBlock];
+        float w = 0.f;
+        if (row < p.q_len) w = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0];
+        if (!(w > 0.f)) w = ms;
+        st.dsf[mt][hf] = w > 0.f && row < p.q_len ? ms / w : 0.f;
+        if (row < p.q_len) st.qs[mt][hf] = fmaxf(w * qmul, 1e-30f);
+      }
+  }
+
+  // ΔS of the K tile in `slot` for every block mean: one m16 x bn product (rows g: high codes, 8 + g:
+  // low codes), split over the warps by n8 column blocks (warp w: blocks w, w + WARPS, ...), combined
+  // and scaled by k_scale, stored for logits() to read. K is read with the same ldmatrix rows as qk(),
+  // so column 2t4 + e of block j is the key logits() maps it to. The caller's barrier publishes it.
+  // INT4 K (m16n8k64 .s4): the means would need 4-bit A codes; two mmas (hi and lo nibble rows, or a
+  // third level) instead of the one here would keep the mean's precision.
+  static __device__ void block_mean_scores(char* smem, u32 sbase, int slot) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const uint4* frag = reinterpret_cast<const uint4*>(smem + kMeanFragOff);
+    const float* kscale = reinterpret_cast<const float*>(smem + scale_off(slot));
+    float* ds = reinterpret_cast<float*>(smem + kDsOff);
+    const u32 ktile = sbase + k_off(slot);
+#pragma unroll
+    for (int j = warp; j < kSN; j += WARPS) {
+      int c[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int ks = 0; ks < kQKSteps; ++ks) {
+        const uint4 a = frag[ks * 32 + lane];
+        const u32 af[4] = {a.x, a.y, a.z, a.w};
+        u32 kb[2];
+        dev::ldmatrix_x2(kb, qk_addr<BN>(ktile, 8 * j + (lane & 7), 2 * ks + ((lane >> 3) & 1)));
+        dev::mma_m16n8k32_s8_s32(c, af, kb);
+      }
+      if (g < kQBlocks) {
+        const int key = 32 * (j / 4) + 16 * ((j & 3) >> 1) + 2 * (j & 1) + 4 * t4;
+        const float2 ksc = *reinterpret_cast<const float2*>(kscale + key);
+        const float x0 = static_cast<float>(c[0]) + static_cast<float>(c[2]) * (1.f / kMeanLowScale);
+        const float x1 = static_cast<float>(c[1]) + static_cast<float>(c[3]) * (1.f / kMeanLowScale);
+        *reinterpret_cast<float2*>(ds + g * BN + key) = make_float2(x0 * ksc.x, x1 * ksc.y);
+      }
+    }
+  }
+
   // One KV tile, resident in stage buffer t % STAGES.
   template <bool MASKED>
   static __device__ __forceinline__ void step(State& st, const Ctx& cx, const char* smem, u32 sbase, int t) {
     const int slot = t % STAGES;
     Scores s;
+    if constexpr (QSMOOTH) block_mean_scores(const_cast<char*>(smem), sbase, slot);
     qk(s, st, sbase + k_off(slot), WG ? q_tile_addr(sbase) : sbase);
+    // ΔS comes from other warps: publish it. After this warp's Q·K^T, so that the mma latency overlaps
+    // the wait. The ΔS buffer's next write (tile t + 1) follows the loop's barrier, after every read here.
+    if constexpr (QSMOOTH) __syncthreads();
     if constexpr (WG) {
       dev::wgmma_wait<0>();
       dev::fence_operands(s[0]);
@@ -835,7 +1009,8 @@ struct Kernel {
     Logits u;
     RowVals m_tile;
     const bool raise = logits<MASKED>(u, m_tile, s, st, cx,
-                                      reinterpret_cast<const float*>(smem + scale_off(slot)), t * BN);
+                                      reinterpret_cast<const float*>(smem + scale_off(slot)), t * BN,
+                                      reinterpret_cast<const float*>(smem + kDsOff));
     if (__any_sync(0xffffffffu, raise)) raise_reference(st, m_tile, cx);
     softmax_pv(st, u, sbase + v_off(slot));
     if constexpr (WG) {
@@ -979,9 +1154,11 @@ struct Kernel {
         if (s < n_tiles) load_kv_tile(cx, ld, sbase, s, s * BN);
         dev::cp_async_commit();
       }
+      if constexpr (QSMOOTH) prepare_block_means(p, smem, b, h, q0);
       dev::cp_async_wait<STAGES - 2>();
       __syncthreads();
       if constexpr (S4) load_q_s4(st, sbase);
+      if constexpr (QSMOOTH) init_block_mean_factors(st, p, smem, qscale, q0);
 #pragma unroll
       for (int mt = 0; mt < (WG || S4 || !kQInRegs ? 0 : kMT); ++mt)
 #pragma unroll

@@ -17,6 +17,11 @@
 //   not (d 128, bn 128, 8 warps)     (mma.sync form) ptxas spills 8 bytes for its causal form on sm_80 .. sm_89, and
 //                                    it is slower than bm 64 / 4 warps on H100 anyway.
 //   not (d 96, bn 128, 3 stages)     (mma.sync form) ptxas spills 4 bytes (causal, sm_80 and sm_90a).
+//   Q smoothing (qsmooth) also not:  ptxas settles below its limit and spills (causal): bm 64 with 4 warps at
+//                                    d 128 bn 64 3 stages (8 bytes, sm_80), d 128 bn 128 3 stages (4, sm_90a),
+//                                    d 96 bn 64 2 stages (4, sm_90a); d 64 bm 128 bn 64 8 warps 2 stages
+//                                    (8, sm_80). Swept: every tiling at d 64 / 96 / 128 / 256 causal on
+//                                    sm_80 and sm_90a, d 128 on sm_89 (dev/notes/qsmooth.md).
 //   d 256                            the int32 O alone is 128 registers: one row tile per warp, and the
 //                                    register rule leaves bn 32 to the mma.sync form (its Q fragments
 //                                    are another 32), bn 64 to the wgmma form.
@@ -38,6 +43,8 @@
 // Shared memory: the int8 Q tile (bm x d), then per stage a K tile (bn x d), a V^T tile (d x bn) and
 // the bn K scales (fp32); with S4 the Q and K tiles are bm x d/2 and bn x d/2 bytes. The warpgroup form keeps every tile on a 1024-byte boundary (its swizzle
 // atom): the scales of all stages follow the last V^T tile, and 1 KiB of slack aligns the base.
+// Q smoothing (mma.sync form only) appends qsmooth_bytes: the A fragments of the block means (16 d),
+// the staged ΔS of one KV tile (bm / 64 rows x bn fp32) and the block means' scales (8 fp32).
 #pragma once
 
 // NVRTC only compiles functions marked for the device; the host compiler knows no such marks.
@@ -58,9 +65,13 @@ constexpr int kMaxArrayRegisters = 176;
 // Bytes of one Q or K row in shared and global memory: d int8 codes, or d int4 codes packed in pairs.
 QATTN_INT8_SHAPE_FN int qk_row_bytes(int d, bool s4 = false) { return s4 ? d / 2 : d; }
 
+// Q smoothing's shared memory (prefill_int8.cuh, "Q smoothing"): after everything else.
+QATTN_INT8_SHAPE_FN int qsmooth_bytes(int d, int bm, int bn) { return 16 * d + 4 * (bm / 64) * bn + 4 * 8; }
+
 QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = false, int v_bytes = 1,
-                                   bool s4 = false) {
-  return bm * qk_row_bytes(d, s4) + stages * (bn * qk_row_bytes(d, s4) + v_bytes * bn * d + 4 * bn) + (wg ? 1024 : 0);
+                                   bool s4 = false, bool qsmooth = false) {
+  return bm * qk_row_bytes(d, s4) + stages * (bn * qk_row_bytes(d, s4) + v_bytes * bn * d + 4 * bn) + (wg ? 1024 : 0) +
+         (qsmooth ? qsmooth_bytes(d, bm, bn) : 0);
 }
 
 QATTN_INT8_SHAPE_FN int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
@@ -78,16 +89,28 @@ QATTN_INT8_SHAPE_FN int array_registers(int d, int bm, int bn, int warps, bool w
          ((half_o ? d / 4 : d / 2) + bn / 2 + (wg ? 0 : 4 * ((qk_row_bytes(d, s4) + 31) / 32)));
 }
 
+// The mma.sync tilings whose Q-smoothing form spills (int8 P·V; see the top).
+QATTN_INT8_SHAPE_FN bool qsmooth_spills(int d, int bm, int bn, int warps, int stages) {
+  return (bm == 64 && warps == 4 &&
+          ((d == 128 && bn == 64 && stages == 3) || (d == 128 && bn == 128 && stages == 3) ||
+           (d == 96 && bn == 64 && stages == 2))) ||
+         (d == 64 && bm == 128 && bn == 64 && warps == 8 && stages == 2);
+}
+
 QATTN_INT8_SHAPE_FN bool tiling_ok(int d, int bm, int bn, int warps, int stages, bool wg = false, int v_bytes = 1,
-                                   bool half_o = false, bool s4 = false) {
+                                   bool half_o = false, bool s4 = false, bool qsmooth = false) {
   if (wg && (row_tiles_per_warp(bm, warps) != 1 || bn == 32)) return false;
   if (s4 && wg) return false;   // the packed-int4 products exist in the mma.sync form only
+  // Packed int4 at d 96, bm 128 / bn 64 / 4 warps / 3 stages: ptxas spills 16 bytes on sm_80 and sm_89
+  // once S is raw (zeroed) rather than biased (measured with prefill_int4_compile_test).
+  if (s4 && d == 96 && bm == 128 && bn == 64 && warps == 4 && stages == 3) return false;
+  if (qsmooth && (wg || s4 || qsmooth_spills(d, bm, bn, warps, stages))) return false;
   return (d == 64 || d == 96 || d == 128 || d == 256) && (warps == 4 || warps == 8) &&
          (row_tiles_per_warp(bm, warps) == 1 || row_tiles_per_warp(bm, warps) == 2) &&
          (bn == 32 || bn == 64 || bn == 128) && stages >= 2 && stages <= 4 &&
          !(d == 128 && bn == 128 && warps == 8 && !wg) && !(d == 96 && bn == 128 && stages == 3 && !wg) &&
          !(wg && v_bytes != 1) && array_registers(d, bm, bn, warps, wg, half_o, s4) <= kMaxArrayRegisters &&
-         smem_bytes(d, bm, bn, stages, wg, v_bytes, s4) <= kMaxSmemBytes;
+         smem_bytes(d, bm, bn, stages, wg, v_bytes, s4, qsmooth) <= kMaxSmemBytes;
 }
 
 }  // namespace prefill_int8

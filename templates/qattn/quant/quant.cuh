@@ -2,6 +2,7 @@
 // Which passes to launch, in which order, with which grids: see quant_shape.h.
 #pragma once
 
+#include "qattn/quant/block_mean.cuh"
 #include "qattn/quant/finalize_pass.cuh"
 #include "qattn/quant/quantize_rows.cuh"
 #include "qattn/quant/quantize_transposed.cuh"

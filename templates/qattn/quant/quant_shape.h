@@ -12,6 +12,8 @@
 //   per_tensor                         TensorAmax (zero amax_scratch[0] first), Quantize{Rows|Transposed}
 //   per_tensor, smooth                 ChannelStats<in, d, true>, FinalizeStats (zero [0] first), Quantize*
 //   per_channel (rows or V^T)          ChannelStats<in, d, true>, FinalizeStats, Quantize{Rows|Transposed}
+//   block_mean (Q), token-wise         QuantizeRows<..., false, true>            (one pass: means and codes)
+//   block_mean (Q), per_tensor         BlockMeanAmax (zero amax_scratch[0] first), QuantizeRows<..., true>
 // Grids x blocks: ChannelStats, TensorAmax (stats_splits(seq_len), heads, batch) x 256;
 //   FinalizeStats (heads, batch, 1) x d; QuantizeRows (ceil(seq_pad / tile), heads, batch) x 256 with
 //   tile = G for per_block, else kRowTileTokens (64: whole per_warp / per_thread groups); QuantizeTransposed (seq_pad / 128, heads, batch) x 256.
@@ -43,6 +45,9 @@
 //     dense_scale_ref() gives the compact strides; scale_floats counts that compact buffer.
 //   Mean (smooth): fp32 [batch][heads][d] contiguous at QuantParams::mean: the per-channel mean over all
 //       seq_len tokens of (b, h) (for K it cancels in softmax; for V add it back to O).
+//   Block means (block_mean): fp32 [batch][heads][ceil(seq_len / kQMeanBlock)][d] contiguous at
+//       QuantParams::mean: the per-channel mean of each block of 64 rows (over its rows below seq_len);
+//       x' = x - mean of the row's block (AttentionParams::q_mean; the kernel adds q̄·k back).
 //   Scratch (QuantParams::amax_scratch, scratch_floats fp32, never read back by the caller):
 //       [0] per_tensor abs-max (zeroed before the launch whose zero_scratch_floats says so);
 //       [kStatsOffset ...] per-chunk channel sum/max/min [batch][heads][stats_splits(seq_len)][3][d]
@@ -87,6 +92,7 @@ struct QuantRequest {
                                 // e4m3 of x' / scale, RNE, saturating; scale = amax / 448, qmax = 448)
   bool pack4 = false;           // rows only, codes within [-7, 7]: two codes per byte (see INT4 above)
   int qmax = 127;               // the QuantParams::qmax the caller passes: 127 (int8) or 7 (int4)
+  bool block_mean = false;      // Q smoothing: subtract the mean of each block of kQMeanBlock rows
 };
 
 struct QuantProblem {
@@ -143,6 +149,8 @@ inline std::string quant_request_error(const QuantRequest& r, const QuantProblem
   if (r.qmax < 1 || r.qmax > 127) return "quantizer qmax must be in [1, 127], got " + std::to_string(r.qmax);
   if (r.pack4 && (r.transpose || r.qmax > 7 || r.code != Fmt::int8))
     return "packed int4 output (pack4) takes int8 row quantization (no transpose) with qmax <= 7";
+  if (r.block_mean && (r.smooth || r.transpose || r.pack4 || r.gran == Gran::per_channel))
+    return "block means (Q smoothing) take unpacked row quantization with token-wise or per_tensor scales and no other smoothing";
   if (r.gran == Gran::per_block && r.group != 64 && r.group != 128)
     return "per_block group must be 64 or 128, got " + std::to_string(r.group);
   if ((r.gran == Gran::per_warp || r.gran == Gran::per_thread) && r.group != 32 && r.group != 64)
@@ -179,7 +187,7 @@ inline std::string quant_params_error(const QuantRequest& r, const QuantParams& 
   } else if (r.pack4 && q.y.ss < r.d / 2) {
     return "packed int4 rows (pack4) need y.ss >= d/2 bytes";
   }
-  if (r.smooth && (!q.mean || misaligned(q.mean, 16))) return "smoothing needs a 16-byte aligned mean buffer";
+  if ((r.smooth || r.block_mean) && (!q.mean || misaligned(q.mean, 16))) return "smoothing needs a 16-byte aligned mean buffer";
   if ((r.smooth || r.gran == Gran::per_tensor || r.gran == Gran::per_channel) &&
       (!q.amax_scratch || misaligned(q.amax_scratch, 16)))
     return "this quantization needs a 16-byte aligned amax_scratch of plan.scratch_floats floats";
@@ -204,6 +212,9 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
   if (!err.empty()) throw_bad_input(err);
 
   const std::string d = std::to_string(r.d), in = fmt_id(r.in), sm = r.smooth ? "true" : "false";
+  // QuantizeRows' Pack4 and BlockMean, left out while they are the defaults (false).
+  const std::string pack4 = r.pack4 ? ", true" : (r.block_mean ? ", false" : "");
+  const std::string bm = r.block_mean ? ", true" : "";
   const unsigned splits = static_cast<unsigned>(stats_splits(p.seq_len));
   const unsigned heads = static_cast<unsigned>(p.heads), batch = static_cast<unsigned>(p.batch);
   const bool per_tensor = r.gran == Gran::per_tensor;
@@ -219,6 +230,11 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
                              "finalize_stats", {heads, batch, 1}, static_cast<unsigned>(r.d), 0,
                              per_tensor ? 1 : 0});
     plan.scratch_floats = kStatsOffset + 3LL * r.d * splits * p.heads * p.batch;
+  } else if (per_tensor && r.block_mean) {
+    plan.launches.push_back({"qattn::quant::BlockMeanAmax<" + in + ", " + d + ">", "block_mean_amax",
+                             {static_cast<unsigned>((p.seq_len + kRowTileTokens - 1) / kRowTileTokens), heads, batch},
+                             static_cast<unsigned>(kThreads), 0, 1});
+    plan.scratch_floats = 1;
   } else if (per_tensor) {
     plan.launches.push_back({"qattn::quant::TensorAmax<" + in + ", " + d + ">", "tensor_amax",
                              {splits, heads, batch}, static_cast<unsigned>(kThreads), 0, 1});
@@ -235,12 +251,13 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
     const int group = r.gran == Gran::per_block || fragment ? r.group : r.gran == Gran::per_token ? 1 : 0;
     const int tile = r.gran == Gran::per_block ? r.group : kRowTileTokens;
     plan.launches.push_back({"qattn::quant::QuantizeRows<" + in + ", " + d + ", " + gran_id(r.gran) + ", " +
-                                 std::to_string(group) + ", " + sm + (r.pack4 ? ", true" : "") + ">",
+                                 std::to_string(group) + ", " + sm + pack4 + bm + ">",
                              "quantize_rows",
                              {static_cast<unsigned>((p.seq_pad + tile - 1) / tile), heads, batch},
                              static_cast<unsigned>(kThreads), 0, 0});
   }
   if (r.smooth) plan.mean_floats = 1LL * p.batch * p.heads * r.d;
+  if (r.block_mean) plan.mean_floats = 1LL * p.batch * p.heads * ((p.seq_len + kQMeanBlock - 1) / kQMeanBlock) * r.d;
   const ScaleRef s = dense_scale_ref(r, p, nullptr);
   plan.scale_group = s.group;
   plan.scale_floats = per_tensor ? 1 : s.sb * p.batch;

@@ -17,16 +17,20 @@
 //                tail group takes the max of its existing rows only); an all-zero group gets scale 0.
 // Pack4 (qk=int4's packed form; qmax <= 7): codes go out two per byte, element 2i in the low nibble
 // of byte i (the mma.sync .s4 operand layout), rows of D/2 bytes: a thread's 8 codes are 4 bytes.
-// Smooth subtracts QuantParams::mean (FinalizeStats) before everything. Rows in [seq_len, seq_pad) are
+// Smooth subtracts QuantParams::mean (FinalizeStats) before everything. BlockMean (Q smoothing, smooth=q)
+// instead subtracts the mean of each 64-row block of the tile, computed here from the loaded rows
+// (block_mean.cuh) and written to QuantParams::mean ([b, h, ceil(seq_len / 64), d]); per_tensor then
+// reads the abs-max that BlockMeanAmax found for the smoothed rows. Rows in [seq_len, seq_pad) are
 // written as code 0 and get no scale. Grid (ceil(seq_pad / tile tokens), heads, batch).
 #pragma once
 
+#include "qattn/quant/block_mean.cuh"
 #include "qattn/quant/quant_device.cuh"
 
 namespace qattn {
 namespace quant {
 
-template <Fmt In, int D, Gran G, int Group, bool Smooth, bool Pack4 = false>
+template <Fmt In, int D, Gran G, int Group, bool Smooth, bool Pack4 = false, bool BlockMean = false>
 struct QuantizeRows {
   static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
   static constexpr bool kFragment = G == Gran::per_warp || G == Gran::per_thread;   // group scales per row
@@ -54,9 +58,15 @@ struct QuantizeRows {
   // 32 heads x 16k x 128). Measured exception: 32 KiB tiles (per_block 128 at d=128, per_block 64 at
   // d=256) ran 4-14 us slower reversed, so tiles above 16 KiB keep the launch order.
   static constexpr bool kReverse = kTileTokens * D * 2 <= 16 * 1024;
+  static_assert(!(Smooth && BlockMean), "one smoothing per operand: the mean over all tokens or the block means");
+  static_assert(!BlockMean || G != Gran::per_channel, "block means are for Q (token-wise scales)");
+  using Means = BlockMeans<In, D, kTileTokens>;
+  static constexpr int kMeanSets = BlockMean ? Means::kBlocks : 1;   // means in registers: one per block
+  static __device__ __forceinline__ constexpr int mean_set(int j) { return BlockMean ? Means::block_of(j) : 0; }
 
   static __device__ void run(const QuantParams& p) {
     __shared__ float red[kThreads / 32];
+    __shared__ float part[BlockMean ? Means::kPartFloats : 1];
     // per_warp / per_thread: the abs-max of every row of the tile, then of every row's group.
     __shared__ float row_amax[kFragment ? kTileTokens : 1], grp_amax[kFragment ? kTileTokens : 1];
     const int tile = kReverse ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
@@ -74,15 +84,19 @@ struct QuantizeRows {
                              : make_uint4(0u, 0u, 0u, 0u);
     }
 
-    float mean[kVecElems];
+    float mean[kMeanSets][kVecElems];
 #pragma unroll
-    for (int i = 0; i < kVecElems; ++i) mean[i] = 0.f;
+    for (int i = 0; i < kVecElems; ++i) mean[0][i] = 0.f;
     if (Smooth && active) {
       const float4* m =
           reinterpret_cast<const float4*>(p.mean + (static_cast<long long>(b) * p.heads + h) * D + c0);
       const float4 lo = m[0], hi = m[1];
-      mean[0] = lo.x, mean[1] = lo.y, mean[2] = lo.z, mean[3] = lo.w;
-      mean[4] = hi.x, mean[5] = hi.y, mean[6] = hi.z, mean[7] = hi.w;
+      mean[0][0] = lo.x, mean[0][1] = lo.y, mean[0][2] = lo.z, mean[0][3] = lo.w;
+      mean[0][4] = hi.x, mean[0][5] = hi.y, mean[0][6] = hi.z, mean[0][7] = hi.w;
+    }
+    if constexpr (BlockMean) {
+      Means::compute(raw, tile, p.seq_len, mean, part);
+      Means::store(p, b, h, tile, mean);
     }
 
     float* scale = const_cast<float*>(p.scale.ptr);
@@ -100,7 +114,7 @@ struct QuantizeRows {
         float amax = 0.f;
         if (s < p.seq_len) {
 #pragma unroll
-          for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - mean[i]));
+          for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - mean[mean_set(j)][i]));
         }
         amax = group_max<kLanesPerRow>(amax);
         if (vec == 0) row_amax[s - tile * kTileTokens] = amax;   // 0 for rows past seq_len
@@ -138,7 +152,7 @@ struct QuantizeRows {
         float amax = 0.f;
         if (s < p.seq_len) {
 #pragma unroll
-          for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - mean[i]));
+          for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - mean[mean_set(j)][i]));
         }
         if (G == Gran::per_token) {
           amax = group_max<kLanesPerRow>(amax);
@@ -179,7 +193,7 @@ struct QuantizeRows {
       const Vec8 x = unpack8<In>(raw[j]);
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i)
-        code[i] = s < p.seq_len ? to_code(x.v[i] - mean[i], mult_row[j] * mult_chan[i], qmax) : 0;
+        code[i] = s < p.seq_len ? to_code(x.v[i] - mean[mean_set(j)][i], mult_row[j] * mult_chan[i], qmax) : 0;
       if constexpr (Pack4) {   // byte c0/2 + i of the row holds codes c0 + 2i (low) and c0 + 2i + 1 (high)
         signed char* row = static_cast<signed char*>(p.y.ptr) + (b * p.y.sb + h * p.y.sh + s * p.y.ss);
         *reinterpret_cast<unsigned*>(row + c0 / 2) = pack8_s4(code);
