@@ -33,6 +33,7 @@
 #include "runtime/module.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "tests/common/gpu_test.hpp"
+#include "tests/common/pass_cache.hpp"
 #include "tests/common/metrics.hpp"
 #include "tests/common/quant_reference.hpp"
 #include "tests/common/random_data.hpp"
@@ -51,19 +52,8 @@ const Gran kGrans[] = {Gran::per_tensor, Gran::per_block, Gran::per_warp, Gran::
 
 class Int4Quantizer : public test::GpuTest {
  protected:
-  const rt::Kernel& pass(const Source& src) {
-    auto it = kernels_.find(src.kernel_name);
-    if (it != kernels_.end()) return it->second.second;
-    rt::CompileRequest req;
-    req.source = src.text;
-    req.program_name = src.kernel_name + ".cu";
-    req.arch = rt::arch_for(rt::query_device(kDevice));
-    const rt::CompileResult r = rt::compile(req);
-    EXPECT_TRUE(r.ok) << r.log;
-    rt::Module m = rt::Module::load(r.cubin, kDevice);
-    rt::Kernel k = m.kernel(src.kernel_name);
-    return kernels_.emplace(src.kernel_name, std::make_pair(std::move(m), std::move(k))).first->second.second;
-  }
+  // Compiled once per kernel name for the device under test (tests/common/pass_cache.hpp).
+  const rt::Kernel& pass(const Source& src) { return passes_.get(src, kDevice); }
 
   // Quantizes x (fp16, bshd) with the request on the GPU; returns the raw output bytes, rows of
   // row_bytes, and the scales / mean through the out parameters.
@@ -95,20 +85,14 @@ class Int4Quantizer : public test::GpuTest {
     qp.d = d;
     qp.qmax = static_cast<float>(req.qmax);
     EXPECT_EQ(quant::quant_params_error(req, qp), "");
-    const Arch arch = parse_arch(rt::arch_for(rt::query_device(kDevice)));
-    for (const quant::QuantLaunch& l : plan.launches) {
-      if (l.zero_scratch_floats) rt::fill_bytes(dscratch.ptr(), 0, sizeof(float) * l.zero_scratch_floats);
-      pass(rt::quant_source(req, l, arch)).launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1},
-                                                  l.smem_bytes, nullptr, qp);
-    }
-    rt::synchronize_device(kDevice);
+    test::run_quant_plan(passes_, req, plan, qp, kDevice);
     scales = ds.to_vector<float>();
     mean = dmean.to_vector<float>();
     sref = qp.scale;
     return dy.to_vector<std::int8_t>();
   }
 
-  std::map<std::string, std::pair<rt::Module, rt::Kernel>> kernels_;
+  test::PassCache passes_;
 };
 
 TEST_F(Int4Quantizer, PackedAndUnpackedCodesMatchTheReference) {

@@ -22,6 +22,7 @@
 #include "runtime/module.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "tests/common/gpu_test.hpp"
+#include "tests/common/pass_cache.hpp"
 #include "tests/common/metrics.hpp"
 #include "tests/common/qsmooth_reference.hpp"
 #include "tests/common/quant_reference.hpp"
@@ -220,24 +221,12 @@ TEST_F(QSmoothComparison, SmoothQkBeatsSmoothKOnBlockOffsetData) {
 // of the float64 quantizer applied to x minus the kernel's own means. Outputs poisoned first.
 class QSmoothQuantizer : public test::GpuTest {
  protected:
-  const rt::Kernel& pass(const Source& src) {
-    auto it = kernels_.find(src.kernel_name);
-    if (it != kernels_.end()) return it->second.second;
-    rt::CompileRequest req;
-    req.source = src.text;
-    req.program_name = src.kernel_name + ".cu";
-    req.arch = rt::arch_for(rt::query_device(kDevice));
-    const rt::CompileResult r = rt::compile(req);
-    EXPECT_TRUE(r.ok) << r.log;
-    rt::Module m = rt::Module::load(r.cubin, kDevice);
-    rt::Kernel k = m.kernel(src.kernel_name);
-    return kernels_.emplace(src.kernel_name, std::make_pair(std::move(m), std::move(k))).first->second.second;
-  }
-  std::map<std::string, std::pair<rt::Module, rt::Kernel>> kernels_;
+  // Compiled once per kernel name for the device under test (tests/common/pass_cache.hpp).
+  const rt::Kernel& pass(const Source& src) { return passes_.get(src, kDevice); }
+  test::PassCache passes_;
 };
 
 TEST_F(QSmoothQuantizer, BlockMeansAndCodesMatchTheReference) {
-  const Arch arch = parse_arch(rt::arch_for(rt::query_device(kDevice)));
   struct G {
     Gran gran;
     int group;
@@ -282,12 +271,7 @@ TEST_F(QSmoothQuantizer, BlockMeansAndCodesMatchTheReference) {
         qp.d = d;
         qp.qmax = 127.f;
         ASSERT_EQ(quant::quant_params_error(req, qp), "");
-        for (const quant::QuantLaunch& l : plan.launches) {
-          if (l.zero_scratch_floats) rt::fill_bytes(dscratch.ptr(), 0, sizeof(float) * l.zero_scratch_floats);
-          pass(rt::quant_source(req, l, arch)).launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1},
-                                                      l.smem_bytes, nullptr, qp);
-        }
-        rt::synchronize_device(kDevice);
+        test::run_quant_plan(passes_, req, plan, qp, kDevice);
         const std::vector<float> mean = dmean.to_vector<float>();
         const std::vector<double> mean_ref = test::q_block_means(x);
         ASSERT_EQ(mean.size(), mean_ref.size());

@@ -15,6 +15,7 @@
 #include "runtime/module.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "tests/common/gpu_test.hpp"
+#include "tests/common/pass_cache.hpp"
 #include "tests/common/quant_reference.hpp"
 #include "tests/common/random_data.hpp"
 
@@ -38,23 +39,11 @@ const Request kRequests[] = {
 
 class QuantVsReference : public test::GpuTest {
  protected:
-  // Compiles (once per kernel name) and loads a pass for the device under test.
-  const rt::Kernel& pass(const Source& src) {
-    auto it = kernels_.find(src.kernel_name);
-    if (it != kernels_.end()) return it->second.second;
-    rt::CompileRequest req;
-    req.source = src.text;
-    req.program_name = src.kernel_name + ".cu";
-    req.arch = rt::arch_for(rt::query_device(kDevice));
-    const rt::CompileResult r = rt::compile(req);
-    EXPECT_TRUE(r.ok) << r.log;
-    rt::Module m = rt::Module::load(r.cubin, kDevice);
-    rt::Kernel k = m.kernel(src.kernel_name);
-    return kernels_.emplace(src.kernel_name, std::make_pair(std::move(m), std::move(k))).first->second.second;
-  }
+  // Compiled once per kernel name for the device under test (tests/common/pass_cache.hpp).
+  const rt::Kernel& pass(const Source& src) { return passes_.get(src, kDevice); }
   // One request at one shape on the GPU against the float64 quantizer. per_warp / per_thread also check
   // that every row of a group holds the very same (expanded) scale.
-  void run_case(Arch arch, Fmt fmt, const Request& rq, int seq, Layout layout, int d) {
+  void run_case(Fmt fmt, const Request& rq, int seq, Layout layout, int d) {
     const int batch = 2, heads = 3;
     const std::uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(std::string(to_string(fmt)) + " d=" + std::to_string(d) + " " + to_string(rq.gran) + " group=" + std::to_string(rq.group) +
@@ -92,12 +81,7 @@ class QuantVsReference : public test::GpuTest {
     qp.d = d;
     qp.qmax = 127.f;
     ASSERT_EQ(quant::quant_params_error(req, qp), "");
-    for (const quant::QuantLaunch& l : plan.launches) {
-      if (l.zero_scratch_floats) rt::fill_bytes(dscratch.ptr(), 0, sizeof(float) * l.zero_scratch_floats);
-      pass(rt::quant_source(req, l, arch)).launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1},
-                                                  l.smem_bytes, nullptr, qp);
-    }
-    rt::synchronize_device(kDevice);
+    test::run_quant_plan(passes_, req, plan, qp, kDevice);
     const std::vector<std::int8_t> codes = dy.to_vector<std::int8_t>();
     const std::vector<float> scales = ds.to_vector<float>();
     const std::vector<float> mean = dmean.to_vector<float>();
@@ -127,11 +111,10 @@ class QuantVsReference : public test::GpuTest {
       EXPECT_EQ(unequal, 0) << "rows of one group hold different scales";
     }
   }
-  std::map<std::string, std::pair<rt::Module, rt::Kernel>> kernels_;
+  test::PassCache passes_;
 };
 
 TEST_F(QuantVsReference, EveryGranularitySmoothingAndLayout) {
-  const Arch arch = parse_arch(rt::arch_for(rt::query_device(kDevice)));
   int cases = 0;
   for (Fmt fmt : {Fmt::fp16, Fmt::bf16})
     for (const Request& rq : kRequests)
@@ -140,7 +123,7 @@ TEST_F(QuantVsReference, EveryGranularitySmoothingAndLayout) {
         for (int d : {128, 96, 256, 64}) {
           // d 128, 96 and 256 on the short lengths; the long one at d 64 and 96 (the d with idle lanes).
           if (seq == 4097 ? (d != 64 && d != 96) : d == 64) continue;
-          run_case(arch, fmt, rq, seq, layout, d);
+          run_case(fmt, rq, seq, layout, d);
           ++cases;
         }
   std::printf("[ quant   ] %d cases checked code for code\n", cases);
@@ -149,7 +132,6 @@ TEST_F(QuantVsReference, EveryGranularitySmoothingAndLayout) {
 // per_warp / per_thread (Q mapping: group 32, K mapping: group 64), smoothing on and off, at lengths
 // that cut groups (1, 31, 33, 65, 1000), every head dim, both layouts, fp16 and bf16.
 TEST_F(QuantVsReference, FragmentGranularitiesRaggedLengths) {
-  const Arch arch = parse_arch(rt::arch_for(rt::query_device(kDevice)));
   int cases = 0;
   for (Fmt fmt : {Fmt::fp16, Fmt::bf16})
     for (Gran gran : {Gran::per_warp, Gran::per_thread})
@@ -158,7 +140,7 @@ TEST_F(QuantVsReference, FragmentGranularitiesRaggedLengths) {
           for (int seq : {1, 31, 33, 65, 1000})
             for (Layout layout : {Layout::bshd, Layout::bhsd})
               for (int d : {64, 96, 128, 256}) {
-                run_case(arch, fmt, Request{gran, group, smooth, false}, seq, layout, d);
+                run_case(fmt, Request{gran, group, smooth, false}, seq, layout, d);
                 ++cases;
               }
   std::printf("[ quant   ] %d per_warp / per_thread cases checked code for code\n", cases);
