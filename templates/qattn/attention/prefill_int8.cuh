@@ -1,6 +1,8 @@
-// INT8 prefill attention (INT-FlashAttention): both Q·K^T and P·V run on int8 tensor cores
-// (mma.sync m16n8k32, int32 accumulate), FlashAttention-2 style: one CTA per (query tile, head, batch),
-// each warp owns 16 or 32 query rows, K / V^T tiles stream through a cp.async ring.
+// Quantized prefill attention, every Q/K and P·V format of issue 3 in one template. The base case is
+// INT8 (INT-FlashAttention): both Q·K^T and P·V run on int8 tensor cores (mma.sync m16n8k32, int32
+// accumulate), FlashAttention-2 style: one CTA per (query tile, head, batch), each warp owns 16 or 32
+// query rows, K / V^T tiles stream through a cp.async ring. The other formats (fp16 / fp8 P·V, packed
+// INT4 Q/K, Q smoothing) are described below, each at its template parameter.
 //
 // Numerics, per query row (logits in base 2):
 //   u   = (Q̂·K̂^T) · k_scale[key]                    int32 to fp32 (see Scores)
@@ -88,8 +90,10 @@
 //   pv=fp8e4m3       P̃ = 448 · 2^(L - R) to e4m3 (RNE, saturating; the 448 cancels in O / l), V^T as
 //   :per_channel     e4m3 codes of (V - mean) / δ_V[c], δ_V[c] = max_t |V[t, c] - mean_c| / 448 (the
 //                    transposing quantizer), mma m16n8k32 .e4m3 (sm_89+); out = O · δ_V[c] / l (+ mean).
-//     accum=fp32     straight into the fp32 O; sm_89 / sm_90 keep only ~FP22 in that accumulate
-//                    (SageAttention2), so long rows lose low bits of O.
+//     accum=fp32     straight into the fp32 O; sm_89's FP8 mma keeps only ~FP22 in that accumulate
+//                    (SageAttention2), so long rows lose low bits of O. On sm_90 ptxas turns this
+//                    mma.sync into FP16 conversions + HMMA.16816.F32 (SASS, bench/results/session11):
+//                    full fp32 accumulation, and two_level measured equal to fp32 there.
 //     accum=two_level  a zeroed accumulator per (n8 block, KV tile), added to O after the tile: the
 //                    reduced-precision sums cover bn keys, the row's sum is true fp32.
 //   Both keep the integer-step reference max R (O *= 2^-k when R rises by k, an exact power-of-two
