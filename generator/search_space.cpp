@@ -104,6 +104,8 @@ std::vector<Tiling> preferred(const Spec& s) {
     if (s.head_dim <= 64) return {{64, 64, 4, 2}, {64, 64, 4, 3}, {128, 64, 8, 2}};
     if (s.head_dim <= 96 && s.accum == Accum::fp16) return {{64, 64, 4, 3}, {64, 64, 4, 2}, {128, 64, 8, 2}};
     if (s.head_dim <= 128) return {{64, 64, 4, 2}, {64, 64, 4, 3}, {128, 64, 8, 2}};
+    // fp8 with Q smoothing at d 256 sits at 255 registers: 2 stages spill 4-8 bytes on sm_90a, 3 do not.
+    if (fp8 && (s.smooth & kSmoothQ)) return {{64, 32, 4, 3}, {64, 32, 4, 2}, {128, 32, 8, 2}};
     return {{64, 32, 4, 2}, {64, 32, 4, 3}, {128, 32, 8, 2}};
   }
   // Q smoothing runs in the mma.sync form only (validate() refuses _wg for it).
@@ -211,6 +213,8 @@ std::vector<Spec> default_grid(Arch arch) {
     add({Fmt::int8, Gran::per_block}, {Fmt::fp8e4m3, Gran::per_channel}, Fmt::bf16, d, !c, kSmoothK);
     add({Fmt::int8, Gran::per_token}, {Fmt::fp8e4m3, Gran::per_channel}, Fmt::fp16, d, c, kSmoothK);
     grid.back().accum = Accum::two_level;
+    // SageAttention2-4b: int4 Q/K (int8 compute with Q smoothing), fp8 P·V, every smoothing.
+    add({Fmt::int4, Gran::per_warp}, {Fmt::fp8e4m3, Gran::per_channel}, Fmt::fp16, d, !c, kSmoothQ | kSmoothK | kSmoothV);
   }
   // Q smoothing (smooth=q with k, and v where V is per-channel; issue #3): the mma.sync kernel with the
   // ΔS product, every head dim and mask, and the quantizer's block-mean passes for every Q granularity.
