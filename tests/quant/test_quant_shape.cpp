@@ -24,6 +24,24 @@ void expect_grid(const QuantLaunch& l, unsigned x, unsigned y, unsigned z) {
   EXPECT_EQ(l.grid[2], z) << l.pass;
 }
 
+// Valid parameters of the transposing V pass at b 1, h 1, 200 tokens padded to 256, d 128 (every
+// pointer a 16-byte-aligned dummy): the base the parameter checks alter one field of.
+QuantParams transposed_v_params(float qmax) {
+  alignas(16) static float buf[64];
+  QuantParams q{};
+  q.x = TensorRef{buf, 128 * 256, 128 * 256, 128, 1};
+  q.y = TensorRef{buf, 128 * 256, 128 * 256, 1, 256};
+  q.scale = ScaleRef{buf, 128, 128, 0, 0};
+  q.mean = buf;
+  q.amax_scratch = buf;
+  q.batch = q.heads = 1;
+  q.seq_len = 200;
+  q.seq_pad = 256;
+  q.d = 128;
+  q.qmax = qmax;
+  return q;
+}
+
 TEST(QuantShape, StatsSplitsFollowTheChunk) {
   EXPECT_EQ(stats_splits(1), 1);
   EXPECT_EQ(stats_splits(kStatsChunkTokens), 1);
@@ -153,18 +171,7 @@ TEST(QuantShape, Fp8TransposedVPlansE4m3CodesWithQmax448) {
   bad.transpose = false;
   EXPECT_NE(quant_request_error(bad, QuantProblem{1, 8, 1000, 1000}), "");
 
-  alignas(16) static float buf[64];
-  QuantParams q{};
-  q.x = TensorRef{buf, 128 * 256, 128 * 256, 128, 1};
-  q.y = TensorRef{buf, 128 * 256, 128 * 256, 1, 256};
-  q.scale = ScaleRef{buf, 128, 128, 0, 0};
-  q.mean = buf;
-  q.amax_scratch = buf;
-  q.batch = q.heads = 1;
-  q.seq_len = 200;
-  q.seq_pad = 256;
-  q.d = 128;
-  q.qmax = 448.f;
+  QuantParams q = transposed_v_params(448.f);
   QuantRequest r128 = r;
   EXPECT_EQ(quant_params_error(r128, q), "");
   q.qmax = 127.f;
@@ -269,19 +276,8 @@ TEST(QuantShape, DenseScaleRefMatchesAbi) {
 }
 
 TEST(QuantShape, ParamChecksCatchBadStridesAndPointers) {
-  alignas(16) static float buf[64];
   const QuantRequest v = request(Gran::per_channel, 0, true, true);
-  QuantParams q{};
-  q.x = TensorRef{buf, 128 * 256, 128 * 256, 128, 1};
-  q.y = TensorRef{buf, 128 * 256, 128 * 256, 1, 256};
-  q.scale = ScaleRef{buf, 128, 128, 0, 0};
-  q.mean = buf;
-  q.amax_scratch = buf;
-  q.batch = q.heads = 1;
-  q.seq_len = 200;
-  q.seq_pad = 256;
-  q.d = 128;
-  q.qmax = 127;
+  QuantParams q = transposed_v_params(127.f);
   EXPECT_EQ(quant_params_error(v, q), "");
   QuantParams bad = q;
   bad.y.sc = 200;
@@ -299,12 +295,12 @@ TEST(QuantShape, ParamChecksCatchBadStridesAndPointers) {
   bad.qmax = 7.5f;
   EXPECT_NE(quant_params_error(v, bad), "");
   bad = q;
-  bad.x.ptr = reinterpret_cast<char*>(buf) + 2;
+  bad.x.ptr = static_cast<char*>(q.x.ptr) + 2;
   EXPECT_NE(quant_params_error(v, bad), "");
   // Rows: y must keep sc = 1.
   const QuantRequest k = request(Gran::per_token, 0, false, false);
   QuantParams rows = q;
-  rows.y = TensorRef{buf, 128 * 256, 128 * 256, 128, 1};
+  rows.y = TensorRef{q.y.ptr, 128 * 256, 128 * 256, 128, 1};
   EXPECT_EQ(quant_params_error(k, rows), "");
   rows.y.sc = 2;
   EXPECT_NE(quant_params_error(k, rows), "");
