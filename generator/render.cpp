@@ -126,12 +126,12 @@ Source render_attention(const Spec& spec, const Tiling& tiling) {
 }
 
 Source render_helper(const std::string& kernel_name, const std::string& header, const std::string& body,
-                     const std::string& params_type, unsigned block, Arch arch) {
+                     const std::string& params_type, unsigned block, Arch arch, unsigned min_blocks) {
   Source src;
   src.kernel_name = kernel_name;
   src.arch = arch;
   src.text = "// qattn generated helper kernel\n#include \"" + header + "\"\nextern \"C\" __global__ void __launch_bounds__(" +
-             std::to_string(block) + ") " + kernel_name + "(const " + params_type + " p) {\n  " + body + "::run(p);\n}\n";
+             std::to_string(block) + (min_blocks ? ", " + std::to_string(min_blocks) : std::string()) + ") " + kernel_name + "(const " + params_type + " p) {\n  " + body + "::run(p);\n}\n";
   return src;
 }
 

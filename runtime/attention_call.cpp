@@ -85,7 +85,8 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   }
   // Quantized: Q and K as int8 rows [b, h, s, d]; V as int8 V^T per head, padded to kVPadTokens.
   const int d = spec.head_dim;
-  std::array<rt::QuantSlot, 3> slots = rt::quant_slots(spec, p, tiling.int4_mma);
+  std::array<rt::QuantSlot, 3> slots =
+      rt::quant_slots(spec, p, tiling.int4_mma, quant::kOnePassMinBlocks * impl_->device().sm_count);
   size_t bytes = 0, scratch_floats = 0;
   for (rt::QuantSlot& s : slots) {
     if (!s.active) continue;

@@ -1,5 +1,8 @@
 #include "runtime/helper_kernels.hpp"
 
+#include <set>
+#include <string>
+
 #include "qattn/validate.hpp"
 
 namespace qattn::rt {
@@ -25,7 +28,7 @@ std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLa
 
 }  // namespace
 
-std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool int4_mma) {
+std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool int4_mma, int resident_blocks) {
   const int d = spec.head_dim;
   // per_warp / per_thread: the Q mapping (group 32) and the K mapping (group 64) of quant_shape.h; the
   // scales come out expanded per row, so the attention kernel runs its per-token path.
@@ -48,13 +51,16 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool in
       slots[static_cast<size_t>(i)].request.qmax = 7;
       slots[static_cast<size_t>(i)].request.pack4 = int4_mma;
     }
-  for (QuantSlot& s : slots)
+  for (QuantSlot& s : slots) {
+    s.problem.resident_blocks = resident_blocks;
     if (s.active) s.plan = quant::plan_quant(s.request, s.problem);
+  }
   return slots;
 }
 
 Source quant_source(const quant::QuantRequest& r, const quant::QuantLaunch& l, Arch arch) {
-  return render_helper(quant_kernel_name(r, l), "qattn/quant/quant.cuh", l.pass, "qattn::QuantParams", l.block, arch);
+  return render_helper(quant_kernel_name(r, l), "qattn/quant/quant.cuh", l.pass, "qattn::QuantParams", l.block, arch,
+                       static_cast<unsigned>(l.min_blocks));
 }
 
 Source row_dot_source(const Spec& spec) {
@@ -82,9 +88,16 @@ std::vector<Source> helper_sources(const Spec& spec) {
   }
   if (spec.phase == Phase::decode) return {render_decode_combine(spec), render_kv_append(spec)};
   if (!spec.quantized()) return out;
+  // Both forms of the smoothing / per_channel quantizers: one pass (a short sequence on any GPU), and
+  // the statistics pass that long sequences fall back to (resident_blocks 0).
   const Problem nominal{1, spec.gqa, 1, 128, 128};
-  for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma_by_default(spec)))
-    for (const quant::QuantLaunch& l : s.plan.launches) out.push_back(quant_source(s.request, l, spec.arch));
+  std::set<std::string> names;
+  for (int resident : {2 * quant::kOnePassMinBlocks, 0})
+    for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma_by_default(spec), resident))
+      for (const quant::QuantLaunch& l : s.plan.launches) {
+        Source src = quant_source(s.request, l, spec.arch);
+        if (names.insert(src.kernel_name).second) out.push_back(std::move(src));
+      }
   if (spec.smooth & kSmoothK) {
     out.push_back(row_dot_source(spec));
     out.push_back(add_scaled_source(spec.arch));

@@ -27,7 +27,9 @@ struct QuantSlot {
 // V as int8 V^T per head, padded to kVPadTokens (mean subtracted when the spec smooths V; the kernel
 // adds it back to O). qk=int4: Q and K codes in [-7, 7] (qmax 7), packed two per byte (rows of d/2
 // bytes) when the kernel's tiling runs the packed form (int4_mma = tiling.int4_mma), else one per byte.
-std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem, bool int4_mma);
+// resident_blocks: QuantProblem::resident_blocks of every slot (kOnePassMinBlocks * SMs; 0 keeps the
+// statistics passes), which lets smoothing and per_channel scales quantize in one pass.
+std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem, bool int4_mma, int resident_blocks);
 
 Source quant_source(const quant::QuantRequest& request, const quant::QuantLaunch& launch, Arch arch);
 Source row_dot_source(const Spec& spec);   // q · mean_k per row (K smoothing)

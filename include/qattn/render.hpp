@@ -46,8 +46,9 @@ Source render_flashq_lens(const Spec& spec);
 std::vector<Source> render_flashq_kernels(const Spec& spec);   // the four above
 
 // A helper kernel (quantization pass, LSE correction): `body` names a type with
-// `static __device__ void run(const <params_type>&)`, declared in `header`.
+// `static __device__ void run(const <params_type>&)`, declared in `header`. min_blocks > 0: the second
+// __launch_bounds__ argument (blocks per SM the registers must allow).
 Source render_helper(const std::string& kernel_name, const std::string& header, const std::string& body,
-                     const std::string& params_type, unsigned block, Arch arch);
+                     const std::string& params_type, unsigned block, Arch arch, unsigned min_blocks = 0);
 
 }  // namespace qattn

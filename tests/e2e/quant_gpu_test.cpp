@@ -2,6 +2,8 @@
 // (per_warp / per_thread with their Q and K mappings too),
 // smoothing on and off, Q/K rows and transposed V, fp16 and bf16, both input layouts, odd lengths, head
 // dims 64, 96 (the one with idle lanes), 128 and 256.
+// Smoothing and per_channel scales run in both forms: with the statistics pass, and in one pass
+// (head_sync.cuh), up to the largest head the one-pass form takes on this GPU.
 // Outputs are poisoned first (-128 codes, NaN scales), so anything unwritten fails.
 #include <gtest/gtest.h>
 
@@ -43,18 +45,21 @@ class QuantVsReference : public test::GpuTest {
   const rt::Kernel& pass(const Source& src) { return passes_.get(src, kDevice); }
   // One request at one shape on the GPU against the float64 quantizer. per_warp / per_thread also check
   // that every row of a group holds the very same (expanded) scale.
-  void run_case(Fmt fmt, const Request& rq, int seq, Layout layout, int d) {
+  // resident_blocks: QuantProblem::resident_blocks (0: the statistics-pass form).
+  void run_case(Fmt fmt, const Request& rq, int seq, Layout layout, int d, int resident_blocks = 0) {
     const int batch = 2, heads = 3;
     const std::uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(std::string(to_string(fmt)) + " d=" + std::to_string(d) + " " + to_string(rq.gran) + " group=" + std::to_string(rq.group) +
                  (rq.smooth ? " smooth" : "") + (rq.transpose ? " V^T" : "") + " seq=" + std::to_string(seq) +
+                 " resident_blocks=" + std::to_string(resident_blocks) +
                  " " + test::to_string(layout) + " " + test::seed_note(seed));
     HostTensor x = test::random_tensor({batch, heads, seq, d}, layout, test::k_like(), seed);
     test::round_to(x, fmt);
     const quant::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
     const int pad = rq.transpose ? (seq + kVPadTokens - 1) / kVPadTokens * kVPadTokens : seq;
-    const quant::QuantProblem prob{batch, heads, seq, pad};
+    const quant::QuantProblem prob{batch, heads, seq, pad, resident_blocks};
     const quant::QuantPlan plan = quant::plan_quant(req, prob);
+    ASSERT_EQ(plan.launches.size() == 1 && plan.launches[0].min_blocks > 0, quant::quant_one_pass(req, prob));
 
     rt::DeviceBuffer dx = rt::DeviceBuffer::from(test::encode(x, fmt));
     const long long rows = static_cast<long long>(batch) * heads;
@@ -111,6 +116,8 @@ class QuantVsReference : public test::GpuTest {
       EXPECT_EQ(unequal, 0) << "rows of one group hold different scales";
     }
   }
+  // The blocks the one-pass form may count on here (what the runtime passes).
+  static int resident_blocks() { return quant::kOnePassMinBlocks * rt::query_device(kDevice).sm_count; }
   test::PassCache passes_;
 };
 
@@ -125,6 +132,11 @@ TEST_F(QuantVsReference, EveryGranularitySmoothingAndLayout) {
           if (seq == 4097 ? (d != 64 && d != 96) : d == 64) continue;
           run_case(fmt, rq, seq, layout, d);
           ++cases;
+          if (quant::quant_one_pass(quant::QuantRequest{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d},
+                                    quant::QuantProblem{1, 1, seq, seq, resident_blocks()})) {
+            run_case(fmt, rq, seq, layout, d, resident_blocks());
+            ++cases;
+          }
         }
   std::printf("[ quant   ] %d cases checked code for code\n", cases);
 }
@@ -140,10 +152,27 @@ TEST_F(QuantVsReference, FragmentGranularitiesRaggedLengths) {
           for (int seq : {1, 31, 33, 65, 1000})
             for (Layout layout : {Layout::bshd, Layout::bhsd})
               for (int d : {64, 96, 128, 256}) {
-                run_case(fmt, Request{gran, group, smooth, false}, seq, layout, d);
+                run_case(fmt, Request{gran, group, smooth, false}, seq, layout, d, smooth ? resident_blocks() : 0);
                 ++cases;
               }
   std::printf("[ quant   ] %d per_warp / per_thread cases checked code for code\n", cases);
+}
+
+// The one-pass form at the largest head it takes on this GPU (a head's tiles = half the resident blocks),
+// six heads, so that heads wait for their tiles while later heads start: K rows (per_token, smooth) and
+// V^T (per_channel, smooth), against the statistics-pass form's float64 check.
+TEST_F(QuantVsReference, OnePassAtTheLargestHead) {
+  const int resident = resident_blocks();
+  const int rows_seq = resident / 2 * quant::kRowTileTokens;
+  const int vt_seq = resident / 2 * quant::kTransposeTileTokens;
+  const quant::QuantRequest k_req{Fmt::fp16, Gran::per_token, 0, true, false, 128};
+  const quant::QuantRequest v_req{Fmt::fp16, Gran::per_channel, 0, true, true, 128};
+  ASSERT_TRUE(quant::quant_one_pass(k_req, quant::QuantProblem{2, 3, rows_seq, rows_seq, resident}));
+  ASSERT_FALSE(quant::quant_one_pass(k_req, quant::QuantProblem{2, 3, rows_seq + 1, rows_seq + 1, resident}));
+  ASSERT_TRUE(quant::quant_one_pass(v_req, quant::QuantProblem{2, 3, vt_seq, vt_seq, resident}));
+  run_case(Fmt::fp16, Request{Gran::per_token, 0, true, false}, rows_seq, Layout::bshd, 128, resident);
+  run_case(Fmt::bf16, Request{Gran::per_channel, 0, true, true}, vt_seq, Layout::bhsd, 128, resident);
+  run_case(Fmt::fp16, Request{Gran::per_channel, 0, false, true}, vt_seq - 1, Layout::bshd, 128, resident);
 }
 
 }  // namespace

@@ -23,9 +23,18 @@ int test_level() {
   return env ? std::atoi(env) : 1;
 }
 
-// template-id -> block size, over every request the plan accepts.
-std::map<std::string, unsigned> planned_passes(bool all_dims) {
-  std::map<std::string, unsigned> passes;
+// template-id -> __launch_bounds__ (block size, min blocks per SM), over every request the plan accepts,
+// in both forms: with the statistics pass (resident blocks unknown) and in one pass.
+using Bounds = std::pair<unsigned, int>;
+void add_passes(std::map<std::string, Bounds>& passes, const QuantRequest& r, QuantProblem p) {
+  for (int resident : {0, 1 << 20}) {
+    p.resident_blocks = resident;
+    for (const QuantLaunch& l : plan_quant(r, p).launches) passes[l.pass] = {l.block, l.min_blocks};
+  }
+}
+
+std::map<std::string, Bounds> planned_passes(bool all_dims) {
+  std::map<std::string, Bounds> passes;
   std::vector<int> dims = {128};
   if (all_dims) dims = {64, 96, 128, 256};
   for (Fmt in : {Fmt::fp16, Fmt::bf16})
@@ -47,10 +56,10 @@ std::map<std::string, unsigned> planned_passes(bool all_dims) {
               r.d = d;
               const QuantProblem p{1, 1, 1000, 1024};
               if (!quant_request_error(r, p).empty()) continue;
-              for (const QuantLaunch& l : plan_quant(r, p).launches) passes[l.pass] = l.block;
+              add_passes(passes, r, p);
               r.block_mean = true;   // Q smoothing (block means): the plan refuses what it does not cover
               if (!quant_request_error(r, p).empty()) continue;
-              for (const QuantLaunch& l : plan_quant(r, p).launches) passes[l.pass] = l.block;
+              add_passes(passes, r, p);
             }
   // pv=fp8e4m3: the transposed per-channel V pass with e4m3 codes.
   for (Fmt in : {Fmt::fp16, Fmt::bf16})
@@ -63,17 +72,18 @@ std::map<std::string, unsigned> planned_passes(bool all_dims) {
         r.transpose = true;
         r.d = d;
         r.code = Fmt::fp8e4m3;
-        for (const QuantLaunch& l : plan_quant(r, QuantProblem{1, 1, 1000, 1024}).launches) passes[l.pass] = l.block;
+        add_passes(passes, r, QuantProblem{1, 1, 1000, 1024});
       }
   return passes;
 }
 
-std::string render(const std::map<std::string, unsigned>& passes) {
+std::string render(const std::map<std::string, Bounds>& passes) {
   std::ostringstream os;
   os << "#include \"qattn/quant/quant.cuh\"\n";
   int i = 0;
-  for (const auto& [pass, block] : passes)
-    os << "extern \"C\" __global__ void __launch_bounds__(" << block << ") qattn_quant_" << i++
+  for (const auto& [pass, bounds] : passes)
+    os << "extern \"C\" __global__ void __launch_bounds__(" << bounds.first
+       << (bounds.second ? ", " + std::to_string(bounds.second) : std::string()) << ") qattn_quant_" << i++
        << "(const qattn::QuantParams p) { " << pass << "::run(p); }\n";
   return os.str();
 }

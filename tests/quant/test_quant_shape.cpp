@@ -115,6 +115,68 @@ TEST(QuantShape, SmoothedPerBlockReadsTwice) {
   EXPECT_EQ(plan.scale_group, 64);
 }
 
+// Smoothing and per_channel scales take the one-pass form (head_sync.cuh) when one head's tiles fit in
+// half of the resident blocks: a single launch over a 1-D grid, its sync words zeroed first, launched
+// with kOnePassMinBlocks blocks per SM.
+TEST(QuantShape, HeadStatisticsQuantizeInOnePassWhenAHeadFits) {
+  const QuantRequest k = request(Gran::per_token, 0, true, false);
+  const int tiles = (4096 + kRowTileTokens - 1) / kRowTileTokens;   // 64
+  const QuantProblem p{2, 8, 4096, 4096, 2 * tiles};
+  ASSERT_TRUE(quant_one_pass(k, p));
+  const QuantPlan plan = plan_quant(k, p);
+  ASSERT_EQ(plan.launches.size(), 1u);
+  const QuantLaunch& l = plan.launches[0];
+  EXPECT_EQ(l.pass, "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_token, 1, true, false, false, true>");
+  EXPECT_EQ(l.tag, "quantize_rows_1p");
+  expect_grid(l, static_cast<unsigned>(tiles * 8 * 2), 1, 1);
+  EXPECT_EQ(l.min_blocks, kOnePassMinBlocks);
+  EXPECT_EQ(plan.scratch_floats, kSyncOffset + 16LL * sync_head_words(128));
+  EXPECT_EQ(l.zero_scratch_floats, plan.scratch_floats);   // ticket, counters and totals start at zero
+  EXPECT_EQ(plan.mean_floats, 2LL * 8 * 128);
+
+  // One tile more than half the resident blocks, or no resident count at all: the statistics pass.
+  for (const QuantProblem& q : {QuantProblem{2, 8, 4096 + 1, 4096 + 1, 2 * tiles}, QuantProblem{2, 8, 4096, 4096}}) {
+    EXPECT_FALSE(quant_one_pass(k, q));
+    const QuantPlan two = plan_quant(k, q);
+    ASSERT_EQ(two.launches.size(), 3u);
+    EXPECT_EQ(two.launches[0].tag, "channel_stats");
+    EXPECT_EQ(two.launches[2].pass, "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_token, 1, true>");
+    EXPECT_EQ(two.launches[2].min_blocks, 0);
+  }
+  // Without smoothing a token-wise plan is one pass anyway; per_tensor's abs-max spans every head.
+  EXPECT_FALSE(quant_one_pass(request(Gran::per_token, 0, false, false), p));
+  EXPECT_FALSE(quant_one_pass(request(Gran::per_tensor, 0, true, false), p));
+  EXPECT_EQ(plan_quant(request(Gran::per_tensor, 0, true, false), p).launches.size(), 3u);
+
+  // The flags before OnePass are rendered too: packed int4 K with smoothing, per_block's group.
+  QuantRequest k4 = request(Gran::per_block, 64, true, false);
+  k4.pack4 = true;
+  k4.qmax = 7;
+  EXPECT_EQ(plan_quant(k4, p).launches[0].pass,
+            "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_block, 64, true, true, false, true>");
+}
+
+TEST(QuantShape, TransposedVQuantizesInOnePassWithItsCode) {
+  const int pad = 4096, tiles = pad / kTransposeTileTokens;   // 32
+  const QuantProblem p{1, 4, 4000, pad, 2 * tiles};
+  QuantRequest v = request(Gran::per_channel, 0, false, true, Fmt::bf16, 64);
+  QuantPlan plan = plan_quant(v, p);
+  ASSERT_EQ(plan.launches.size(), 1u);
+  EXPECT_EQ(plan.launches[0].pass,
+            "qattn::quant::QuantizeTransposed<qattn::Fmt::bf16, 64, qattn::Gran::per_channel, false, qattn::Fmt::int8, true>");
+  EXPECT_EQ(plan.launches[0].tag, "quantize_transposed_1p");
+  expect_grid(plan.launches[0], static_cast<unsigned>(tiles * 4), 1, 1);
+  EXPECT_EQ(plan.launches[0].zero_scratch_floats, kSyncOffset + 4 * sync_head_words(64));
+  v.code = Fmt::fp8e4m3;
+  v.smooth = true;
+  plan = plan_quant(v, p);
+  ASSERT_EQ(plan.launches.size(), 1u);
+  EXPECT_EQ(plan.launches[0].pass,
+            "qattn::quant::QuantizeTransposed<qattn::Fmt::bf16, 64, qattn::Gran::per_channel, true, qattn::Fmt::fp8e4m3, true>");
+  // per_tensor V keeps its abs-max pass.
+  EXPECT_EQ(plan_quant(request(Gran::per_tensor, 0, false, true), p).launches.size(), 2u);
+}
+
 TEST(QuantShape, PerTensorZeroesTheAmaxFirst) {
   const QuantProblem p{2, 2, 700, 700};
   const QuantPlan plain = plan_quant(request(Gran::per_tensor, 0, false, false), p);

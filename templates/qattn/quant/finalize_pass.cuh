@@ -9,7 +9,7 @@
 // so that element lands exactly on +-qmax.
 #pragma once
 
-#include "qattn/quant/quant_device.cuh"
+#include "qattn/quant/head_sync.cuh"
 
 namespace qattn {
 namespace quant {
@@ -40,8 +40,7 @@ struct FinalizeStats {
     const float mean = p.seq_len > 0 ? sum / static_cast<float>(p.seq_len) : 0.f;
     if (Smooth) p.mean[(static_cast<long long>(b) * p.heads + h) * D + c] = mean;
     const float center = Smooth ? mean : 0.f;
-    // An empty head leaves hi = -inf, lo = inf: the outer max turns that into amax 0.
-    float amax = fmaxf(fmaxf(hi - center, center - lo), 0.f);
+    float amax = centred_amax(hi, lo, center);
     if (G == Gran::per_channel) {
       float* scale = const_cast<float*>(p.scale.ptr);
       scale[b * p.scale.sb + h * p.scale.sh + c] = scale_of(amax, p.qmax);

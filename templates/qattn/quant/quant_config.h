@@ -33,6 +33,13 @@ constexpr int kStatsChunkTokens = 512;
 //   [kStatsOffset + ...]       per-chunk channel statistics [batch][heads][split][sum|max|min][d]
 constexpr int kStatsOffset = 4;   // keeps the statistics 16-byte aligned
 
+// One-pass plans (head_sync.cuh): a head's statistics live in sync_head_words(d) 32-bit words at
+// kSyncOffset + (b*heads + h) * sync_head_words(d), after the ticket in word 0; the whole region is
+// zeroed before the launch. Their blocks are launched with at least kOnePassMinBlocks per SM resident.
+constexpr int kSyncOffset = 4;
+constexpr int kOnePassMinBlocks = 2;
+QATTN_QUANT_HD constexpr int sync_head_words(int d) { return 4 + 4 * d; }
+
 QATTN_QUANT_HD constexpr int stats_splits(int seq_len) {
   return seq_len <= kStatsChunkTokens ? 1 : (seq_len + kStatsChunkTokens - 1) / kStatsChunkTokens;
 }

@@ -7,6 +7,9 @@
 //
 // Pass lists (x is read once by single-pass plans, twice otherwise):
 //   per_token | per_block | per_warp | per_thread              QuantizeRows
+//   smooth or per_channel, not per_tensor, when one head's tiles are at most half of
+//   QuantProblem::resident_blocks (one pass, head_sync.cuh)    Quantize{Rows|Transposed}<..., OnePass>
+//                                                              (zero amax_scratch[0 .. n) first)
 //   per_token | per_block | per_warp | per_thread, smooth      ChannelStats<in, d, false>, FinalizeStats,
 //                                                              QuantizeRows
 //   per_tensor                         TensorAmax (zero amax_scratch[0] first), Quantize{Rows|Transposed}
@@ -15,7 +18,8 @@
 //   block_mean (Q), token-wise         QuantizeRows<..., false, true>            (one pass: means and codes)
 //   block_mean (Q), per_tensor         BlockMeanAmax (zero amax_scratch[0] first), QuantizeRows<..., true>
 // Grids x blocks: ChannelStats, TensorAmax (stats_splits(seq_len), heads, batch) x 256;
-//   FinalizeStats (heads, batch, 1) x d; QuantizeRows (ceil(seq_pad / tile), heads, batch) x 256 with
+//   FinalizeStats (heads, batch, 1) x d; one pass (tiles * heads * batch, 1, 1) x 256, with at least
+//   kOnePassMinBlocks blocks per SM (QuantLaunch::min_blocks, for __launch_bounds__); QuantizeRows (ceil(seq_pad / tile), heads, batch) x 256 with
 //   tile = G for per_block, else kRowTileTokens (64: whole per_warp / per_thread groups); QuantizeTransposed (seq_pad / 128, heads, batch) x 256.
 //
 // Semantics: symmetric, scale = amax / qmax (fp32), code = clamp(round_half_even(x' / scale), -qmax, qmax)
@@ -48,7 +52,8 @@
 //   Block means (block_mean): fp32 [batch][heads][ceil(seq_len / kQMeanBlock)][d] contiguous at
 //       QuantParams::mean: the per-channel mean of each block of 64 rows (over its rows below seq_len);
 //       x' = x - mean of the row's block (AttentionParams::q_mean; the kernel adds q̄·k back).
-//   Scratch (QuantParams::amax_scratch, scratch_floats fp32, never read back by the caller):
+//   Scratch (QuantParams::amax_scratch, scratch_floats fp32, never read back by the caller; one-pass
+//       plans lay it out as head_sync.cuh describes instead):
 //       [0] per_tensor abs-max (zeroed before the launch whose zero_scratch_floats says so);
 //       [kStatsOffset ...] per-chunk channel sum/max/min [batch][heads][stats_splits(seq_len)][3][d]
 //       (max/min only written when the granularity needs them).
@@ -97,6 +102,9 @@ struct QuantRequest {
 
 struct QuantProblem {
   int batch = 1, heads = 1, seq_len = 1, seq_pad = 1;   // seq_pad >= seq_len
+  // Blocks of a one-pass quantizer the GPU holds at once: kOnePassMinBlocks * SMs (the runtime fills it
+  // in). 0: unknown, so plans keep the statistics pass (compile-only planning, tests of that form).
+  int resident_blocks = 0;
 };
 
 struct QuantLaunch {
@@ -106,6 +114,7 @@ struct QuantLaunch {
   unsigned block;               // == PASS::kThreads
   unsigned smem_bytes;          // dynamic shared memory: always 0 (static only)
   int zero_scratch_floats;      // zero amax_scratch[0 .. n) before this launch
+  int min_blocks = 0;           // blocks per SM for __launch_bounds__ (one pass: kOnePassMinBlocks); 0: none
 };
 
 struct QuantPlan {
@@ -194,6 +203,22 @@ inline std::string quant_params_error(const QuantRequest& r, const QuantParams& 
   return "";
 }
 
+// Tiles of one head of the quantizer that reads x (rows: per_block tiles are the group).
+inline int quant_tiles_per_head(const QuantRequest& r, const QuantProblem& p) {
+  if (r.transpose) return p.seq_pad / kTransposeTileTokens;
+  const int tile = r.gran == Gran::per_block ? r.group : kRowTileTokens;
+  return (p.seq_pad + tile - 1) / tile;
+}
+
+// The one-pass form (head_sync.cuh) serves statistics of whole heads (smoothing means, per_channel
+// scales; not per_tensor, whose abs-max spans every head) when one head's tiles fit in half of the
+// resident blocks: a head's tiles are then all resident while they wait for one another.
+inline bool quant_one_pass(const QuantRequest& r, const QuantProblem& p) {
+  const bool head_stats = (r.smooth || r.gran == Gran::per_channel) && r.gran != Gran::per_tensor;
+  const bool words_fit = 1LL * p.batch * p.heads * sync_head_words(r.d) < (1LL << 30);   // zero_scratch_floats is an int
+  return head_stats && words_fit && p.resident_blocks > 0 && 2LL * quant_tiles_per_head(r, p) <= p.resident_blocks;
+}
+
 // Compact ScaleRef over a buffer of plan.scale_floats floats.
 inline ScaleRef dense_scale_ref(const QuantRequest& r, const QuantProblem& p, const float* ptr) {
   ScaleRef s{ptr, 0, 0, 0, 0};
@@ -213,15 +238,29 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
 
   const std::string d = std::to_string(r.d), in = fmt_id(r.in), sm = r.smooth ? "true" : "false";
   // QuantizeRows' Pack4 and BlockMean, left out while they are the defaults (false).
-  const std::string pack4 = r.pack4 ? ", true" : (r.block_mean ? ", false" : "");
-  const std::string bm = r.block_mean ? ", true" : "";
+  const bool one_pass = quant_one_pass(r, p);
+  const bool fragment = r.gran == Gran::per_warp || r.gran == Gran::per_thread;
+  // QuantizeRows' Group: the per_block / per_warp / per_thread group, 1 for per_token, else 0.
+  const int row_group = r.gran == Gran::per_block || fragment ? r.group : r.gran == Gran::per_token ? 1 : 0;
+  // The trailing bool parameters of QuantizeRows (Pack4, BlockMean, OnePass), rendered up to the last
+  // one that is not its default (false), so the names of existing passes do not change.
+  std::string row_flags;
+  {
+    const bool flags[] = {r.pack4, r.block_mean, one_pass};
+    int last = -1;
+    for (int i = 0; i < 3; ++i)
+      if (flags[i]) last = i;
+    for (int i = 0; i <= last; ++i) row_flags += flags[i] ? ", true" : ", false";
+  }
   const unsigned splits = static_cast<unsigned>(stats_splits(p.seq_len));
   const unsigned heads = static_cast<unsigned>(p.heads), batch = static_cast<unsigned>(p.batch);
   const bool per_tensor = r.gran == Gran::per_tensor;
   const bool needs_stats = r.smooth || r.gran == Gran::per_channel;
 
   QuantPlan plan;
-  if (needs_stats) {
+  if (one_pass) {
+    plan.scratch_floats = kSyncOffset + 1LL * sync_head_words(r.d) * p.heads * p.batch;
+  } else if (needs_stats) {
     const bool min_max = per_tensor || r.gran == Gran::per_channel;   // an abs-max over whole heads
     plan.launches.push_back({"qattn::quant::ChannelStats<" + in + ", " + d + ", " + (min_max ? "true" : "false") + ">",
                              "channel_stats",
@@ -240,22 +279,22 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
                              {splits, heads, batch}, static_cast<unsigned>(kThreads), 0, 1});
     plan.scratch_floats = 1;
   }
-  if (r.transpose) {
-    plan.launches.push_back({"qattn::quant::QuantizeTransposed<" + in + ", " + d + ", " + gran_id(r.gran) +
-                                 ", " + sm + (r.code == Fmt::fp8e4m3 ? ", qattn::Fmt::fp8e4m3" : "") + ">",
-                             "quantize_transposed",
-                             {static_cast<unsigned>(p.seq_pad / kTransposeTileTokens), heads, batch},
-                             static_cast<unsigned>(kThreads), 0, 0});
-  } else {
-    const bool fragment = r.gran == Gran::per_warp || r.gran == Gran::per_thread;
-    const int group = r.gran == Gran::per_block || fragment ? r.group : r.gran == Gran::per_token ? 1 : 0;
-    const int tile = r.gran == Gran::per_block ? r.group : kRowTileTokens;
-    plan.launches.push_back({"qattn::quant::QuantizeRows<" + in + ", " + d + ", " + gran_id(r.gran) + ", " +
-                                 std::to_string(group) + ", " + sm + pack4 + bm + ">",
-                             "quantize_rows",
-                             {static_cast<unsigned>((p.seq_pad + tile - 1) / tile), heads, batch},
-                             static_cast<unsigned>(kThreads), 0, 0});
+  // The quantizing pass. One pass: tiles by ticket over a 1-D grid, its sync words zeroed first.
+  const unsigned tiles = static_cast<unsigned>(quant_tiles_per_head(r, p));
+  const bool fp8 = r.code == Fmt::fp8e4m3;   // QuantizeTransposed's Code, rendered when not int8 or before OnePass
+  const std::string code = fp8 || one_pass ? (fp8 ? ", qattn::Fmt::fp8e4m3" : ", qattn::Fmt::int8") : "";
+  QuantLaunch q{r.transpose ? "qattn::quant::QuantizeTransposed<" + in + ", " + d + ", " + gran_id(r.gran) + ", " + sm +
+                                  code + (one_pass ? ", true" : "") + ">"
+                            : "qattn::quant::QuantizeRows<" + in + ", " + d + ", " + gran_id(r.gran) + ", " +
+                                  std::to_string(row_group) + ", " + sm + row_flags + ">",
+                std::string(r.transpose ? "quantize_transposed" : "quantize_rows") + (one_pass ? "_1p" : ""),
+                {tiles, heads, batch}, static_cast<unsigned>(kThreads), 0, 0};
+  if (one_pass) {
+    q.grid[0] = tiles * heads * batch, q.grid[1] = q.grid[2] = 1;
+    q.zero_scratch_floats = static_cast<int>(plan.scratch_floats);
+    q.min_blocks = kOnePassMinBlocks;
   }
+  plan.launches.push_back(q);
   if (r.smooth) plan.mean_floats = 1LL * p.batch * p.heads * r.d;
   if (r.block_mean) plan.mean_floats = 1LL * p.batch * p.heads * ((p.seq_len + kQMeanBlock - 1) / kQMeanBlock) * r.d;
   const ScaleRef s = dense_scale_ref(r, p, nullptr);

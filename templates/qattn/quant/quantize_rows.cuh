@@ -22,15 +22,20 @@
 // (block_mean.cuh) and written to QuantParams::mean ([b, h, ceil(seq_len / 64), d]); per_tensor then
 // reads the abs-max that BlockMeanAmax found for the smoothed rows. Rows in [seq_len, seq_pad) are
 // written as code 0 and get no scale. Grid (ceil(seq_pad / tile tokens), heads, batch).
+// OnePass (Smooth or per_channel, see head_sync.cuh): the mean and per_channel scales come from the
+// head's totals that the blocks gather while holding their tiles, instead of an earlier statistics
+// pass; the block of tile 0 stores them. Grid (ceil(seq_pad / tile tokens) * heads * batch), tiles
+// taken by ticket.
 #pragma once
 
 #include "qattn/quant/block_mean.cuh"
-#include "qattn/quant/quant_device.cuh"
+#include "qattn/quant/head_sync.cuh"
 
 namespace qattn {
 namespace quant {
 
-template <Fmt In, int D, Gran G, int Group, bool Smooth, bool Pack4 = false, bool BlockMean = false>
+template <Fmt In, int D, Gran G, int Group, bool Smooth, bool Pack4 = false, bool BlockMean = false,
+          bool OnePass = false>
 struct QuantizeRows {
   static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
   static constexpr bool kFragment = G == Gran::per_warp || G == Gran::per_thread;   // group scales per row
@@ -57,7 +62,13 @@ struct QuantizeRows {
   // still in L2, so the first tiles quantized here read them from there (3-7 us less per plan on H100,
   // 32 heads x 16k x 128). Measured exception: 32 KiB tiles (per_block 128 at d=128, per_block 64 at
   // d=256) ran 4-14 us slower reversed, so tiles above 16 KiB keep the launch order.
-  static constexpr bool kReverse = kTileTokens * D * 2 <= 16 * 1024;
+  static constexpr bool kReverse = kTileTokens * D * 2 <= 16 * 1024 && !OnePass;
+  static_assert(!OnePass || ((Smooth || G == Gran::per_channel) && G != Gran::per_tensor && !BlockMean),
+                "one pass gathers head statistics: a smoothing mean or per_channel scales (per_tensor needs "
+                "the whole tensor)");
+  static constexpr bool kMinMax = G == Gran::per_channel;
+  using Sync = HeadSync<D, kMinMax>;
+  using Partials = ChannelPartials<In, D, kMinMax>;
   static_assert(!(Smooth && BlockMean), "one smoothing per operand: the mean over all tokens or the block means");
   static_assert(!BlockMean || G != Gran::per_channel, "block means are for Q (token-wise scales)");
   using Means = BlockMeans<In, D, kTileTokens>;
@@ -69,9 +80,14 @@ struct QuantizeRows {
     __shared__ float part[BlockMean ? Means::kPartFloats : 1];
     // per_warp / per_thread: the abs-max of every row of the tile, then of every row's group.
     __shared__ float row_amax[kFragment ? kTileTokens : 1], grp_amax[kFragment ? kTileTokens : 1];
-    const int tile = kReverse ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int h = kReverse ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
-    const int b = kReverse ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
+    __shared__ float sync_part[OnePass ? Partials::kSmemFloats : 1];   // tile partials, then the totals
+    __shared__ int ticket;
+    const int tiles = (p.seq_pad + kTileTokens - 1) / kTileTokens;
+    typename Sync::Coord at{static_cast<int>(kReverse ? gridDim.z - 1 - blockIdx.z : blockIdx.z),
+                            static_cast<int>(kReverse ? gridDim.y - 1 - blockIdx.y : blockIdx.y),
+                            static_cast<int>(kReverse ? gridDim.x - 1 - blockIdx.x : blockIdx.x)};
+    if constexpr (OnePass) at = Sync::take_ticket(p, tiles, &ticket);
+    const int tile = at.tile, h = at.h, b = at.b;
     const int vec = threadIdx.x % kLanesPerRow, c0 = vec * kVecElems;
     const bool active = kLanesPerRow == kVecPerRow || vec < kVecPerRow;   // this lane has channels
     const int s_first = tile * kTileTokens + static_cast<int>(threadIdx.x) / kLanesPerRow;
@@ -84,10 +100,21 @@ struct QuantizeRows {
                              : make_uint4(0u, 0u, 0u, 0u);
     }
 
+    if constexpr (OnePass) {
+      Partials acc;
+#pragma unroll
+      for (int j = 0; j < kSweeps; ++j)
+        if (s_first + j * kRowsPerSweep < p.seq_len) acc.add(unpack8<In>(raw[j]));
+      acc.fold(sync_part, [&](int c, float sum, float hi, float lo) { Sync::contribute(p, at, c, sum, hi, lo); });
+      Sync::arrive_and_wait(p, at, tiles);
+      Sync::totals(p, at, sync_part);
+      Sync::publish(p, at, sync_part, Smooth);
+    }
+
     float mean[kMeanSets][kVecElems];
 #pragma unroll
-    for (int i = 0; i < kVecElems; ++i) mean[0][i] = 0.f;
-    if (Smooth && active) {
+    for (int i = 0; i < kVecElems; ++i) mean[0][i] = OnePass && Smooth && active ? sync_part[c0 + i] : 0.f;
+    if (Smooth && active && !OnePass) {
       const float4* m =
           reinterpret_cast<const float4*>(p.mean + (static_cast<long long>(b) * p.heads + h) * D + c0);
       const float4 lo = m[0], hi = m[1];
@@ -179,7 +206,10 @@ struct QuantizeRows {
       for (int j = 0; j < kSweeps; ++j) mult_row[j] = 1.f;
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i) {
-        const float sc = active ? p.scale.ptr[scale_head + c0 + i] : 0.f;
+        const int c = c0 + i;
+        const float sc = !active  ? 0.f
+                         : OnePass ? scale_of(centred_amax(sync_part[D + c], sync_part[2 * D + c], mean[0][i]), p.qmax)
+                                   : p.scale.ptr[scale_head + c];
         mult_chan[i] = sc > 0.f ? 1.f / sc : 0.f;
       }
     }

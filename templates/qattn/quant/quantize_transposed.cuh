@@ -9,17 +9,20 @@
 // row of the tile being 128 contiguous bytes. The tile's 16-byte chunks are XOR-swizzled by channel so
 // the word stores of a warp (8 channels apart per lane) spread over the banks, while the 16-byte reads
 // stay whole chunks. Grid (seq_pad / 128, heads, batch).
+// OnePass (Smooth or per_channel, see head_sync.cuh): the mean and scales come from the head's totals,
+// gathered while the blocks hold their tiles, instead of a statistics pass; the block of tile 0 stores
+// them. Grid (seq_pad / 128 * heads * batch), tiles taken by ticket.
 #pragma once
 
 #include "qattn/decode/fp8_e4m3.h"
-#include "qattn/quant/quant_device.cuh"
+#include "qattn/quant/head_sync.cuh"
 
 namespace qattn {
 namespace quant {
 
 // Code = fp8e4m3 (pv=fp8e4m3, per_channel only): the bytes are e4m3 of x' · (448 / amax_c), rounded to
 // nearest even and saturated at 448 by the shared encoder (qattn/decode/fp8_e4m3.h); p.qmax = 448.
-template <Fmt In, int D, Gran G, bool Smooth, Fmt Code = Fmt::int8>
+template <Fmt In, int D, Gran G, bool Smooth, Fmt Code = Fmt::int8, bool OnePass = false>
 struct QuantizeTransposed {
   static_assert(Code == Fmt::int8 || (Code == Fmt::fp8e4m3 && G == Gran::per_channel),
                 "transposed V codes: int8, or fp8e4m3 with per_channel scales");
@@ -39,14 +42,29 @@ struct QuantizeTransposed {
   static_assert(kChunksPerRow == 8, "the swizzle assumes 8 chunks (128 bytes) per channel row");
   static_assert((D * kChunksPerRow) % kThreads == 0, "store loop assumes whole rounds");
 
+  static_assert(!OnePass || G == Gran::per_channel, "one pass gathers head statistics: per_channel scales");
+  using Sync = HeadSync<D, true>;
+  using Partials = ChannelPartials<In, D, true>;
+  static constexpr int kTileBytes = D * kChunksPerRow * 16;
+  static constexpr int kSmemBytes =
+      OnePass && Partials::kSmemFloats * 4 > kTileBytes ? Partials::kSmemFloats * 4 : kTileBytes;
+
   static __device__ __forceinline__ int swizzle(int c) { return (c >> 3) & 7; }
 
   static __device__ void run(const QuantParams& p) {
-    __shared__ uint4 tile_t[D][kChunksPerRow];
+    // The transposed tile, and before it (one pass) the tile partials and then the head totals: one
+    // buffer, so that d = 256 stays within 48 KiB of static shared memory.
+    __shared__ uint4 smem[kSmemBytes / 16];
+    uint4 (*tile_t)[kChunksPerRow] = reinterpret_cast<uint4 (*)[kChunksPerRow]>(smem);
+    float* sync_part = reinterpret_cast<float*>(smem);
+    __shared__ int ticket;
+    const int tiles = p.seq_pad / kTileTokens;
     // Blocks run in reverse: after a statistics pass, its last chunks (the highest heads and tokens)
     // are still in L2, so the first tiles quantized here read them from there instead of DRAM.
-    const int tile = gridDim.x - 1 - blockIdx.x;
-    const int h = gridDim.y - 1 - blockIdx.y, b = gridDim.z - 1 - blockIdx.z;
+    typename Sync::Coord at{static_cast<int>(gridDim.z - 1 - blockIdx.z), static_cast<int>(gridDim.y - 1 - blockIdx.y),
+                            static_cast<int>(gridDim.x - 1 - blockIdx.x)};
+    if constexpr (OnePass) at = Sync::take_ticket(p, tiles, &ticket);
+    const int tile = at.tile, h = at.h, b = at.b;
     const int vec = threadIdx.x % kLanesPerRow, c0 = vec * kVecElems;
     const bool active = kLanesPerRow == kVecPerRow || vec < kVecPerRow;   // this lane has channels
     const int quad0 = threadIdx.x / kLanesPerRow;
@@ -63,10 +81,23 @@ struct QuantizeTransposed {
       }
     }
 
+    if constexpr (OnePass) {
+      Partials acc;
+#pragma unroll
+      for (int j = 0; j < kSweeps; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          if (s_tile + 4 * (quad0 + j * kQuadsPerSweep) + r < p.seq_len) acc.add(unpack8<In>(raw[j][r]));
+      acc.fold(sync_part, [&](int c, float sum, float hi, float lo) { Sync::contribute(p, at, c, sum, hi, lo); });
+      Sync::arrive_and_wait(p, at, tiles);
+      Sync::totals(p, at, sync_part);
+      Sync::publish(p, at, sync_part, Smooth);
+    }
+
     float mean[kVecElems], mult[kVecElems];
 #pragma unroll
-    for (int i = 0; i < kVecElems; ++i) mean[i] = 0.f;
-    if (Smooth && active) {
+    for (int i = 0; i < kVecElems; ++i) mean[i] = OnePass && Smooth && active ? sync_part[c0 + i] : 0.f;
+    if (Smooth && active && !OnePass) {
       const float4* m =
           reinterpret_cast<const float4*>(p.mean + (static_cast<long long>(b) * p.heads + h) * D + c0);
       const float4 lo = m[0], hi = m[1];
@@ -76,7 +107,13 @@ struct QuantizeTransposed {
     if (G == Gran::per_channel) {
       const float* scale = p.scale.ptr + b * p.scale.sb + h * p.scale.sh + c0;
 #pragma unroll
-      for (int i = 0; i < kVecElems; ++i) mult[i] = active && scale[i] > 0.f ? 1.f / scale[i] : 0.f;
+      for (int i = 0; i < kVecElems; ++i) {
+        const int c = c0 + i;
+        const float sc = !active  ? 0.f
+                         : OnePass ? scale_of(centred_amax(sync_part[D + c], sync_part[2 * D + c], mean[i]), p.qmax)
+                                   : scale[i];
+        mult[i] = sc > 0.f ? 1.f / sc : 0.f;
+      }
     } else {
       const float amax = *p.amax_scratch;
 #pragma unroll
@@ -85,6 +122,7 @@ struct QuantizeTransposed {
         const_cast<float*>(p.scale.ptr)[0] = scale_of(amax, p.qmax);
     }
 
+    if (OnePass) __syncthreads();   // the totals are read: the buffer becomes the tile
     const int qmax = __float2int_rn(p.qmax);
     unsigned* words = reinterpret_cast<unsigned*>(&tile_t[0][0]);
 #pragma unroll

@@ -7,7 +7,7 @@
 // Grid of both: (stats_splits(seq_len), heads, batch); one block reads one chunk of one head.
 #pragma once
 
-#include "qattn/quant/quant_device.cuh"
+#include "qattn/quant/head_sync.cuh"
 
 namespace qattn {
 namespace quant {
@@ -61,62 +61,23 @@ template <Fmt In, int D, bool MinMax>
 struct ChannelStats {
   static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
   static constexpr int kThreads = quant::kThreads;
-  static constexpr int kVecPerRow = D / kVecElems;
-  static constexpr int kLanesPerRow = lanes_per_row(D);
-  static constexpr int kRowsPerSweep = kThreads / kLanesPerRow;
-  static constexpr int kStats = MinMax ? 3 : 1;
+  using Partials = ChannelPartials<In, D, MinMax>;
 
   static __device__ void run(const QuantParams& p) {
-    // Each row group's partials, then one thread per channel folds the row groups: 8 or 24 KiB.
-    __shared__ float part[kStats][kRowsPerSweep][D];
+    __shared__ float part[Partials::kSmemFloats];   // 8 or 24 KiB
     const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int s_begin = split * kStatsChunkTokens;
     const int s_end = min(p.seq_len, s_begin + kStatsChunkTokens);
-    const float inf = __int_as_float(0x7f800000);
-    float sum[kVecElems], mx[kVecElems], mn[kVecElems];
-#pragma unroll
-    for (int i = 0; i < kVecElems; ++i) {
-      sum[i] = 0.f;
-      mx[i] = -inf;
-      mn[i] = inf;
-    }
-    for_each_chunk_vector<In, D, MinMax ? 4 : 8>(p, b, h, s_begin, s_end, [&](const Vec8& x) {
-#pragma unroll
-      for (int i = 0; i < kVecElems; ++i) {
-        sum[i] += x.v[i];
-        if (MinMax) {
-          mx[i] = fmaxf(mx[i], x.v[i]);
-          mn[i] = fminf(mn[i], x.v[i]);
-        }
-      }
-    });
-    const int row = threadIdx.x / kLanesPerRow, c0 = (threadIdx.x % kLanesPerRow) * kVecElems;
-#pragma unroll
-    for (int i = 0; i < kVecElems; ++i) {
-      if (kLanesPerRow != kVecPerRow && c0 >= D) break;   // an idle lane (d = 96)
-      part[0][row][c0 + i] = sum[i];
-      if (MinMax) {
-        part[kStats - 2][row][c0 + i] = mx[i];
-        part[kStats - 1][row][c0 + i] = mn[i];
-      }
-    }
-    __syncthreads();
+    Partials acc;
+    for_each_chunk_vector<In, D, MinMax ? 4 : 8>(p, b, h, s_begin, s_end, [&](const Vec8& x) { acc.add(x); });
     float* out = stats_base(p) + stats_index(p, b, h, split, D);
-    for (int c = threadIdx.x; c < D; c += kThreads) {
-      float s = 0.f, hi = -inf, lo = inf;
-      for (int r = 0; r < kRowsPerSweep; ++r) {
-        s += part[0][r][c];
-        if (MinMax) {
-          hi = fmaxf(hi, part[kStats - 2][r][c]);
-          lo = fminf(lo, part[kStats - 1][r][c]);
-        }
-      }
-      out[c] = s;
+    acc.fold(part, [&](int c, float sum, float hi, float lo) {
+      out[c] = sum;
       if (MinMax) {
         out[D + c] = hi;
         out[2 * D + c] = lo;
       }
-    }
+    });
   }
 };
 
