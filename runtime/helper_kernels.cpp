@@ -1,8 +1,5 @@
 #include "runtime/helper_kernels.hpp"
 
-#include <set>
-#include <string>
-
 #include "qattn/validate.hpp"
 
 namespace qattn::rt {
@@ -88,16 +85,10 @@ std::vector<Source> helper_sources(const Spec& spec) {
   }
   if (spec.phase == Phase::decode) return {render_decode_combine(spec), render_kv_append(spec)};
   if (!spec.quantized()) return out;
-  // Both forms of the smoothing / per_channel quantizers: one pass (a short sequence on any GPU), and
-  // the statistics pass that long sequences fall back to (resident_blocks 0).
+  // The default form (RuntimeOptions::quant_one_pass off): statistics passes where a head needs them.
   const Problem nominal{1, spec.gqa, 1, 128, 128};
-  std::set<std::string> names;
-  for (int resident : {2 * quant::kOnePassMinBlocks, 0})
-    for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma_by_default(spec), resident))
-      for (const quant::QuantLaunch& l : s.plan.launches) {
-        Source src = quant_source(s.request, l, spec.arch);
-        if (names.insert(src.kernel_name).second) out.push_back(std::move(src));
-      }
+  for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma_by_default(spec), 0))
+    for (const quant::QuantLaunch& l : s.plan.launches) out.push_back(quant_source(s.request, l, spec.arch));
   if (spec.smooth & kSmoothK) {
     out.push_back(row_dot_source(spec));
     out.push_back(add_scaled_source(spec.arch));

@@ -229,5 +229,52 @@ TEST_F(AccumulationModes, Fp16AccumulationVersusFp32IsPrinted) {
   EXPECT_GE(f16.cosine, 0.999) << f16.report();
 }
 
+// RuntimeOptions::quant_one_pass: K/V smoothing and per_channel V scales quantized in one pass
+// (head_sync.cuh) give the same attention as the default statistics-pass form, on the same data: both
+// meet the floor against float64, and they agree with each other to within the codes that a last-bit
+// difference of the mean can flip at a rounding tie. Long and short heads, GQA, both layouts.
+class OnePassQuantization : public test::GpuTest {};
+
+TEST_F(OnePassQuantization, MatchesTheStatisticsPassEndToEnd) {
+  const char* specs[] = {
+      "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=kv",
+      "prefill qk=int8:per_warp pv=fp16 out=bf16 d=256 smooth=k",
+      "prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 smooth=kv",
+  };
+  const Case cases[] = {{1, 2, 1000, 1000, Layout::bhsd}, {2, 1, 65, 4097, Layout::bshd}, {1, 1, 1, 1, Layout::bshd}};
+  for (const char* text : specs) {
+    const Spec parsed = parse_spec(text);
+    if (parsed.pv.fmt == Fmt::fp8e4m3 && !device_has_fp8_mma()) continue;
+    RuntimeOptions two_pass, one_pass;
+    two_pass.use_cache = one_pass.use_cache = false;
+    two_pass.tune = one_pass.tune = false;
+    one_pass.quant_one_pass = true;
+    Runtime rt_two(two_pass), rt_one(one_pass);
+    const Spec spec = rt_two.resolve(parsed);
+    rt::Stream stream;
+    for (const Case& c : cases) {
+      const std::uint64_t seed = test::fresh_seed();
+      const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
+      SCOPED_TRACE(std::string(text) + " " + to_string(p) + " " + test::seed_note(seed));
+      const int d = spec.head_dim;
+      HostTensor q = test::random_tensor({p.batch, p.heads_q, p.q_len, d}, c.layout, test::q_like(), seed);
+      HostTensor k = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::k_like(), seed + 1);
+      HostTensor v = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::v_like(), seed + 2);
+      for (HostTensor* t : {&q, &k, &v}) test::round_to(*t, spec.out);
+      std::vector<double> lse_ref;
+      const HostTensor ref = test::reference_attention(q, k, v, {spec.causal, 0.0}, &lse_ref, c.layout);
+      const Result a = run_call(rt_two, spec, p, q, k, v, ref, lse_ref.size(), stream);
+      const Result b = run_call(rt_one, spec, p, q, k, v, ref, lse_ref.size(), stream);
+      const test::ErrorMetrics ma = test::compare(ref, a.out), mb = test::compare(ref, b.out), mab = test::compare(a.out, b.out);
+      std::printf("[ one-pass ] %-80s %-28s two-pass %s | one-pass %s | between %s\n", text, to_string(p).c_str(),
+                  ma.report().c_str(), mb.report().c_str(), mab.report().c_str());
+      EXPECT_EQ(mb.nonfinite, 0);
+      EXPECT_GE(ma.cosine, 0.999) << ma.report();
+      EXPECT_GE(mb.cosine, 0.999) << mb.report();
+      EXPECT_GE(mab.cosine, 0.99999) << mab.report();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qattn

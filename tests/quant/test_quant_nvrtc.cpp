@@ -6,7 +6,9 @@
 #include <nvrtc.h>
 
 #include <cstdlib>
+#include <cstdio>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -109,8 +111,8 @@ TEST_P(QuantNvrtc, EveryPlannedPassCompiles) {
                                names.data()),
             NVRTC_SUCCESS);
   const std::string arch_opt = "-arch=" + arch;
-  const char* opts[] = {"-std=c++17", arch_opt.c_str()};
-  const nvrtcResult rc = nvrtcCompileProgram(prog, 2, opts);
+  const char* opts[] = {"-std=c++17", arch_opt.c_str(), "--ptxas-options=-v"};
+  const nvrtcResult rc = nvrtcCompileProgram(prog, 3, opts);
   size_t n = 0;
   nvrtcGetProgramLogSize(prog, &n);
   std::string log(n, '\0');
@@ -121,6 +123,13 @@ TEST_P(QuantNvrtc, EveryPlannedPassCompiles) {
   EXPECT_EQ(rc, NVRTC_SUCCESS) << log;
   EXPECT_GT(cubin, 0u);
   EXPECT_EQ(log.find("warning"), std::string::npos) << log;
+  // No pass spills (the one-pass forms run under __launch_bounds__(256, kOnePassMinBlocks)). NVRTC may
+  // serve a repeated compile from its cache without the ptxas report; then there is nothing to check.
+  const std::regex spill("([0-9]+) bytes spill stores");
+  int reports = 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), spill); it != std::sregex_iterator(); ++it, ++reports)
+    EXPECT_EQ((*it)[1].str(), "0") << "a quantization pass spills on " << arch;
+  std::printf("[ quant ] %zu passes for %s, %d ptxas spill reports checked\n", passes.size(), arch.c_str(), reports);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, QuantNvrtc, ::testing::Values("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"),

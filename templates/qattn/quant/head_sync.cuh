@@ -165,11 +165,13 @@ struct HeadSync {
   }
 
   // After every thread's contribute(): publish this tile, then wait for the head's other tiles.
+  // The barrier orders the block's atomics before thread 0's fence, which (cumulative) publishes them
+  // all with the release of the arrival.
   static __device__ void arrive_and_wait(const QuantParams& p, const Coord& at, int tiles) {
-    __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
       unsigned* arrived = head(p, at.b, at.h);
+      __threadfence();
       red_release_add_u32(arrived, 1u);
       while (ld_acquire_u32(arrived) < static_cast<unsigned>(tiles)) asm volatile("nanosleep.u32 64;");
     }
