@@ -20,6 +20,10 @@
 // kOnePassMinBlocks per SM), so a head's tiles are resident together and the next head's loads overlap
 // the wait.
 //
+// Measured on the H100 (bench/results/session12, qattn_bench_quant): 5-26 us slower per operand than the
+// statistics pass plus the quantizer at d 128, because waiting blocks hold slots that loads need; the
+// runtime takes this form only with RuntimeOptions::quant_one_pass.
+//
 // Determinism: a tile's partials are fp32 sums in a fixed order. Their float64 total is the same in any
 // arrival order while it is exact (partials within 2^29 of one another in magnitude); max and min are
 // exact. The statistics equal the two-pass plan's up to fp32 summation order.
