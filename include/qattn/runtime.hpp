@@ -35,7 +35,7 @@ struct RuntimeOptions {
   int device = 0;            // CUDA device ordinal
   // K/V smoothing and per_channel V scales: quantize in one pass over the input (head-synchronised
   // blocks, templates/qattn/quant/head_sync.cuh) when a head fits, instead of a statistics pass and
-  // then the quantizer. Off by default: on the H100 the one-pass form measured 5-26 us slower per
+  // then the quantizer. Off by default: on the H100 the one-pass form measured up to 35 us slower per
   // operand at d = 128 than the two reads (bench/results/session12/quant_passes_*.json).
   bool quant_one_pass = false;
   TimingOptions timing;
