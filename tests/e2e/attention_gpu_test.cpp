@@ -16,6 +16,7 @@
 #include "qattn/search_space.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_buffer.hpp"
+#include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/metrics.hpp"
 #include "tests/common/quant_reference.hpp"
@@ -28,6 +29,9 @@ namespace {
 
 using test::HostTensor;
 using test::Layout;
+using test::upload_call;
+using test::Uploaded;
+using test::view_of;
 
 struct Case {
   int batch, heads_kv, q_len, kv_len;
@@ -84,27 +88,6 @@ const char* kSpecs[] = {
 };
 
 class AttentionVsReference : public test::GpuTest, public ::testing::WithParamInterface<const char*> {};
-
-rt::DeviceBuffer upload(const HostTensor& t, Fmt fmt) { return rt::DeviceBuffer::from(test::encode(t, fmt)); }
-
-TensorView view_of(const rt::DeviceBuffer& b, const HostTensor& t) {
-  return TensorView{b.as<void>(), t.strides.sb, t.strides.sh, t.strides.ss};
-}
-
-// Host tensors and their device copies (in the call's element type), as one call's inputs.
-struct Uploaded {
-  rt::DeviceBuffer q, k, v;
-  AttentionCall call;
-};
-Uploaded upload_call(const Spec& spec, const Problem& p, const HostTensor& q, const HostTensor& k, const HostTensor& v) {
-  Uploaded u{upload(q, spec.out), upload(k, spec.out), upload(v, spec.out), AttentionCall{}};
-  u.call.spec = spec;
-  u.call.problem = p;
-  u.call.q = view_of(u.q, q);
-  u.call.k = view_of(u.k, k);
-  u.call.v = view_of(u.v, v);
-  return u;
-}
 
 // The forms a spec is checked in: nullopt = attention() with the default tiling; where that is the
 // wgmma form, also the first mma.sync candidate (what every other arch runs).

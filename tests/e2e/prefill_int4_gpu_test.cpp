@@ -32,6 +32,7 @@
 #include "runtime/helper_kernels.hpp"
 #include "runtime/module.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/pass_cache.hpp"
 #include "tests/common/metrics.hpp"
@@ -45,6 +46,7 @@ namespace {
 
 using test::HostTensor;
 using test::Layout;
+using test::view_of;
 
 const Gran kGrans[] = {Gran::per_tensor, Gran::per_block, Gran::per_warp, Gran::per_thread, Gran::per_token};
 
@@ -59,37 +61,16 @@ class Int4Quantizer : public test::GpuTest {
   // row_bytes, and the scales / mean through the out parameters.
   std::vector<std::int8_t> quantize(const HostTensor& x, const quant::QuantRequest& req, int row_bytes,
                                     std::vector<float>& scales, std::vector<float>& mean, ScaleRef& sref) {
-    const int batch = x.shape.batch, heads = x.shape.heads, seq = x.shape.seq, d = x.shape.dim;
-    const quant::QuantProblem prob{batch, heads, seq, seq};
+    const quant::QuantProblem prob{x.shape.batch, x.shape.heads, x.shape.seq, x.shape.seq};
     const quant::QuantPlan plan = quant::plan_quant(req, prob);
-    rt::DeviceBuffer dx = rt::DeviceBuffer::from(test::encode(x, Fmt::fp16));
-    std::vector<std::int8_t> poison(static_cast<size_t>(batch) * heads * seq * row_bytes);
-    test::fill_poison(poison);
-    rt::DeviceBuffer dy = rt::DeviceBuffer::from(poison);
-    std::vector<float> nan_scales(static_cast<size_t>(plan.scale_floats));
-    test::fill_nan(nan_scales);
-    rt::DeviceBuffer ds = rt::DeviceBuffer::from(nan_scales);
-    rt::DeviceBuffer dmean(sizeof(float) * std::max<long long>(1, plan.mean_floats));
-    rt::DeviceBuffer dscratch(sizeof(float) * std::max<long long>(1, plan.scratch_floats));
-    QuantParams qp{};
-    qp.x = TensorRef{dx.as<void>(), x.strides.sb, x.strides.sh, x.strides.ss, 1};
-    qp.y = TensorRef{dy.as<void>(), static_cast<long long>(heads) * seq * row_bytes, static_cast<long long>(seq) * row_bytes,
-                     row_bytes, 1};
-    qp.scale = quant::dense_scale_ref(req, prob, ds.as<float>());
-    qp.mean = plan.mean_floats ? dmean.as<float>() : nullptr;
-    qp.amax_scratch = plan.scratch_floats ? dscratch.as<float>() : nullptr;
-    qp.batch = batch;
-    qp.heads = heads;
-    qp.seq_len = seq;
-    qp.seq_pad = seq;
-    qp.d = d;
-    qp.qmax = static_cast<float>(req.qmax);
+    test::QuantRun run = test::prepare_quant_run(x, Fmt::fp16, req, prob, plan, row_bytes);
+    const QuantParams& qp = run.qp;
     EXPECT_EQ(quant::quant_params_error(req, qp), "");
     test::run_quant_plan(passes_, req, plan, qp, kDevice);
-    scales = ds.to_vector<float>();
-    mean = dmean.to_vector<float>();
+    scales = run.scale.to_vector<float>();
+    mean = run.mean.to_vector<float>();
     sref = qp.scale;
-    return dy.to_vector<std::int8_t>();
+    return run.y.to_vector<std::int8_t>();
   }
 
   test::PassCache passes_;
@@ -153,10 +134,6 @@ const Case kCases[] = {
     {2, 1, 1, 333, Layout::bshd},     {1, 2, 1000, 65, Layout::bhsd},
 };
 
-rt::DeviceBuffer upload(const HostTensor& t) { return rt::DeviceBuffer::from(test::encode(t, Fmt::fp16)); }
-TensorView view_of(const rt::DeviceBuffer& b, const HostTensor& t) {
-  return TensorView{b.as<void>(), t.strides.sb, t.strides.sh, t.strides.ss};
-}
 
 // The packed-int4 tiling the test forces where the device's default is int8 compute: sm_89's default
 // (its shared memory fits every GPU from sm_80 on).
@@ -248,13 +225,8 @@ TEST_P(Int4Attention, EveryHeadDimMaskAndFormAgainstTheReference) {
         std::vector<double> lse_ref;
         const HostTensor ref = test::reference_attention(q, k, v, {spec.causal, 0.0}, &lse_ref, c.layout);
         std::vector<double> slack = test::score_error_bound(q, k, g, g == Gran::per_block ? 64 : 0, true, spec.causal, 7, sage4);
-        rt::DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v);
-        AttentionCall call;
-        call.spec = spec;
-        call.problem = p;
-        call.q = view_of(dq, q);
-        call.k = view_of(dk, k);
-        call.v = view_of(dv, v);
+        const test::Uploaded in = test::upload_call(spec, p, q, k, v);   // out=fp16: fp16 inputs
+        const AttentionCall& call = in.call;
         std::vector<HostTensor> outs;
         const std::vector<std::optional<Tiling>> run_forms =
             sage4 ? std::vector<std::optional<Tiling>>{std::nullopt} : forms(spec);   // smooth=q: int8 compute only
@@ -318,13 +290,8 @@ TEST_F(Int4Forms, PackedAndInt8ComputeAgreeBitForBitOnOneTiling) {
     HostTensor v = test::random_tensor({1, 2, p.kv_len, d}, Layout::bshd, test::v_like(), seed + 2);
     for (HostTensor* t : {&q, &k, &v}) test::round_to(*t, Fmt::fp16);
     const HostTensor shape_ref = HostTensor::zeros(q.shape, Layout::bshd);
-    rt::DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v);
-    AttentionCall call;
-    call.spec = spec;
-    call.problem = p;
-    call.q = view_of(dq, q);
-    call.k = view_of(dk, k);
-    call.v = view_of(dv, v);
+    const test::Uploaded in = test::upload_call(spec, p, q, k, v);   // out=fp16: fp16 inputs
+    const AttentionCall& call = in.call;
     Tiling packed = packed_tiling(spec), int8c = packed;
     int8c.int4_mma = false;
     std::vector<float> lse_a(static_cast<size_t>(2 * p.q_len)), lse_b(lse_a.size());

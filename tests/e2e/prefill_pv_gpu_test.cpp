@@ -17,6 +17,7 @@
 #include "qattn/search_space.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_buffer.hpp"
+#include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/metrics.hpp"
 #include "tests/common/random_data.hpp"
@@ -28,6 +29,7 @@ namespace {
 
 using test::HostTensor;
 using test::Layout;
+using test::view_of;
 
 struct Case {
   int batch, heads_kv, q_len, kv_len;
@@ -67,11 +69,7 @@ const char* kSpecs[] = {
     "prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=256 causal accum=two_level smooth=kv",
 };
 
-rt::DeviceBuffer upload(const HostTensor& t, Fmt fmt) { return rt::DeviceBuffer::from(test::encode(t, fmt)); }
 
-TensorView view_of(const rt::DeviceBuffer& b, const HostTensor& t) {
-  return TensorView{b.as<void>(), t.strides.sb, t.strides.sh, t.strides.ss};
-}
 
 // Called after GpuTest::SetUp (a device exists): FP8 mma from compute capability 8.9 on.
 bool device_has_fp8_mma() {
@@ -88,19 +86,14 @@ struct Result {
 Result run_call(Runtime& runtime, const Spec& spec, const Problem& p, const HostTensor& q, const HostTensor& k,
                 const HostTensor& v, const HostTensor& ref, size_t lse_size, rt::Stream& stream) {
   const Fmt io = spec.out;
-  rt::DeviceBuffer dq = upload(q, io), dk = upload(k, io), dv = upload(v, io);
+  test::Uploaded in = test::upload_call(spec, p, q, k, v);
   std::vector<std::uint16_t> poison(static_cast<size_t>(test::storage_size(ref.shape, ref.strides)));
   test::fill_nan(poison, io);
   rt::DeviceBuffer dout = rt::DeviceBuffer::from(poison);
   std::vector<float> lse_poison(lse_size);
   test::fill_nan(lse_poison);
   rt::DeviceBuffer dlse = rt::DeviceBuffer::from(lse_poison);
-  AttentionCall call;
-  call.spec = spec;
-  call.problem = p;
-  call.q = view_of(dq, q);
-  call.k = view_of(dk, k);
-  call.v = view_of(dv, v);
+  AttentionCall& call = in.call;
   call.o = view_of(dout, ref);
   call.lse = dlse.as<float>();
   runtime.attention(call, stream.get());

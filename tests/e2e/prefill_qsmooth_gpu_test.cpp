@@ -21,6 +21,7 @@
 #include "runtime/helper_kernels.hpp"
 #include "runtime/module.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/pass_cache.hpp"
 #include "tests/common/metrics.hpp"
@@ -35,6 +36,7 @@ namespace {
 
 using test::HostTensor;
 using test::Layout;
+using test::view_of;
 
 struct Case {
   int batch, heads_kv, q_len, kv_len;
@@ -88,9 +90,6 @@ Inputs make_inputs(const Problem& p, int d, Layout layout, Fmt io, std::uint64_t
   return in;
 }
 
-TensorView view_of(const rt::DeviceBuffer& b, const HostTensor& t) {
-  return TensorView{b.as<void>(), t.strides.sb, t.strides.sh, t.strides.ss};
-}
 
 struct Result {
   HostTensor out;
@@ -101,21 +100,14 @@ struct Result {
 Result run_attention(Runtime& runtime, const Spec& spec, const Problem& p, const Inputs& in, const HostTensor& ref,
                      rt::Stream& stream) {
   const Fmt io = spec.out;
-  const rt::DeviceBuffer dq = rt::DeviceBuffer::from(test::encode(in.q, io));
-  const rt::DeviceBuffer dk = rt::DeviceBuffer::from(test::encode(in.k, io));
-  const rt::DeviceBuffer dv = rt::DeviceBuffer::from(test::encode(in.v, io));
+  test::Uploaded up = test::upload_call(spec, p, in.q, in.k, in.v);
   std::vector<std::uint16_t> poison(static_cast<size_t>(test::storage_size(ref.shape, ref.strides)));
   test::fill_nan(poison, io);
   const rt::DeviceBuffer dout = rt::DeviceBuffer::from(poison);
   std::vector<float> lse_poison(static_cast<size_t>(p.batch) * p.heads_q * p.q_len);
   test::fill_nan(lse_poison);
   const rt::DeviceBuffer dlse = rt::DeviceBuffer::from(lse_poison);
-  AttentionCall call;
-  call.spec = spec;
-  call.problem = p;
-  call.q = view_of(dq, in.q);
-  call.k = view_of(dk, in.k);
-  call.v = view_of(dv, in.v);
+  AttentionCall& call = up.call;
   call.o = view_of(dout, ref);
   call.lse = dlse.as<float>();
   runtime.attention(call, stream.get());
@@ -249,30 +241,11 @@ TEST_F(QSmoothQuantizer, BlockMeansAndCodesMatchTheReference) {
         req.block_mean = true;
         const quant::QuantProblem prob{batch, heads, seq, seq};
         const quant::QuantPlan plan = quant::plan_quant(req, prob);
-        const rt::DeviceBuffer dx = rt::DeviceBuffer::from(test::encode(x, fmt));
-        std::vector<std::int8_t> poison(static_cast<size_t>(batch * heads * seq * d));
-        test::fill_poison(poison);
-        const rt::DeviceBuffer dy = rt::DeviceBuffer::from(poison);
-        std::vector<float> nan_scales(static_cast<size_t>(plan.scale_floats)), nan_mean(static_cast<size_t>(plan.mean_floats));
-        test::fill_nan(nan_scales);
-        test::fill_nan(nan_mean);
-        const rt::DeviceBuffer ds = rt::DeviceBuffer::from(nan_scales), dmean = rt::DeviceBuffer::from(nan_mean);
-        rt::DeviceBuffer dscratch(sizeof(float) * std::max<long long>(1, plan.scratch_floats));
-        QuantParams qp{};
-        qp.x = TensorRef{dx.as<void>(), x.strides.sb, x.strides.sh, x.strides.ss, 1};
-        qp.y = TensorRef{dy.as<void>(), 1LL * heads * seq * d, 1LL * seq * d, d, 1};
-        qp.scale = quant::dense_scale_ref(req, prob, ds.as<float>());
-        qp.mean = dmean.as<float>();
-        qp.amax_scratch = plan.scratch_floats ? dscratch.as<float>() : nullptr;
-        qp.batch = batch;
-        qp.heads = heads;
-        qp.seq_len = seq;
-        qp.seq_pad = seq;
-        qp.d = d;
-        qp.qmax = 127.f;
+        test::QuantRun run = test::prepare_quant_run(x, fmt, req, prob, plan, d);
+        const QuantParams& qp = run.qp;
         ASSERT_EQ(quant::quant_params_error(req, qp), "");
         test::run_quant_plan(passes_, req, plan, qp, kDevice);
-        const std::vector<float> mean = dmean.to_vector<float>();
+        const std::vector<float> mean = run.mean.to_vector<float>();
         const std::vector<double> mean_ref = test::q_block_means(x);
         ASSERT_EQ(mean.size(), mean_ref.size());
         long long bad_means = 0;
@@ -280,8 +253,8 @@ TEST_F(QSmoothQuantizer, BlockMeansAndCodesMatchTheReference) {
         EXPECT_EQ(bad_means, 0);
         // The reference quantizes x minus the kernel's own means (so a mean's last fp32 bit cannot move a code).
         const HostTensor xs = test::subtract_q_block_means(x, std::vector<double>(mean.begin(), mean.end()));
-        const std::vector<std::int8_t> codes = dy.to_vector<std::int8_t>();
-        const std::vector<float> scales = ds.to_vector<float>();
+        const std::vector<std::int8_t> codes = run.y.to_vector<std::int8_t>();
+        const std::vector<float> scales = run.scale.to_vector<float>();
         test::QuantizedView view;
         view.codes = codes.data();
         view.strides = test::Strides{qp.y.sb, qp.y.sh, qp.y.ss, qp.y.sc};

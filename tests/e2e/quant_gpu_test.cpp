@@ -61,35 +61,13 @@ class QuantVsReference : public test::GpuTest {
     const quant::QuantPlan plan = quant::plan_quant(req, prob);
     ASSERT_EQ(plan.launches.size() == 1 && plan.launches[0].min_blocks > 0, quant::quant_one_pass(req, prob));
 
-    rt::DeviceBuffer dx = rt::DeviceBuffer::from(test::encode(x, fmt));
-    const long long rows = static_cast<long long>(batch) * heads;
-    std::vector<std::int8_t> poison(static_cast<size_t>(rows * pad * d));
-    test::fill_poison(poison);
-    rt::DeviceBuffer dy = rt::DeviceBuffer::from(poison);
-    std::vector<float> nan_scales(static_cast<size_t>(plan.scale_floats));
-    test::fill_nan(nan_scales);
-    rt::DeviceBuffer ds = rt::DeviceBuffer::from(nan_scales);
-    rt::DeviceBuffer dmean(sizeof(float) * std::max<long long>(1, plan.mean_floats));
-    rt::DeviceBuffer dscratch(sizeof(float) * std::max<long long>(1, plan.scratch_floats));
-
-    QuantParams qp{};
-    qp.x = TensorRef{dx.as<void>(), x.strides.sb, x.strides.sh, x.strides.ss, 1};
-    qp.y = rq.transpose ? TensorRef{dy.as<void>(), heads * d * pad, d * pad, 1, pad}
-                        : TensorRef{dy.as<void>(), heads * pad * d, pad * d, d, 1};
-    qp.scale = quant::dense_scale_ref(req, prob, ds.as<float>());
-    qp.mean = plan.mean_floats ? dmean.as<float>() : nullptr;
-    qp.amax_scratch = plan.scratch_floats ? dscratch.as<float>() : nullptr;
-    qp.batch = batch;
-    qp.heads = heads;
-    qp.seq_len = seq;
-    qp.seq_pad = pad;
-    qp.d = d;
-    qp.qmax = 127.f;
+    test::QuantRun run = test::prepare_quant_run(x, fmt, req, prob, plan, d);
+    const QuantParams& qp = run.qp;
     ASSERT_EQ(quant::quant_params_error(req, qp), "");
     test::run_quant_plan(passes_, req, plan, qp, kDevice);
-    const std::vector<std::int8_t> codes = dy.to_vector<std::int8_t>();
-    const std::vector<float> scales = ds.to_vector<float>();
-    const std::vector<float> mean = dmean.to_vector<float>();
+    const std::vector<std::int8_t> codes = run.y.to_vector<std::int8_t>();
+    const std::vector<float> scales = run.scale.to_vector<float>();
+    const std::vector<float> mean = run.mean.to_vector<float>();
     test::QuantizedView view;
     view.codes = codes.data();
     view.strides = test::Strides{qp.y.sb, qp.y.sh, qp.y.ss, qp.y.sc};
