@@ -93,20 +93,34 @@ std::vector<Tiling> preferred(const Spec& s) {
     }
     return out;
   }
-  // pv=fp16 (mma.sync only): the V tile is 2 bytes per element and the fp32 O / 16-bit P fragments
-  // take more registers than the int8 path; ptxas spills at bn 128 for d 96 / 128 (sm_80 .. sm_90a), so
-  // bn 64 first (accum=fp16 at d 64: bn 64 with 3 stages spills 8-16 bytes, 2 stages do not). Not timed.
-  // pv=fp8e4m3: bn 128 spills 24-116 bytes at d 96 / 128 on sm_90a (not on sm_89), so bn 64 there too.
+  // pv=fp8e4m3 on sm_90a: the wgmma form first (native e4m3 tensor cores; the mma.sync form's .e4m3 runs
+  // as FP16 conversions + HMMA there), with the int8 lists' shapes (ptxas: 128-168 registers at d 64 ..
+  // 128, 236 / 253 at d 256 bn 64, no spills), then the mma.sync lists below.
+  const bool fp8_wgmma = s.pv.fmt == Fmt::fp8e4m3 && s.arch == Arch::sm_90a && !(s.smooth & kSmoothQ);
+  if (fp8_wgmma) {
+    if (s.head_dim <= 64) out = {{64, 128, 4, 3, true, 4}, {64, 128, 4, 2, true, 4}, {64, 128, 4, 2, true}};
+    else if (s.head_dim <= 128) out = {{64, 128, 4, 2, true}, {64, 128, 4, 3, true}, {64, 64, 4, 2, true}};
+    else out = {{64, 64, 4, 2, true}, {64, 64, 4, 3, true}};
+  }
+  // pv=fp16 (mma.sync only) and the mma.sync form of pv=fp8e4m3: the fp16 V tile is 2 bytes per element
+  // and the fp32 O / 16-bit P fragments take more registers than the int8 path; ptxas spills at bn 128
+  // for d 96 / 128 (sm_80 .. sm_90a), so bn 64 first (accum=fp16 at d 64: bn 64 with 3 stages spills
+  // 8-16 bytes, 2 stages do not). Not timed.
+  // pv=fp8e4m3 on mma.sync: bn 128 spills 24-116 bytes at d 96 / 128 on sm_90a (not on sm_89), so bn 64.
   // accum=fp16 at d 96: bn 64 with 2 stages spills 8 bytes on sm_80 / sm_89, 3 stages do not.
   if (s.pv.fmt == Fmt::fp16 || s.pv.fmt == Fmt::fp8e4m3) {
     const bool fp8 = s.pv.fmt == Fmt::fp8e4m3;
-    if (s.head_dim <= 64 && fp8) return {{64, 64, 4, 3}, {64, 64, 4, 2}, {64, 128, 4, 2}};
-    if (s.head_dim <= 64) return {{64, 64, 4, 2}, {64, 64, 4, 3}, {128, 64, 8, 2}};
-    if (s.head_dim <= 96 && s.accum == Accum::fp16) return {{64, 64, 4, 3}, {64, 64, 4, 2}, {128, 64, 8, 2}};
-    if (s.head_dim <= 128) return {{64, 64, 4, 2}, {64, 64, 4, 3}, {128, 64, 8, 2}};
+    auto then = [&out](std::vector<Tiling> list) {
+      out.insert(out.end(), list.begin(), list.end());
+      return out;
+    };
+    if (s.head_dim <= 64 && fp8) return then({{64, 64, 4, 3}, {64, 64, 4, 2}, {64, 128, 4, 2}});
+    if (s.head_dim <= 64) return then({{64, 64, 4, 2}, {64, 64, 4, 3}, {128, 64, 8, 2}});
+    if (s.head_dim <= 96 && s.accum == Accum::fp16) return then({{64, 64, 4, 3}, {64, 64, 4, 2}, {128, 64, 8, 2}});
+    if (s.head_dim <= 128) return then({{64, 64, 4, 2}, {64, 64, 4, 3}, {128, 64, 8, 2}});
     // fp8 with Q smoothing at d 256 sits at 255 registers: 2 stages spill 4-8 bytes on sm_90a, 3 do not.
-    if (fp8 && (s.smooth & kSmoothQ)) return {{64, 32, 4, 3}, {64, 32, 4, 2}, {128, 32, 8, 2}};
-    return {{64, 32, 4, 2}, {64, 32, 4, 3}, {128, 32, 8, 2}};
+    if (fp8 && (s.smooth & kSmoothQ)) return then({{64, 32, 4, 3}, {64, 32, 4, 2}, {128, 32, 8, 2}});
+    return then({{64, 32, 4, 2}, {64, 32, 4, 3}, {128, 32, 8, 2}});
   }
   // Q smoothing runs in the mma.sync form only (validate() refuses _wg for it).
   if (s.arch == Arch::sm_90a && s.pv.fmt == Fmt::int8 && !(s.smooth & kSmoothQ)) {

@@ -167,9 +167,9 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (t.int4_mma && t.wgmma)
     return Verdict::no("tiling " + to_string(t) + ": the packed int4 form (_i4mma) runs on mma.sync only; "
                        "drop _wg (int8 compute on wgmma) or _i4mma");
-  if (t.wgmma && s.pv.fmt != Fmt::int8)
-    return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) runs int8 P·V only; pv=" + to_string(s.pv.fmt) +
-                       " uses the mma.sync form: drop _wg");
+  if (t.wgmma && s.pv.fmt == Fmt::fp16)
+    return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) runs int8 and fp8e4m3 P·V; pv=fp16 uses the "
+                       "mma.sync form: drop _wg");
   if (t.wgmma && (s.smooth & kSmoothQ))
     return Verdict::no("tiling " + to_string(t) + ": smooth=" + smooth_to_string(s.smooth) +
                        " (Q smoothing) runs in the mma.sync form only; drop _wg (accepted with _wg: smooth=none, k, v, kv)");

@@ -18,6 +18,7 @@
 #include "runtime/device_buffer.hpp"
 #include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
+#include "tests/common/kernel_forms.hpp"
 #include "tests/common/metrics.hpp"
 #include "tests/common/quant_reference.hpp"
 #include "tests/common/score_error.hpp"
@@ -89,20 +90,8 @@ const char* kSpecs[] = {
 
 class AttentionVsReference : public test::GpuTest, public ::testing::WithParamInterface<const char*> {};
 
-// The forms a spec is checked in: nullopt = attention() with the default tiling; where that is the
-// wgmma form, also the first mma.sync candidate (what every other arch runs).
-std::vector<std::optional<Tiling>> forms_to_check(const Spec& spec) {
-  std::vector<std::optional<Tiling>> forms = {std::nullopt};
-  if (default_tiling(spec, default_limits(spec.arch)).wgmma)
-    for (const Tiling& t : candidate_tilings(spec, default_limits(spec.arch)))
-      if (!t.wgmma) {
-        forms.push_back(t);
-        break;
-      }
-  return forms;
-}
-
-std::string form_name(const std::optional<Tiling>& form) { return form ? to_string(*form) : "default"; }
+using test::form_name;
+using test::forms_to_check;
 
 // One call on uploaded q, k, v into a NaN-poisoned output shaped like ref (lse: also poisoned by the
 // caller, or null); returns the decoded output.

@@ -125,7 +125,7 @@ TEST(Int4Prefill, SearchSpaceOffersTheArchsForm) {
           ASSERT_FALSE(c.empty()) << to_string(s);
           for (const Tiling& t : c) {
             EXPECT_EQ(t.int4_mma, int4_mma_by_default(a)) << to_string(s) << " " << to_string(t);
-            if (t.int4_mma) EXPECT_FALSE(t.wgmma) << to_string(t);
+            if (t.int4_mma) { EXPECT_FALSE(t.wgmma) << to_string(t); }
             EXPECT_TRUE(validate(s, t, default_limits(a)).ok) << to_string(t);
           }
           EXPECT_EQ(c.front().wgmma, a == Arch::sm_90a) << to_string(s);

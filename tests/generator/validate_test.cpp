@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "qattn/attention/prefill_int8_shape.h"
 
 #include "qattn/search_space.hpp"
@@ -139,22 +141,36 @@ TEST(Validate, WgmmaTilingsOnlyForInt8OnSm90a) {
   EXPECT_FALSE(default_tiling(f, lim).wgmma);
 }
 
-// pv=fp16 / fp8e4m3 run the mma.sync form only: validate refuses _wg with a reason, the tuner never
-// offers it, and the fp16 V tile (2 bytes per element) counts in shared memory.
-TEST(Validate, FloatPvFormatsRefuseWgmmaAndCountTheirSharedMemory) {
+// pv=fp16 runs the mma.sync form only: validate refuses _wg with a reason, the tuner never offers it,
+// and the fp16 V tile (2 bytes per element) counts in shared memory. pv=fp8e4m3 also has the wgmma
+// form (native e4m3 on sm_90a): the default there, except with Q smoothing (mma.sync only).
+TEST(Validate, FloatPvFormatsPickTheirFormAndCountTheirSharedMemory) {
   const DeviceLimits lim = default_limits(Arch::sm_90a);
   for (const char* text : {"prefill qk=int8:per_token pv=fp16 out=fp16 d=128 arch=sm_90a",
                            "prefill qk=int8:per_token pv=fp16 out=fp16 d=64 accum=fp16 arch=sm_90a",
-                           "prefill qk=int8:per_token pv=fp8e4m3:per_channel out=bf16 d=128 smooth=kv arch=sm_90a",
-                           "prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=256 accum=two_level arch=sm_90a"}) {
+                           "prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=128 smooth=qkv arch=sm_90a"}) {
     const Spec s = parse_spec(text);
     const Verdict v = validate(s, Tiling{64, 128, 4, 2, true}, lim);
     EXPECT_FALSE(v.ok) << text;
-    EXPECT_NE(v.reason.find("runs int8 P·V only"), std::string::npos) << v.reason;
     EXPECT_NE(v.reason.find("drop _wg"), std::string::npos) << v.reason;
     const auto c = candidate_tilings(s, lim);
     EXPECT_FALSE(c.empty()) << text;
     for (const Tiling& t : c) EXPECT_FALSE(t.wgmma) << text << " " << to_string(t);
+  }
+  EXPECT_NE(validate(parse_spec("prefill qk=int8:per_token pv=fp16 out=fp16 d=128 arch=sm_90a"), Tiling{64, 128, 4, 2, true}, lim)
+                .reason.find("pv=fp16 uses the mma.sync form"),
+            std::string::npos);
+  for (const char* text : {"prefill qk=int8:per_token pv=fp8e4m3:per_channel out=bf16 d=128 smooth=kv arch=sm_90a",
+                           "prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=256 accum=two_level arch=sm_90a",
+                           "prefill qk=int4:per_thread pv=fp8e4m3:per_channel out=fp16 d=64 smooth=k arch=sm_90a"}) {
+    const Spec s = parse_spec(text);
+    EXPECT_TRUE(default_tiling(s, lim).wgmma) << text;
+    const auto c = candidate_tilings(s, lim);
+    EXPECT_TRUE(std::any_of(c.begin(), c.end(), [](const Tiling& t) { return !t.wgmma; })) << text;   // mma.sync stays a candidate
+    Spec on_89 = s;
+    on_89.arch = Arch::sm_89;
+    EXPECT_FALSE(validate(on_89, Tiling{64, 128, 4, 2, true}, default_limits(Arch::sm_89)).ok) << text;
+    EXPECT_FALSE(default_tiling(on_89, default_limits(Arch::sm_89)).wgmma) << text;
   }
   const Spec f16 = parse_spec("prefill qk=int8:per_token pv=fp16 out=fp16 d=128 arch=sm_89");
   const Spec i8 = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 arch=sm_89");

@@ -76,7 +76,8 @@
 // before the softmax of tile t (two S tiles: 237+ registers, 2 CTAs per SM; 15-30% slower), and the
 // exponentials as ex2.approx.f16x2 pairs (1-3% slower: the exponentials are not the limit).
 //
-// P·V formats other than int8 (template parameters PV and ACC, last; mma.sync form only, issue #3):
+// P·V formats other than int8 (template parameters PV and ACC, last; issue #3). pv=fp16 runs in the
+// mma.sync form only, pv=fp8e4m3 in both forms:
 //   pv=fp16          P = 2^(L - R) rounded to the V type (fp16, or bf16 for bf16 inputs: the loader
 //                    copies V as given with cp.async, no conversion pass, and bf16 P's 8-bit mantissa
 //                    is far below the int8 Q·K^T error), V read row-major from the caller's tensor (no
@@ -89,13 +90,17 @@
 //                    by one step (halving O and l): |O| <= ~256 · max|V|.
 //   pv=fp8e4m3       P̃ = 448 · 2^(L - R) to e4m3 (RNE, saturating; the 448 cancels in O / l), V^T as
 //   :per_channel     e4m3 codes of (V - mean) / δ_V[c], δ_V[c] = max_t |V[t, c] - mean_c| / 448 (the
-//                    transposing quantizer), mma m16n8k32 .e4m3 (sm_89+); out = O · δ_V[c] / l (+ mean).
-//     accum=fp32     straight into the fp32 O; sm_89's FP8 mma keeps only ~FP22 in that accumulate
-//                    (SageAttention2), so long rows lose low bits of O. On sm_90 ptxas turns this
-//                    mma.sync into FP16 conversions + HMMA.16816.F32 (SASS, bench/results/session11):
-//                    full fp32 accumulation, and two_level measured equal to fp32 there.
-//     accum=two_level  a zeroed accumulator per (n8 block, KV tile), added to O after the tile: the
-//                    reduced-precision sums cover bn keys, the row's sum is true fp32.
+//                    transposing quantizer), mma m16n8k32 .e4m3 (sm_89+) or, in the wgmma form,
+//                    wgmma m64n<d>k32 .e4m3 (QGMMA, pv_fp8_wgmma); out = O · δ_V[c] / l (+ mean).
+//     accum=fp32     straight into the fp32 O, in the mma's own accumulate. sm_89's FP8 mma keeps only
+//                    ~FP22 there (SageAttention2), and so does the sm_90a wgmma: long rows lose low
+//                    bits of O (H100, 32768 keys, V offset +8, smooth=k: rel L2 0.26 against 3.4e-3
+//                    for two_level; with smooth=kv the partial sums stay small and it holds). On
+//                    sm_90 ptxas turns the mma.sync form into FP16 conversions + HMMA.16816.F32
+//                    (SASS, bench/results/session11): full fp32, two_level measured equal there.
+//     accum=two_level  a zeroed accumulator per (n8 block, KV tile) — wgmma: per KV tile, up to 128
+//                    columns of O — added to O after the tile: the reduced-precision sums cover bn
+//                    keys, the row's sum is true fp32. Measured on H100 (d 128, wgmma): 5-7% slower.
 //   Both keep the integer-step reference max R (O *= 2^-k when R rises by k, an exact power-of-two
 //   scale) rather than FA2's exp(m_old - m_new) per tile: the softmax code stays one path for all
 //   formats, rescales stay rare (whole steps), and P's range is fixed ([0, 1] or [0, 448]), which e4m3
@@ -165,7 +170,7 @@ struct Kernel {
   static_assert(PV == Fmt::fp16 ? V_GRAN == Gran::none
                                 : (V_GRAN == Gran::per_channel || (PV == Fmt::int8 && V_GRAN == Gran::per_tensor)),
                 "prefill_int8: V scale must be per_tensor or per_channel (int8), per_channel (fp8), none (fp16)");
-  static_assert(PV == Fmt::int8 || !WG, "prefill_int8: the wgmma form runs int8 P·V only");
+  static_assert(PV != Fmt::fp16 || !WG, "prefill_int8: the wgmma form runs int8 and fp8 P·V (pv=fp16: mma.sync)");
   static_assert(ACC == Accum::fp32 || (ACC == Accum::fp16 && PV == Fmt::fp16 && OUT == Fmt::fp16) ||
                     (ACC == Accum::two_level && PV == Fmt::fp8e4m3),
                 "prefill_int8: accum=fp16 needs pv=fp16 with fp16 V, accum=two_level needs pv=fp8e4m3");
@@ -749,6 +754,8 @@ struct Kernel {
           }
         }
       }
+    } else if constexpr (WG) {
+      pv_fp8_wgmma(st, pf, vtile);
     } else {
       // One n8 block of O at a time (x2 V loads): two_level's fresh accumulator is then 4 registers per
       // m16 tile (and, measured with ptxas, this order also keeps fp32 at d = 256 on sm_90a from spilling).
@@ -779,6 +786,42 @@ struct Kernel {
             for (int e = 0; e < 4; ++e) st.o[mt][n][e] += t[mt][e];
         }
       }
+    }
+  }
+
+  // fp8 P·V on wgmma (sm_90a: native e4m3 tensor cores, where mma.sync .e4m3 becomes FP16 conversions
+  // and HMMA). P̃ from registers (pf: the same k32 A fragment as int8 P̂), V^T from the swizzled tile.
+  //   accum=fp32       straight into O. Hopper's FP8 wgmma accumulates with reduced precision (the
+  //                    SageAttention2 / DeepSeek-V3 observation), so a long row's O loses low bits.
+  //   accum=two_level  a fresh accumulator per KV tile (SCALE_D = 0 on the first k-step), waited for
+  //                    and added to the fp32 O: the reduced-precision sums cover bn keys only. At d = 256
+  //                    the fresh sum is taken in two halves of 128 columns (128 more registers would spill).
+  static constexpr int kTwoLevelCols = D == 256 ? 128 : D;
+  static __device__ __forceinline__ void pv_fp8_wgmma(State& st, const u32 (&pf)[1][kPVSteps][4], u32 vtile) {
+    const dev::u64 vd = dev::wgmma_desc(vtile, BN);
+    if constexpr (ACC == Accum::two_level) {
+#pragma unroll
+      for (int c = 0; c < D / kTwoLevelCols; ++c) {
+        float t[kTwoLevelCols / 8][4];
+        const dev::u64 vc = vd + static_cast<dev::u64>((c * kTwoLevelCols * BN) >> 4);   // V^T rows BN bytes apart
+        dev::wgmma_fence();
+        dev::wgmma_e4m3_rs<kTwoLevelCols, 0>(t, pf[0][0], vc, BN);
+#pragma unroll
+        for (int ps = 1; ps < kPVSteps; ++ps) dev::wgmma_e4m3_rs<kTwoLevelCols>(t, pf[0][ps], vc + 2 * ps, BN);
+        dev::wgmma_commit();
+        dev::wgmma_wait<0>();
+        dev::fence_operands(t);
+#pragma unroll
+        for (int n = 0; n < kTwoLevelCols / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) st.o[0][c * (kTwoLevelCols / 8) + n][e] += t[n][e];
+      }
+    } else {
+      dev::fence_operands(st.o[0]);
+      dev::wgmma_fence();
+#pragma unroll
+      for (int ps = 0; ps < kPVSteps; ++ps) dev::wgmma_e4m3_rs<D>(st.o[0], pf[0][ps], vd + 2 * ps, BN);
+      dev::wgmma_commit();   // the caller waits
     }
   }
 

@@ -33,8 +33,8 @@
 //   bn     64 or 128                  the wgmma shapes m64n64 / m64n128 of Q·K^T.
 //   P·V    m64n<d>: n64, n128; d = 96 as n64 + n32 and d = 256 as two n128 (wgmma.cuh).
 //
-// pv=fp16 / fp8e4m3 (mma.sync form only): the fp16/bf16 V tile is bn x d x 2 bytes (v_bytes = 2) in
-// place of the int8 V^T tile; fp8 V^T is 1 byte per element like int8. O is fp32 (same registers as
+// pv=fp16 (mma.sync form only) / fp8e4m3 (both forms): the fp16/bf16 V tile is bn x d x 2 bytes
+// (v_bytes = 2) in place of the int8 V^T tile; fp8 V^T is 1 byte per element like int8. O is fp32 (same registers as
 // int32) or, with accum=fp16, half2 (d / 4 registers per m16 tile: half_o).
 // The packed-int4 form (S4, tiling token _i4mma; qk=int4 only, mma.sync only) holds Q and K rows of
 // d / 2 bytes (two int4 codes per byte): Q and K tiles are half as large, the Q fragments take d / 16

@@ -1,5 +1,5 @@
-// Warpgroup tensor-core products (wgmma.mma_async), sm_90a only: the int8 shapes of the INT8 attention
-// kernel, their shared-memory matrix descriptors, and the fences that order them.
+// Warpgroup tensor-core products (wgmma.mma_async), sm_90a only: the int8 and fp8 (P·V) shapes of the
+// quantized attention kernel, their shared-memory matrix descriptors, and the fences that order them.
 //
 // A warpgroup is 4 consecutive warps (128 threads); one wgmma computes a 64 x N tile, warp w of the
 // group owning rows 16w .. 16w + 15. Per warp, the accumulator layout equals the mma.m16n8 C layout
@@ -46,6 +46,13 @@ __device__ __forceinline__ void fence_operands(int (&d)[ROWS][4]) {
   for (int j = 0; j < ROWS; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(d[j][e])::"memory");
+}
+template <int ROWS>
+__device__ __forceinline__ void fence_operands(float (&d)[ROWS][4]) {
+#pragma unroll
+  for (int j = 0; j < ROWS; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
 }
 
 // d = A (smem, desc a) * B (smem, desc b)^T + (scale_d ? d : 0), m64n64k32, s8 x s8 -> s32.
@@ -161,6 +168,79 @@ __device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[N / 8][4], const u32 (&a)
   } else {
     wgmma_m64n128k32_u8s8_rs<0>(d, a, b);
     wgmma_m64n128k32_u8s8_rs<16>(d, a, b + static_cast<u64>((128 * row_bytes) >> 4));
+  }
+}
+
+// The same shape as wgmma_m64n64k32_u8s8_rs with e4m3 x e4m3 -> f32 (P̃ from registers, fp8 V^T in smem):
+// rows OFF .. OFF + 7 of a float accumulator; SCALE_D = 0 ignores their old values (a fresh sum).
+template <int OFF = 0, int SCALE_D = 1, int ROWS>
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[ROWS][4], const u32 (&a)[4], u64 b) {
+  static_assert(OFF + 8 <= ROWS, "accumulator rows out of range");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      :
+        "+f"(d[OFF + 0][0]), "+f"(d[OFF + 0][1]), "+f"(d[OFF + 0][2]), "+f"(d[OFF + 0][3]), "+f"(d[OFF + 1][0]), "+f"(d[OFF + 1][1]), "+f"(d[OFF + 1][2]), "+f"(d[OFF + 1][3]),
+        "+f"(d[OFF + 2][0]), "+f"(d[OFF + 2][1]), "+f"(d[OFF + 2][2]), "+f"(d[OFF + 2][3]), "+f"(d[OFF + 3][0]), "+f"(d[OFF + 3][1]), "+f"(d[OFF + 3][2]), "+f"(d[OFF + 3][3]),
+        "+f"(d[OFF + 4][0]), "+f"(d[OFF + 4][1]), "+f"(d[OFF + 4][2]), "+f"(d[OFF + 4][3]), "+f"(d[OFF + 5][0]), "+f"(d[OFF + 5][1]), "+f"(d[OFF + 5][2]), "+f"(d[OFF + 5][3]),
+        "+f"(d[OFF + 6][0]), "+f"(d[OFF + 6][1]), "+f"(d[OFF + 6][2]), "+f"(d[OFF + 6][3]), "+f"(d[OFF + 7][0]), "+f"(d[OFF + 7][1]), "+f"(d[OFF + 7][2]), "+f"(d[OFF + 7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
+}
+
+// The same shape as wgmma_m64n128k32_u8s8_rs with e4m3 x e4m3 -> f32 (P̃ from registers, fp8 V^T in smem):
+// rows OFF .. OFF + 15 of a float accumulator; SCALE_D = 0 ignores their old values (a fresh sum).
+template <int OFF = 0, int SCALE_D = 1, int ROWS>
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float (&d)[ROWS][4], const u32 (&a)[4], u64 b) {
+  static_assert(OFF + 16 <= ROWS, "accumulator rows out of range");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      :
+        "+f"(d[OFF + 0][0]), "+f"(d[OFF + 0][1]), "+f"(d[OFF + 0][2]), "+f"(d[OFF + 0][3]), "+f"(d[OFF + 1][0]), "+f"(d[OFF + 1][1]), "+f"(d[OFF + 1][2]), "+f"(d[OFF + 1][3]),
+        "+f"(d[OFF + 2][0]), "+f"(d[OFF + 2][1]), "+f"(d[OFF + 2][2]), "+f"(d[OFF + 2][3]), "+f"(d[OFF + 3][0]), "+f"(d[OFF + 3][1]), "+f"(d[OFF + 3][2]), "+f"(d[OFF + 3][3]),
+        "+f"(d[OFF + 4][0]), "+f"(d[OFF + 4][1]), "+f"(d[OFF + 4][2]), "+f"(d[OFF + 4][3]), "+f"(d[OFF + 5][0]), "+f"(d[OFF + 5][1]), "+f"(d[OFF + 5][2]), "+f"(d[OFF + 5][3]),
+        "+f"(d[OFF + 6][0]), "+f"(d[OFF + 6][1]), "+f"(d[OFF + 6][2]), "+f"(d[OFF + 6][3]), "+f"(d[OFF + 7][0]), "+f"(d[OFF + 7][1]), "+f"(d[OFF + 7][2]), "+f"(d[OFF + 7][3]),
+        "+f"(d[OFF + 8][0]), "+f"(d[OFF + 8][1]), "+f"(d[OFF + 8][2]), "+f"(d[OFF + 8][3]), "+f"(d[OFF + 9][0]), "+f"(d[OFF + 9][1]), "+f"(d[OFF + 9][2]), "+f"(d[OFF + 9][3]),
+        "+f"(d[OFF + 10][0]), "+f"(d[OFF + 10][1]), "+f"(d[OFF + 10][2]), "+f"(d[OFF + 10][3]), "+f"(d[OFF + 11][0]), "+f"(d[OFF + 11][1]), "+f"(d[OFF + 11][2]), "+f"(d[OFF + 11][3]),
+        "+f"(d[OFF + 12][0]), "+f"(d[OFF + 12][1]), "+f"(d[OFF + 12][2]), "+f"(d[OFF + 12][3]), "+f"(d[OFF + 13][0]), "+f"(d[OFF + 13][1]), "+f"(d[OFF + 13][2]), "+f"(d[OFF + 13][3]),
+        "+f"(d[OFF + 14][0]), "+f"(d[OFF + 14][1]), "+f"(d[OFF + 14][2]), "+f"(d[OFF + 14][3]), "+f"(d[OFF + 15][0]), "+f"(d[OFF + 15][1]), "+f"(d[OFF + 15][2]), "+f"(d[OFF + 15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
+}
+
+// The same shape as wgmma_m64n32k32_u8s8_rs with e4m3 x e4m3 -> f32 (P̃ from registers, fp8 V^T in smem):
+// rows OFF .. OFF + 3 of a float accumulator; SCALE_D = 0 ignores their old values (a fresh sum).
+template <int OFF = 0, int SCALE_D = 1, int ROWS>
+__device__ __forceinline__ void wgmma_m64n32k32_e4m3_rs(float (&d)[ROWS][4], const u32 (&a)[4], u64 b) {
+  static_assert(OFF + 4 <= ROWS, "accumulator rows out of range");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "{%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+      :
+        "+f"(d[OFF + 0][0]), "+f"(d[OFF + 0][1]), "+f"(d[OFF + 0][2]), "+f"(d[OFF + 0][3]), "+f"(d[OFF + 1][0]), "+f"(d[OFF + 1][1]), "+f"(d[OFF + 1][2]), "+f"(d[OFF + 1][3]),
+        "+f"(d[OFF + 2][0]), "+f"(d[OFF + 2][1]), "+f"(d[OFF + 2][2]), "+f"(d[OFF + 2][3]), "+f"(d[OFF + 3][0]), "+f"(d[OFF + 3][1]), "+f"(d[OFF + 3][2]), "+f"(d[OFF + 3][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
+}
+
+// P·V with fp8 operands at N = the kernel's d (the shapes split as in wgmma_u8s8_rs).
+template <int N, int SCALE_D = 1>
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[N / 8][4], const u32 (&a)[4], u64 b, int row_bytes) {
+  static_assert(N == 64 || N == 96 || N == 128 || N == 256, "wgmma_e4m3_rs: N must be 64, 96, 128 or 256");
+  if constexpr (N == 64) {
+    wgmma_m64n64k32_e4m3_rs<0, SCALE_D>(d, a, b);
+  } else if constexpr (N == 96) {
+    wgmma_m64n64k32_e4m3_rs<0, SCALE_D>(d, a, b);
+    wgmma_m64n32k32_e4m3_rs<8, SCALE_D>(d, a, b + static_cast<u64>((64 * row_bytes) >> 4));
+  } else if constexpr (N == 128) {
+    wgmma_m64n128k32_e4m3_rs<0, SCALE_D>(d, a, b);
+  } else {
+    wgmma_m64n128k32_e4m3_rs<0, SCALE_D>(d, a, b);
+    wgmma_m64n128k32_e4m3_rs<16, SCALE_D>(d, a, b + static_cast<u64>((128 * row_bytes) >> 4));
   }
 }
 

@@ -1,0 +1,29 @@
+// The kernel forms a quantized prefill spec is checked in on this GPU: its default tiling (what
+// attention() runs), and where that is the wgmma form (sm_90a), also the first mma.sync candidate
+// (what every other arch runs), so both code paths meet the same floors on the H100.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qattn/search_space.hpp"
+#include "qattn/validate.hpp"
+
+namespace qattn::test {
+
+// nullopt = attention() with the default tiling; a tiling = prepare_with() that tiling.
+inline std::vector<std::optional<Tiling>> forms_to_check(const Spec& spec) {
+  std::vector<std::optional<Tiling>> forms = {std::nullopt};
+  if (default_tiling(spec, default_limits(spec.arch)).wgmma)
+    for (const Tiling& t : candidate_tilings(spec, default_limits(spec.arch)))
+      if (!t.wgmma) {
+        forms.push_back(t);
+        break;
+      }
+  return forms;
+}
+
+inline std::string form_name(const std::optional<Tiling>& form) { return form ? to_string(*form) : "default"; }
+
+}  // namespace qattn::test
