@@ -14,14 +14,15 @@
 // them. Grid (seq_pad / 128 * heads * batch), tiles taken by ticket.
 #pragma once
 
-#include "qattn/decode/fp8_e4m3.h"
+#include "qattn/common/fp8_cvt.cuh"
 #include "qattn/quant/head_sync.cuh"
 
 namespace qattn {
 namespace quant {
 
 // Code = fp8e4m3 (pv=fp8e4m3, per_channel only): the bytes are e4m3 of x' · (448 / amax_c), rounded to
-// nearest even and saturated at 448 by the shared encoder (qattn/decode/fp8_e4m3.h); p.qmax = 448.
+// nearest even and saturated at 448 (dev::e4m3x2: the sm_89+ instruction, the same rounding as the
+// shared encoder of qattn/decode/fp8_e4m3.h); p.qmax = 448.
 template <Fmt In, int D, Gran G, bool Smooth, Fmt Code = Fmt::int8, bool OnePass = false>
 struct QuantizeTransposed {
   static_assert(Code == Fmt::int8 || (Code == Fmt::fp8e4m3 && G == Gran::per_channel),
@@ -134,12 +135,16 @@ struct QuantizeTransposed {
       for (int r = 0; r < 4; ++r) {
         const bool valid = s_tile + 4 * quad + r < p.seq_len;
         const Vec8 x = unpack8<In>(raw[j][r]);
+        if constexpr (Code == Fmt::fp8e4m3) {   // the bytes, as int8s whose low 8 bits pack4_s8 keeps
 #pragma unroll
-        for (int i = 0; i < kVecElems; ++i) {
-          if constexpr (Code == Fmt::fp8e4m3)   // the byte, as an int8 whose low 8 bits pack4_s8 keeps
-            code[r][i] = valid ? static_cast<signed char>(fp8::encode_e4m3((x.v[i] - mean[i]) * mult[i])) : 0;
-          else
-            code[r][i] = valid ? to_code(x.v[i] - mean[i], mult[i], qmax) : 0;
+          for (int i = 0; i < kVecElems; i += 2) {
+            const dev::u32 two = valid ? dev::e4m3x2((x.v[i] - mean[i]) * mult[i], (x.v[i + 1] - mean[i + 1]) * mult[i + 1]) : 0u;
+            code[r][i] = static_cast<signed char>(two & 0xFFu);
+            code[r][i + 1] = static_cast<signed char>(two >> 8);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kVecElems; ++i) code[r][i] = valid ? to_code(x.v[i] - mean[i], mult[i], qmax) : 0;
         }
       }
 #pragma unroll
