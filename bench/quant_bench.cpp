@@ -1,9 +1,12 @@
-// qattn_bench_quant: the quantization passes of one operand, timed on the GPU in both plan forms that
+// qattn_bench_quant: the quantization passes of one operand, timed on the GPU in the plan forms that
 // smoothing and per_channel scales have: the statistics pass + finalize + quantizer (reads the input
-// twice), and one pass (head_sync.cuh: reads it once, blocks of a head wait for one another). Issue 3's
-// quantization-overhead target is what this measures; bench_prefill.py's `quant` column is the sum.
+// twice), one pass (head_sync.cuh: reads it once, blocks of a head wait for one another), and for K
+// smoothing with token-local scales the statistics of a sample of --sample tokens per head + finalize +
+// quantizer (reads the input once plus the sample; RuntimeOptions::k_mean_sample_tokens, default 1024;
+// only where n > sample). Issue 3's quantization-overhead target is what this measures;
+// bench_prefill.py's `quant` column is the sum.
 //
-//   qattn_bench_quant [--b 4] [--h 16] [--n 4096] [--d 128] [--iters 20] [--out result.json]
+//   qattn_bench_quant [--b 4] [--h 16] [--n 4096] [--d 128] [--sample 1024] [--iters 20] [--out result.json]
 //
 // Each timed call runs every launch of the plan (scratch memsets included) between two CUDA events,
 // after an L2 flush (a 128 MiB memset) that also keeps the GPU busy while the host enqueues, so host
@@ -38,6 +41,7 @@ constexpr int kDevice = 0;
 
 struct Options {
   int b = 4, h = 16, n = 4096, d = 128, iters = 20;
+  int sample = 1024;   // K's smoothing-mean sample (the RuntimeOptions default)
   std::string out;
 };
 
@@ -79,8 +83,9 @@ Options parse(int argc, char** argv) {
     else if (a == "--n") o.n = number();
     else if (a == "--d") o.d = number();
     else if (a == "--iters") o.iters = number();
+    else if (a == "--sample") o.sample = number();
     else if (a == "--out") o.out = value();
-    else throw_bad_input("unknown option " + a + "; accepted: --b --h --n --d --iters --out");
+    else throw_bad_input("unknown option " + a + "; accepted: --b --h --n --d --sample --iters --out");
   }
   if (!quant::supported_head_dim(o.d)) throw_bad_input("--d must be 64, 96, 128 or 256");
   return o;
@@ -105,12 +110,16 @@ class Bench {
     x_ = rt::DeviceBuffer::from(bits);
   }
 
-  // Median and min microseconds of the plan for `op` with the given resident-block count.
-  std::pair<double, double> time(const Operand& op, int resident, std::string* form) {
+  // Median and min microseconds of the plan for `op` with the given resident-block count and K mean
+  // sample (QuantProblem::mean_sample_tokens).
+  std::pair<double, double> time(const Operand& op, int resident, int sample, std::string* form) {
     const int pad = op.request.transpose ? (o_.n + kVPadTokens - 1) / kVPadTokens * kVPadTokens : o_.n;
-    const quant::QuantProblem p{o_.b, o_.h, o_.n, pad, resident};
+    const quant::QuantProblem p{o_.b, o_.h, o_.n, pad, resident, sample};
     const quant::QuantPlan plan = quant::plan_quant(op.request, p);
-    *form = quant::quant_one_pass(op.request, p) ? "one pass" : plan.launches.size() > 1 ? "stats pass" : "single";
+    *form = quant::quant_one_pass(op.request, p)     ? "one pass"
+            : quant::quant_samples_mean(op.request, p) ? "sampled stats"
+            : plan.launches.size() > 1                 ? "stats pass"
+                                                       : "single";
     const long long rows = 1LL * o_.b * o_.h * pad;
     rt::DeviceBuffer y(static_cast<size_t>(rows * o_.d), kDevice), scale(sizeof(float) * (plan.scale_floats + 1), kDevice),
         mean(sizeof(float) * (plan.mean_floats + 4), kDevice), scratch(sizeof(float) * (plan.scratch_floats + 4), kDevice);
@@ -178,21 +187,25 @@ int run(const Options& o) {
   rt::ContextGuard context(kDevice);
   Bench bench(o);
   const double bytes_in = 2.0 * o.b * o.h * o.n * o.d, bytes_out = 1.0 * o.b * o.h * o.n * o.d;
-  std::printf("qattn_bench_quant: b=%d h=%d n=%d d=%d, fp16 input %.1f MiB, %s, resident blocks %d, %d iters\n", o.b, o.h,
-              o.n, o.d, bytes_in / (1 << 20), bench.arch().c_str(), bench.resident(), o.iters);
-  std::printf("%-30s %-11s %10s %10s %12s\n", "operand", "form", "median us", "min us", "1-read GB/s");
+  std::printf("qattn_bench_quant: b=%d h=%d n=%d d=%d, fp16 input %.1f MiB, %s, resident blocks %d, K mean sample %d, %d iters\n",
+              o.b, o.h, o.n, o.d, bytes_in / (1 << 20), bench.arch().c_str(), bench.resident(), o.sample, o.iters);
+  std::printf("%-30s %-13s %10s %10s %12s\n", "operand", "form", "median us", "min us", "1-read GB/s");
   nlohmann::json rows = nlohmann::json::array();
+  // The forms in turn: statistics pass (or single), one pass, K's sampled statistics pass.
+  const std::pair<int, int> forms[] = {{0, 0}, {bench.resident(), 0}, {0, o.sample}};
   for (const Operand& op : operands(o.d))
-    for (int resident : {0, bench.resident()}) {
+    for (const auto& [resident, sample] : forms) {
       std::string form;
-      const auto [med, lo] = bench.time(op, resident, &form);
-      if (resident && form != "one pass") continue;   // the same plan as the row above
+      const auto [med, lo] = bench.time(op, resident, sample, &form);
+      if (resident && form != "one pass") continue;      // the same plan as the first row
+      if (sample && form != "sampled stats") continue;   // no sample for this operand or length
       const double gbs = (bytes_in + bytes_out) / (med * 1e3);
-      std::printf("%-30s %-11s %10.1f %10.1f %12.0f\n", op.name, form.c_str(), med, lo, gbs);
+      std::printf("%-30s %-13s %10.1f %10.1f %12.0f\n", op.name, form.c_str(), med, lo, gbs);
       rows.push_back({{"operand", op.name}, {"form", form}, {"median_us", med}, {"min_us", lo}, {"one_read_gbs", gbs}});
     }
   if (!o.out.empty()) {
-    nlohmann::json j{{"b", o.b}, {"h", o.h}, {"n", o.n}, {"d", o.d}, {"arch", bench.arch()}, {"resident_blocks", bench.resident()}, {"rows", rows}};
+    nlohmann::json j{{"b", o.b}, {"h", o.h}, {"n", o.n}, {"d", o.d}, {"arch", bench.arch()}, {"resident_blocks", bench.resident()},
+                     {"k_mean_sample", o.sample}, {"rows", rows}};
     FILE* f = std::fopen(o.out.c_str(), "w");
     if (!f) throw Error(ErrorKind::failure, "cannot write " + o.out);
     std::fputs(j.dump(1).c_str(), f);

@@ -86,7 +86,8 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   // Quantized: Q and K as int8 rows [b, h, s, d]; V as int8 V^T per head, padded to kVPadTokens.
   const int d = spec.head_dim;
   const int resident = impl_->options.quant_one_pass ? quant::kOnePassMinBlocks * impl_->device().sm_count : 0;
-  std::array<rt::QuantSlot, 3> slots = rt::quant_slots(spec, p, tiling.int4_mma, resident);
+  std::array<rt::QuantSlot, 3> slots =
+      rt::quant_slots(spec, p, tiling.int4_mma, resident, impl_->options.k_mean_sample_tokens);
   size_t bytes = 0, scratch_floats = 0;
   for (rt::QuantSlot& s : slots) {
     if (!s.active) continue;

@@ -1,5 +1,7 @@
 #include "runtime/helper_kernels.hpp"
 
+#include <set>
+
 #include "qattn/validate.hpp"
 
 namespace qattn::rt {
@@ -25,7 +27,8 @@ std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLa
 
 }  // namespace
 
-std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool int4_mma, int resident_blocks) {
+std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool int4_mma, int resident_blocks,
+                                     int k_mean_sample_tokens) {
   const int d = spec.head_dim;
   // per_warp / per_thread: the Q mapping (group 32) and the K mapping (group 64) of quant_shape.h; the
   // scales come out expanded per row, so the attention kernel runs its per-token path.
@@ -39,6 +42,7 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool in
   slots[0].problem = {p.batch, p.heads_q, p.q_len, p.q_len};
   slots[1].request = {spec.out, spec.qk.gran, k_group, (spec.smooth & kSmoothK) != 0, false, d};
   slots[1].problem = {p.batch, p.heads_kv, p.kv_len, p.kv_len};
+  slots[1].problem.mean_sample_tokens = k_mean_sample_tokens;   // K's smoothing mean may come from a sample
   slots[2].request = {spec.out, spec.pv.gran, 0, (spec.smooth & kSmoothV) != 0, true, d};
   slots[2].request.code = spec.pv.fmt == Fmt::fp8e4m3 ? Fmt::fp8e4m3 : Fmt::int8;
   slots[2].problem = {p.batch, p.heads_kv, p.kv_len, kv_pad};
@@ -74,7 +78,7 @@ Source add_scaled_source(Arch arch) {
                        "qattn::LseCorrectionParams", 256, arch);
 }
 
-std::vector<Source> helper_sources(const Spec& spec) {
+std::vector<Source> helper_sources(const Spec& spec, int k_mean_sample_tokens) {
   std::vector<Source> out;
   if (spec.phase == Phase::decode && spec.qk.fmt == Fmt::flashq) {
     // The flashq cache's pack kernels (they write its INT8 buffer too; append_kv has no flashq form)
@@ -85,10 +89,22 @@ std::vector<Source> helper_sources(const Spec& spec) {
   }
   if (spec.phase == Phase::decode) return {render_decode_combine(spec), render_kv_append(spec)};
   if (!spec.quantized()) return out;
-  // The default form (RuntimeOptions::quant_one_pass off): statistics passes where a head needs them.
+  // The default form (RuntimeOptions::quant_one_pass off): statistics passes where a head needs them,
+  // over every token (a short sequence), and K's over a sample where the sequence is longer than it.
   const Problem nominal{1, spec.gqa, 1, 128, 128};
-  for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma_by_default(spec), 0))
+  const bool int4_mma = int4_mma_by_default(spec);
+  for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma, 0, k_mean_sample_tokens))
     for (const quant::QuantLaunch& l : s.plan.launches) out.push_back(quant_source(s.request, l, spec.arch));
+  if (k_mean_sample_tokens > 0) {   // K's passes that only a longer sequence adds (the sampled statistics)
+    std::set<std::string> names;
+    for (const Source& src : out) names.insert(src.kernel_name);
+    const Problem beyond_sample{1, spec.gqa, 1, 1, k_mean_sample_tokens + 1};
+    const QuantSlot k = quant_slots(spec, beyond_sample, int4_mma, 0, k_mean_sample_tokens)[1];
+    for (const quant::QuantLaunch& l : k.plan.launches) {
+      Source src = quant_source(k.request, l, spec.arch);
+      if (names.insert(src.kernel_name).second) out.push_back(std::move(src));
+    }
+  }
   if (spec.smooth & kSmoothK) {
     out.push_back(row_dot_source(spec));
     out.push_back(add_scaled_source(spec.arch));

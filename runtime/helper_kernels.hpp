@@ -29,14 +29,18 @@ struct QuantSlot {
 // bytes) when the kernel's tiling runs the packed form (int4_mma = tiling.int4_mma), else one per byte.
 // resident_blocks: QuantProblem::resident_blocks of every slot (kOnePassMinBlocks * SMs; 0 keeps the
 // statistics passes), which lets smoothing and per_channel scales quantize in one pass.
-std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem, bool int4_mma, int resident_blocks);
+// k_mean_sample_tokens: K's QuantProblem::mean_sample_tokens (RuntimeOptions::k_mean_sample_tokens;
+// 0: K's mean over every token). Q and V never sample.
+std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem, bool int4_mma, int resident_blocks,
+                                     int k_mean_sample_tokens);
 
 Source quant_source(const quant::QuantRequest& request, const quant::QuantLaunch& launch, Arch arch);
 Source row_dot_source(const Spec& spec);   // q · mean_k per row (K smoothing)
 Source add_scaled_source(Arch arch);       // lse += softmax_scale * dot
 
 // Every helper kernel attention() launches for `spec` (arch set): for compile-only cache warm-up and tests.
-// qk=int4: the quantizers of the arch's default form (int4_mma_by_default, validate.hpp).
-std::vector<Source> helper_sources(const Spec& spec);
+// qk=int4: the quantizers of the arch's default form (int4_mma_by_default, validate.hpp). With
+// k_mean_sample_tokens > 0, K's sampled statistics passes (kv_len above the sample) too.
+std::vector<Source> helper_sources(const Spec& spec, int k_mean_sample_tokens);
 
 }  // namespace qattn::rt

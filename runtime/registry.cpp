@@ -260,7 +260,7 @@ CompiledKernel Runtime::compile(const Spec& spec, const Tiling& tiling, bool wan
 std::vector<CompiledKernel> Runtime::compile_helpers(const Spec& spec) {
   require(validate(spec));
   if (spec.arch == Arch::unset) throw_bad_input("compile needs an arch: set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a>");
-  const std::vector<Source> sources = rt::helper_sources(spec);
+  const std::vector<Source> sources = rt::helper_sources(spec, impl_->options.k_mean_sample_tokens);
   const std::vector<rt::Binary> bins = impl_->binaries->get(sources);
   std::vector<CompiledKernel> out;
   for (size_t i = 0; i < bins.size(); ++i) {

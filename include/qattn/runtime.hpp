@@ -38,6 +38,17 @@ struct RuntimeOptions {
   // then the quantizer. Off by default: on the H100 the one-pass form measured up to 35 us slower per
   // operand at d = 128 than the two reads (bench/results/session12/quant_passes_*.json).
   bool quant_one_pass = false;
+  // K smoothing (smooth=k / kv) with token-local scales (per_token, per_block, per_warp, per_thread):
+  // the channel mean subtracted from K is taken over this many tokens of each head, spread evenly over
+  // the sequence (the middle token of each of as many equal strides), when kv_len is longer; 0: every
+  // token. Exact either way: subtracting any per-channel vector c from K shifts each score row by q·c,
+  // which softmax ignores, and the LSE correction adds back q·c for the very c subtracted. The sample
+  // only has to estimate the channel bias that smoothing removes before quantization. Benefit: K's
+  // statistics pass reads `k_mean_sample_tokens` rows per head instead of all kv_len (at long sequences
+  // it read K once more in full). Cost: codes from a mean that is off by the sample's error (K's
+  // per-token scales absorb it). The one-pass form (quant_one_pass) is not used where the sample is:
+  // it would save no second full read.
+  int k_mean_sample_tokens = 1024;
   TimingOptions timing;
 };
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "qattn/quant/quant_config.h"
+
 namespace qattn {
 namespace test {
 
@@ -21,6 +23,7 @@ void check_config(const QuantConfig& c) {
   if ((c.gran == Gran::per_warp || c.gran == Gran::per_thread) && c.group != 32 && c.group != 64)
     throw std::invalid_argument("quantize_reference: per_warp / per_thread need group 32 (Q) or 64 (K)");
   if (!(c.qmax >= 1)) throw std::invalid_argument("quantize_reference: qmax must be >= 1");
+  if (c.mean_sample < 0) throw std::invalid_argument("quantize_reference: mean_sample must be >= 0");
 }
 
 int round_code(double q, double qmax) {
@@ -61,21 +64,29 @@ long long QuantRef::scale_index(int b, int h, int s, int c) const {
   }
 }
 
-std::vector<double> channel_mean(const HostTensor& x) {
+std::vector<int> mean_tokens(int seq, int sample) {
+  const int tokens = quant::stats_tokens(seq, sample);
+  std::vector<int> out(static_cast<size_t>(tokens));
+  for (int i = 0; i < tokens; ++i) out[static_cast<size_t>(i)] = quant::sampled_token(i, seq, tokens);
+  return out;
+}
+
+std::vector<double> channel_mean(const HostTensor& x, int sample) {
   const Shape& sh = x.shape;
+  const std::vector<int> tokens = mean_tokens(sh.seq, sample);
   std::vector<double> mean(static_cast<size_t>(sh.batch) * sh.heads * sh.dim, 0.0);
   for (int b = 0; b < sh.batch; ++b)
     for (int h = 0; h < sh.heads; ++h)
       for (int c = 0; c < sh.dim; ++c) {
         double sum = 0;
-        for (int s = 0; s < sh.seq; ++s) sum += x.at(b, h, s, c);
-        mean[head_index(sh, b, h) * sh.dim + c] = sh.seq > 0 ? sum / sh.seq : 0.0;
+        for (int s : tokens) sum += x.at(b, h, s, c);
+        mean[head_index(sh, b, h) * sh.dim + c] = tokens.empty() ? 0.0 : sum / static_cast<double>(tokens.size());
       }
   return mean;
 }
 
-HostTensor subtract_channel_mean(const HostTensor& x) {
-  const std::vector<double> mean = channel_mean(x);
+HostTensor subtract_channel_mean(const HostTensor& x, int sample) {
+  const std::vector<double> mean = channel_mean(x, sample);
   HostTensor out = x;
   const Shape& sh = x.shape;
   for (int b = 0; b < sh.batch; ++b)
@@ -91,7 +102,7 @@ QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config) {
   r.shape = x.shape;
   r.config = config;
   const Shape& sh = x.shape;
-  if (config.smooth) r.mean = channel_mean(x);
+  if (config.smooth) r.mean = channel_mean(x, config.mean_sample);
   r.scales.assign(config.gran == Gran::per_tensor ? 1 : static_cast<size_t>(r.scales_per_head()) * sh.batch * sh.heads,
                   0.0);
 
@@ -179,12 +190,13 @@ QuantCheck check_quantized(const HostTensor& x, const QuantRef& ref, const Quant
   std::vector<double> mean_err(static_cast<size_t>(sh.batch) * sh.heads * sh.dim, 0.0);
   if (cfg.smooth) {
     if (!got.mean) throw std::invalid_argument("check_quantized: smoothing needs the kernel's mean");
+    const std::vector<int> tokens = mean_tokens(sh.seq, cfg.mean_sample);   // what the kernel summed
     for (int b = 0; b < sh.batch; ++b)
       for (int h = 0; h < sh.heads; ++h)
         for (int c = 0; c < sh.dim; ++c) {
           double mean_abs = 0;
-          for (int s = 0; s < sh.seq; ++s) mean_abs += std::fabs(x.at(b, h, s, c));
-          mean_abs /= std::max(1, sh.seq);
+          for (int s : tokens) mean_abs += std::fabs(x.at(b, h, s, c));
+          mean_abs /= std::max<double>(1, static_cast<double>(tokens.size()));
           const double err = std::fabs(got_mean(b, h, c) - ref.mean_at(b, h, c));
           mean_err[head_index(sh, b, h) * sh.dim + c] = err;
           if (!(err <= 1e-5 * mean_abs + 1e-30))

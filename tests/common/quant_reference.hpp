@@ -1,7 +1,8 @@
 // Float64 mirror of the quantization kernels (templates/qattn/quant/), and a code-for-code checker of
 // their outputs.
 //   scale = amax / qmax over the scale group, code = clamp(round_half_even(x' / scale), -qmax, qmax),
-//   x' = x - mean_c (per-channel mean over all tokens of (b, h)) when smoothing, else x; an all-zero
+//   x' = x - mean_c (per-channel mean over all tokens of (b, h), or over the kernels' strided sample of
+//   them: QuantConfig::mean_sample) when smoothing, else x; an all-zero
 //   group has scale 0 and codes 0. Dequantized: code * scale + mean_c.
 //   Groups: per_tensor (whole tensor), per_block (G consecutive tokens of (b, h), the last one shorter),
 //   per_token (one row), per_channel (one channel of (b, h) over all tokens; V),
@@ -26,6 +27,8 @@ struct QuantConfig {
   int group = 0;                 // per_block tokens (e.g. 64 or 128); per_warp / per_thread: 32 (Q) or 64 (K)
   double qmax = 127;             // 127: int8, 7: int4 stored in int8
   bool smooth = false;
+  int mean_sample = 0;           // smoothing mean over this many tokens (the sample of quant_config.h's
+                                 // sampled_token) when seq is longer; 0: every token
 };
 
 struct QuantRef {
@@ -56,9 +59,13 @@ QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config);
 // order of their first row); tokens of one group share it. Other granularities: -1.
 int fragment_group(const QuantConfig& config, int s);
 
-// Per-channel mean over all tokens of each (b, h): [b][h][c].
-std::vector<double> channel_mean(const HostTensor& x);
-HostTensor subtract_channel_mean(const HostTensor& x);
+// Tokens of a head of `seq` tokens that the smoothing mean covers, in order: every token, or with
+// 0 < sample < seq the quantizer's strided sample (sampled_token, qattn/quant/quant_config.h).
+std::vector<int> mean_tokens(int seq, int sample);
+
+// Per-channel mean over the mean_tokens(seq, sample) of each (b, h) (all of them by default): [b][h][c].
+std::vector<double> channel_mean(const HostTensor& x, int sample = 0);
+HostTensor subtract_channel_mean(const HostTensor& x, int sample = 0);
 
 // Host copies of what a quantization kernel wrote.
 struct QuantizedView {
@@ -83,7 +90,8 @@ struct QuantCheck {
 };
 
 // Checks a kernel's output against the reference, code for code:
-//  - mean_c within 1e-5 * mean|x_c| (fp32 summation) of the float64 mean;
+//  - mean_c within 1e-5 * mean|x_c| (fp32 summation) of the float64 mean, both over the tokens the mean
+//    covers (ref.config.mean_sample);
 //  - scales within 1e-6 relative, plus max|mean error| / qmax when smoothing (amax moves with the mean);
 //  - codes equal round_half_even((x - mean_gpu) / scale_gpu) evaluated in float64 with the kernel's own
 //    mean and scale; a difference of 1 is accepted only where that quotient is within 1e-3 of a tie

@@ -13,13 +13,13 @@ namespace qattn {
 namespace test {
 
 std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, Gran gran, int group, bool smooth_k,
-                                      bool causal, double qmax, bool smooth_q) {
+                                      bool causal, double qmax, bool smooth_q, int k_mean_sample) {
   // per_warp / per_thread: Q and K take their own mappings (group 32 and 64); `group` is ignored.
   const bool fragment = gran == Gran::per_warp || gran == Gran::per_thread;
   const std::vector<double> q_means = smooth_q ? q_block_means(q) : std::vector<double>();
   const QuantRef qr = quantize_reference(smooth_q ? subtract_q_block_means(q, q_means) : q,
                                          {gran, fragment ? 32 : group, qmax, false});
-  const QuantRef kr = quantize_reference(k, {gran, fragment ? 64 : group, qmax, smooth_k});
+  const QuantRef kr = quantize_reference(k, {gran, fragment ? 64 : group, qmax, smooth_k, k_mean_sample});
   const int B = q.shape.batch, HQ = q.shape.heads, HK = k.shape.heads, QL = q.shape.seq, KL = k.shape.seq;
   const int D = q.shape.dim, G = HQ / HK;
   // Dense [b][h][s][c] copies: exact q, dequantized q̂, exact k - mean, dequantized k̂ without the mean.

@@ -7,6 +7,8 @@
 // `qmax`: 127 (int8 Q/K) or 7 (int4 Q/K).
 // `smooth_q` (smooth=q): q̂ = Q̂' + q̄̂ with Q' = Q minus its 64-row block means (quantized as Q) and q̄̂ the
 // kernel's two-code block means (qsmooth_reference.hpp).
+// `k_mean_sample`: K's mean over that many sampled keys (QuantConfig::mean_sample, the runtime's
+// k_mean_sample_tokens); 0: over every key.
 #pragma once
 #include <vector>
 
@@ -17,7 +19,7 @@ namespace qattn {
 namespace test {
 
 std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, Gran gran, int group, bool smooth_k,
-                                      bool causal, double qmax = 127, bool smooth_q = false);
+                                      bool causal, double qmax = 127, bool smooth_q = false, int k_mean_sample = 0);
 
 }  // namespace test
 }  // namespace qattn

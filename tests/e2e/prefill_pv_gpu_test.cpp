@@ -20,6 +20,7 @@
 #include "qattn/search_space.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/helper_kernels.hpp"
 #include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/kernel_forms.hpp"
@@ -112,6 +113,29 @@ Result run_call(Runtime& runtime, const Spec& spec, const Problem& p, const Host
   return {test::decode(dout.to_vector<std::uint16_t>().data(), ref.shape, ref.strides, io), dlse.to_vector<float>()};
 }
 
+// LSE against float64: rows without keys must be -inf (else `bad`); the others within 1e-2 + 1e-3·|lse|
+// plus the row's Q/K quantization bound (score_error_bound, with K smoothed by the mean the runtime took:
+// over every key, or k_mean_sample of them) and 2e-2 for the rounded P in the row sum, as for the int8
+// P·V kernel. `excess`: the largest error beyond 1e-3·|lse| + bound + 2e-2 (passes at <= 1e-2).
+struct LseCheck {
+  double excess = 0;
+  long long bad = 0;
+};
+LseCheck check_lse(const Spec& spec, const HostTensor& q, const HostTensor& k, const std::vector<double>& lse_ref,
+                   const std::vector<float>& lse, int k_mean_sample = 0) {
+  std::vector<double> slack =
+      test::score_error_bound(q, k, spec.qk.gran, spec.qk.gran == Gran::per_block ? 64 : 0, (spec.smooth & kSmoothK) != 0,
+                              spec.causal, 127, false, k_mean_sample);
+  for (double& x : slack) x += 2e-2;
+  LseCheck r;
+  for (size_t i = 0; i < lse.size(); ++i) {
+    if (std::isinf(lse_ref[i])) r.bad += !(std::isinf(lse[i]) && lse[i] < 0);
+    else if (!std::isfinite(lse[i])) ++r.bad;
+    else r.excess = std::max(r.excess, std::fabs(lse[i] - lse_ref[i]) - 1e-3 * std::fabs(lse_ref[i]) - slack[i]);
+  }
+  return r;
+}
+
 class PvFormats : public test::GpuTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(PvFormats, EveryLengthLayoutAndMask) {
@@ -144,20 +168,9 @@ TEST_P(PvFormats, EveryLengthLayoutAndMask) {
       EXPECT_EQ(m.nonfinite, 0);
       EXPECT_GE(m.cosine, 0.999) << m.report();
 
-      // LSE: rows without keys -inf; the others within 1e-2 + 1e-3·|lse| plus the row's Q/K quantization
-      // bound (score_error_bound) and 2e-2 for the rounded P in the row sum, as for the int8 P·V kernel.
-      std::vector<double> slack = test::score_error_bound(q, k, spec.qk.gran, spec.qk.gran == Gran::per_block ? 64 : 0,
-                                                          (spec.smooth & kSmoothK) != 0, spec.causal);
-      for (double& x : slack) x += 2e-2;
-      double lse_err = 0;
-      long long lse_bad = 0;
-      for (size_t i = 0; i < got.lse.size(); ++i) {
-        if (std::isinf(lse_ref[i])) lse_bad += !(std::isinf(got.lse[i]) && got.lse[i] < 0);
-        else if (!std::isfinite(got.lse[i])) ++lse_bad;
-        else lse_err = std::max(lse_err, std::fabs(got.lse[i] - lse_ref[i]) - 1e-3 * std::fabs(lse_ref[i]) - slack[i]);
-      }
-      EXPECT_EQ(lse_bad, 0);
-      EXPECT_LE(lse_err, 1e-2);
+      const LseCheck lse = check_lse(spec, q, k, lse_ref, got.lse, options.k_mean_sample_tokens);
+      EXPECT_EQ(lse.bad, 0);
+      EXPECT_LE(lse.excess, 1e-2);
     }
   }
 }
@@ -304,6 +317,66 @@ TEST_F(OnePassQuantization, MatchesTheStatisticsPassEndToEnd) {
       EXPECT_GE(ma.cosine, 0.999) << ma.report();
       EXPECT_GE(mb.cosine, 0.999) << mb.report();
       EXPECT_GE(mab.cosine, 0.99999) << mab.report();
+    }
+  }
+}
+
+// RuntimeOptions::k_mean_sample_tokens: K's smoothing mean from 1024 keys of each head (the default)
+// against the mean over every key (0), at 4097 and 8192 keys, on the outlier data (K channel bias
+// 5..20). Subtracting any per-channel vector from K is exact under softmax, so both meet the floor
+// against float64 (cos >= 0.999), and the LSE (every call asks for it) meets its bound with the sampled
+// mean: the runtime's LSE correction adds back q·mean for the mean it subtracted. Printed: cosine, rel
+// L2 and max abs of each against float64 and between the two.
+class KMeanSample : public test::GpuTest {};
+
+TEST_F(KMeanSample, MatchesTheFullMeanEndToEnd) {
+  const int sample = 1024;
+  const char* specs[] = {
+      "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=kv",
+      "prefill qk=int8:per_warp pv=int8:per_channel out=bf16 d=128 causal gqa=4 smooth=kv",
+      "prefill qk=int8:per_block pv=fp16 out=fp16 d=64 smooth=k",
+  };
+  const Case cases[] = {{1, 2, 1000, 4097, Layout::bshd}, {1, 1, 256, 8192, Layout::bhsd}};
+  for (const char* text : specs) {
+    RuntimeOptions full_mean, sampled_mean;
+    full_mean.use_cache = sampled_mean.use_cache = false;
+    full_mean.tune = sampled_mean.tune = false;
+    full_mean.k_mean_sample_tokens = 0;
+    sampled_mean.k_mean_sample_tokens = sample;
+    Runtime rt_full(full_mean), rt_sampled(sampled_mean);
+    const Spec spec = rt_full.resolve(parse_spec(text));
+    rt::Stream stream;
+    for (const Case& c : cases) {
+      const std::uint64_t seed = test::fresh_seed();
+      const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
+      SCOPED_TRACE(std::string(text) + " " + to_string(p) + " " + test::seed_note(seed));
+      // The runtime's K plan with the sample reads only the sample in its statistics pass.
+      const auto slots = rt::quant_slots(spec, p, false, 0, sample);
+      ASSERT_TRUE(quant::quant_samples_mean(slots[1].request, slots[1].problem));
+      const int d = spec.head_dim;
+      HostTensor q = test::random_tensor({p.batch, p.heads_q, p.q_len, d}, c.layout, test::q_like(), seed);
+      HostTensor k = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::k_like(), seed + 1);
+      HostTensor v = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::v_like(), seed + 2);
+      for (HostTensor* t : {&q, &k, &v}) test::round_to(*t, spec.out);
+      std::vector<double> lse_ref;
+      const HostTensor ref = test::reference_attention(q, k, v, {spec.causal, 0.0}, &lse_ref, c.layout);
+      const Result a = run_call(rt_full, spec, p, q, k, v, ref, lse_ref.size(), stream);
+      const Result b = run_call(rt_sampled, spec, p, q, k, v, ref, lse_ref.size(), stream);
+      const test::ErrorMetrics ma = test::compare(ref, a.out), mb = test::compare(ref, b.out), mab = test::compare(a.out, b.out);
+      std::printf("[ k-mean ] %-80s %-28s full mean: cos %.7f relL2 %.3e maxAbs %.3e | sampled (%d): cos %.7f relL2 %.3e "
+                  "maxAbs %.3e | between: cos %.7f relL2 %.3e maxAbs %.3e\n",
+                  text, to_string(p).c_str(), ma.cosine, ma.rel_l2, ma.max_abs, sample, mb.cosine, mb.rel_l2, mb.max_abs,
+                  mab.cosine, mab.rel_l2, mab.max_abs);
+      EXPECT_EQ(ma.nonfinite, 0);
+      EXPECT_EQ(mb.nonfinite, 0);
+      EXPECT_GE(ma.cosine, 0.999) << ma.report();
+      EXPECT_GE(mb.cosine, 0.999) << mb.report();
+      const LseCheck la = check_lse(spec, q, k, lse_ref, a.lse), lb = check_lse(spec, q, k, lse_ref, b.lse, sample);
+      std::printf("[ k-mean ] LSE excess over the bound: full mean %.3e, sampled %.3e\n", la.excess, lb.excess);
+      EXPECT_EQ(la.bad, 0);
+      EXPECT_EQ(lb.bad, 0);
+      EXPECT_LE(la.excess, 1e-2);
+      EXPECT_LE(lb.excess, 1e-2);
     }
   }
 }

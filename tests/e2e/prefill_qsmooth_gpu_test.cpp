@@ -154,7 +154,8 @@ TEST_P(QSmoothVsReference, EveryLengthAndMask) {
     // kernel's logits the true ones). Allowance as in attention_gpu_test.cpp: 1e-2 + 1e-3·|lse| + the
     // row's score error bound of the quantized inputs (smoothed Q where smooth=q) + 2e-2 for the 8-bit P.
     std::vector<double> slack = test::score_error_bound(in.q, in.k, spec.qk.gran, spec.qk.gran == Gran::per_block ? 64 : 0,
-                                                        (spec.smooth & kSmoothK) != 0, spec.causal, 127, smooth_q);
+                                                        (spec.smooth & kSmoothK) != 0, spec.causal, 127, smooth_q,
+                                                        RuntimeOptions{}.k_mean_sample_tokens);   // make_runtime's
     double lse_err = 0;
     long long lse_bad = 0;
     for (size_t i = 0; i < got.lse.size(); ++i) {

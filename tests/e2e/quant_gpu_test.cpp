@@ -3,7 +3,9 @@
 // smoothing on and off, Q/K rows and transposed V, fp16 and bf16, both input layouts, odd lengths, head
 // dims 64, 96 (the one with idle lanes), 128 and 256.
 // Smoothing and per_channel scales run in both forms: with the statistics pass, and in one pass
-// (head_sync.cuh), up to the largest head the one-pass form takes on this GPU.
+// (head_sync.cuh), up to the largest head the one-pass form takes on this GPU. K smoothing with
+// token-local scales also with its mean from a sample of the tokens (QuantProblem::mean_sample_tokens),
+// against the float64 quantizer given the same sample.
 // Outputs are poisoned first (-128 codes, NaN scales), so anything unwritten fails.
 #include <gtest/gtest.h>
 
@@ -45,19 +47,20 @@ class QuantVsReference : public test::GpuTest {
   const rt::Kernel& pass(const Source& src) { return passes_.get(src, kDevice); }
   // One request at one shape on the GPU against the float64 quantizer. per_warp / per_thread also check
   // that every row of a group holds the very same (expanded) scale.
-  // resident_blocks: QuantProblem::resident_blocks (0: the statistics-pass form).
-  void run_case(Fmt fmt, const Request& rq, int seq, Layout layout, int d, int resident_blocks = 0) {
+  // resident_blocks: QuantProblem::resident_blocks (0: the statistics-pass form). mean_sample:
+  // QuantProblem::mean_sample_tokens, and the reference's QuantConfig::mean_sample.
+  void run_case(Fmt fmt, const Request& rq, int seq, Layout layout, int d, int resident_blocks = 0, int mean_sample = 0) {
     const int batch = 2, heads = 3;
     const std::uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(std::string(to_string(fmt)) + " d=" + std::to_string(d) + " " + to_string(rq.gran) + " group=" + std::to_string(rq.group) +
                  (rq.smooth ? " smooth" : "") + (rq.transpose ? " V^T" : "") + " seq=" + std::to_string(seq) +
-                 " resident_blocks=" + std::to_string(resident_blocks) +
+                 " resident_blocks=" + std::to_string(resident_blocks) + " mean_sample=" + std::to_string(mean_sample) +
                  " " + test::to_string(layout) + " " + test::seed_note(seed));
     HostTensor x = test::random_tensor({batch, heads, seq, d}, layout, test::k_like(), seed);
     test::round_to(x, fmt);
     const quant::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
     const int pad = rq.transpose ? (seq + kVPadTokens - 1) / kVPadTokens * kVPadTokens : seq;
-    const quant::QuantProblem prob{batch, heads, seq, pad, resident_blocks};
+    const quant::QuantProblem prob{batch, heads, seq, pad, resident_blocks, mean_sample};
     const quant::QuantPlan plan = quant::plan_quant(req, prob);
     ASSERT_EQ(plan.launches.size() == 1 && plan.launches[0].min_blocks > 0, quant::quant_one_pass(req, prob));
 
@@ -76,7 +79,7 @@ class QuantVsReference : public test::GpuTest {
     view.scale_sb = qp.scale.sb;
     view.scale_sh = qp.scale.sh;
     view.mean = rq.smooth ? mean.data() : nullptr;
-    const test::QuantRef ref = test::quantize_reference(x, {rq.gran, rq.group, 127, rq.smooth});
+    const test::QuantRef ref = test::quantize_reference(x, {rq.gran, rq.group, 127, rq.smooth, mean_sample});
     const test::QuantCheck check = test::check_quantized(x, ref, view);
     EXPECT_TRUE(check.ok()) << check.report();
     if (rq.gran == Gran::per_warp || rq.gran == Gran::per_thread) {
@@ -151,6 +154,38 @@ TEST_F(QuantVsReference, OnePassAtTheLargestHead) {
   run_case(Fmt::fp16, Request{Gran::per_token, 0, true, false}, rows_seq, Layout::bshd, 128, resident);
   run_case(Fmt::bf16, Request{Gran::per_channel, 0, true, true}, vt_seq, Layout::bhsd, 128, resident);
   run_case(Fmt::fp16, Request{Gran::per_channel, 0, false, true}, vt_seq - 1, Layout::bshd, 128, resident);
+}
+
+// K smoothing with token-local scales, the mean from a strided sample of the tokens: every K
+// granularity and group, fp16 and bf16, both layouts; a stride just above one token (1024 of 1025
+// keys), a sample the statistics chunks do not divide (777 of 5000: 512 + 265 rows), a single token
+// (1 of 300), and the runtime's default on a long head (1024 of 4097, every head dim; the others at
+// d 96 and 128). The bhsd cases pass the resident blocks that enable the one-pass form, which the
+// sample must override. At seq_len <= the sample (1000 keys, sample 1024) the plan is the one without it.
+TEST_F(QuantVsReference, KMeanFromASampleOfTheTokens) {
+  const Request k_requests[] = {{Gran::per_token, 0, true, false}, {Gran::per_block, 64, true, false},
+                                {Gran::per_block, 128, true, false}, {Gran::per_warp, 64, true, false},
+                                {Gran::per_thread, 64, true, false}};
+  struct Length {
+    int seq, sample;
+  };
+  const Length lengths[] = {{1025, 1024}, {5000, 777}, {300, 1}, {4097, 1024}, {1000, 1024}};
+  int cases = 0;
+  for (Fmt fmt : {Fmt::fp16, Fmt::bf16})
+    for (const Request& rq : k_requests)
+      for (const Length& n : lengths)
+        for (Layout layout : {Layout::bshd, Layout::bhsd})
+          for (int d : {64, 96, 128, 256}) {
+            // Every head dim at the default sample on the long head; the other lengths at d 96 and 128.
+            if (n.seq != 4097 && d != 96 && d != 128) continue;
+            const quant::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
+            const int resident = layout == Layout::bhsd ? resident_blocks() : 0;
+            const quant::QuantProblem prob{1, 1, n.seq, n.seq, resident, n.sample};
+            ASSERT_EQ(quant::quant_samples_mean(req, prob), n.seq > n.sample);
+            run_case(fmt, rq, n.seq, layout, d, resident, n.sample);
+            ++cases;
+          }
+  std::printf("[ quant   ] %d sampled-mean cases checked code for code\n", cases);
 }
 
 }  // namespace

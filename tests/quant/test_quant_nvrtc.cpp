@@ -26,13 +26,17 @@ int test_level() {
 }
 
 // template-id -> __launch_bounds__ (block size, min blocks per SM), over every request the plan accepts,
-// in both forms: with the statistics pass (resident blocks unknown) and in one pass.
+// in every form: with the statistics pass (resident blocks unknown), in one pass, and with the smoothing
+// mean from a sample of the tokens (K with token-local scales; S is a template argument of the
+// statistics passes, any S below seq_len instantiates them).
 using Bounds = std::pair<unsigned, int>;
 void add_passes(std::map<std::string, Bounds>& passes, const QuantRequest& r, QuantProblem p) {
-  for (int resident : {0, 1 << 20}) {
-    p.resident_blocks = resident;
-    for (const QuantLaunch& l : plan_quant(r, p).launches) passes[l.pass] = {l.block, l.min_blocks};
-  }
+  for (int resident : {0, 1 << 20})
+    for (int sample : {0, p.seq_len / 2}) {
+      p.resident_blocks = resident;
+      p.mean_sample_tokens = sample;
+      for (const QuantLaunch& l : plan_quant(r, p).launches) passes[l.pass] = {l.block, l.min_blocks};
+    }
 }
 
 std::map<std::string, Bounds> planned_passes(bool all_dims) {

@@ -323,6 +323,111 @@ TEST(QuantReference, KSmoothingLeavesAttentionUnchanged) {
   }
 }
 
+// The smoothing mean's sample (K with token-local scales, quant_config.h's sampled_token): every token
+// up to the sample size; above it one token in each of S equal strides (the middle one), strictly
+// increasing, so never a run of the first tokens, and token 0 only when a stride is under 2 tokens.
+TEST(QuantReference, MeanSampleTakesOneTokenPerStride) {
+  auto every = [](int n) {
+    std::vector<int> v(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+    return v;
+  };
+  EXPECT_EQ(mean_tokens(10, 0), every(10));
+  EXPECT_EQ(mean_tokens(10, 10), every(10));
+  EXPECT_EQ(mean_tokens(10, 1000), every(10));
+  const std::vector<int> quarter = mean_tokens(4096, 1024);
+  ASSERT_EQ(quarter.size(), 1024u);
+  for (int i = 0; i < 1024; ++i) EXPECT_EQ(quarter[static_cast<size_t>(i)], 4 * i + 2) << i;
+  for (int seq : {1025, 1500, 2047, 2048, 4097, 16384, 100000})
+    for (int sample : {1, 2, 3, 100, 1024}) {
+      const std::vector<int> t = mean_tokens(seq, sample);
+      ASSERT_EQ(t.size(), static_cast<size_t>(sample));
+      for (int i = 0; i < sample; ++i) {
+        // Token t of sample i overlaps the i-th stride [i * seq / S, (i + 1) * seq / S) (real bounds),
+        // and follows the one before.
+        const long long t_i = t[static_cast<size_t>(i)];
+        EXPECT_GT((t_i + 1) * sample, 1LL * i * seq) << seq << " " << sample << " " << i;
+        EXPECT_LT(t_i * sample, 1LL * (i + 1) * seq) << seq << " " << sample << " " << i;
+        if (i > 0) {
+          EXPECT_GT(t_i, t[static_cast<size_t>(i - 1)]) << seq << " " << sample << " " << i;
+        }
+      }
+      if (seq >= 2 * sample) {
+        EXPECT_GT(t[0], 0) << seq << " " << sample;
+      }
+    }
+}
+
+// With a sample the mean is the sampled tokens' mean and the codes those of the tensor centred on it;
+// at seq_len <= the sample, everything equals the plain smoothing bit for bit.
+TEST(QuantReference, SampledMeanCentresTheTensorOnTheSample) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const Shape shape{2, 3, 700, 64};
+  const int sample = 100;
+  HostTensor x = random_tensor(shape, Layout::bshd, k_like(), seed);
+  round_to(x, Fmt::fp16);
+  const std::vector<int> tokens = mean_tokens(shape.seq, sample);
+  const HostTensor centered = subtract_channel_mean(x, sample);
+  for (const GranCase& g : kGrans) {
+    if (g.gran == Gran::per_tensor || g.gran == Gran::per_channel) continue;   // the runtime never samples these
+    SCOPED_TRACE(g.name);
+    const QuantRef sampled = quantize_reference(x, QuantConfig{g.gran, g.group, 127, true, sample});
+    const QuantRef full = quantize_reference(x, QuantConfig{g.gran, g.group, 127, true});
+    double mean_moved = 0;
+    for (int b = 0; b < shape.batch; ++b)
+      for (int h = 0; h < shape.heads; ++h)
+        for (int c = 0; c < shape.dim; ++c) {
+          double sum = 0;
+          for (int s : tokens) sum += x.at(b, h, s, c);
+          EXPECT_NEAR(sampled.mean_at(b, h, c), sum / sample, 1e-12);
+          mean_moved = std::max(mean_moved, std::fabs(sampled.mean_at(b, h, c) - full.mean_at(b, h, c)));
+        }
+    EXPECT_GT(mean_moved, 1e-3) << "the sample's mean equals the full mean: this checks nothing";
+    const QuantRef plain = quantize_reference(centered, QuantConfig{g.gran, g.group, 127, false});
+    long long differ = 0;
+    for (size_t i = 0; i < sampled.codes.size(); ++i) differ += sampled.codes[i] != plain.codes[i];
+    EXPECT_EQ(differ, 0);
+    for (size_t i = 0; i < sampled.scales.size(); ++i) EXPECT_NEAR(sampled.scales[i], plain.scales[i], 1e-14);
+
+    const QuantRef at_sample = quantize_reference(x, QuantConfig{g.gran, g.group, 127, true, shape.seq});
+    EXPECT_EQ(at_sample.mean, full.mean);
+    EXPECT_EQ(at_sample.codes, full.codes);
+    EXPECT_EQ(at_sample.scales, full.scales);
+  }
+  EXPECT_THROW(quantize_reference(x, QuantConfig{Gran::per_token, 0, 127, true, -1}), std::invalid_argument);
+}
+
+// Any per-channel vector subtracted from K leaves the attention output unchanged, so the sample's
+// mean serves K smoothing exactly; the LSE moves by q·mean_sample * scale, which the runtime adds back.
+TEST(QuantReference, KSmoothingWithASampledMeanLeavesAttentionUnchanged) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const HostTensor q = random_tensor(Shape{1, 2, 37, 64}, Layout::bshd, q_like(), seed);
+  const HostTensor k = random_tensor(Shape{1, 2, 300, 64}, Layout::bhsd, k_like(), seed + 1);
+  const HostTensor v = random_tensor(Shape{1, 2, 300, 64}, Layout::bhsd, v_like(), seed + 2);
+  const HostTensor k_smooth = subtract_channel_mean(k, 50);
+  const std::vector<double> mean = channel_mean(k, 50);
+  for (bool causal : {false, true}) {
+    std::vector<double> lse_a, lse_b;
+    const HostTensor a = reference_attention(q, k, v, AttentionConfig{causal, 0}, &lse_a);
+    const HostTensor b = reference_attention(q, k_smooth, v, AttentionConfig{causal, 0}, &lse_b);
+    const ErrorMetrics m = compare(a, b);
+    EXPECT_LE(m.max_abs, 1e-12) << m.report();
+    // lse_a = lse_b + scale * q·mean (rows in [b][h][s] order; GQA: query head h reads KV head h / 1).
+    const double scale = 1.0 / std::sqrt(64.0);
+    double worst = 0;
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 37; ++i) {
+        double dot = 0;
+        for (int c = 0; c < 64; ++c) dot += q.at(0, h, i, c) * mean[static_cast<size_t>(h) * 64 + c];
+        const size_t row = static_cast<size_t>(h) * 37 + i;
+        worst = std::max(worst, std::fabs(lse_a[row] - lse_b[row] - scale * dot));
+      }
+    EXPECT_LE(worst, 1e-9);
+  }
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace qattn

@@ -156,6 +156,101 @@ TEST(QuantShape, HeadStatisticsQuantizeInOnePassWhenAHeadFits) {
             "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_block, 64, true, true, false, true>");
 }
 
+// K smoothing with token-local scales and QuantProblem::mean_sample_tokens = S below seq_len: the mean
+// comes from S tokens of each head, so the statistics pass gets S as a template argument, a grid over
+// the sample's chunks only and the scratch of those chunks; FinalizeStats the same S; QuantizeRows is
+// the one it always was. Never the one-pass form, even where a head would fit.
+TEST(QuantShape, SmoothedTokenLocalKTakesItsMeanFromTheSample) {
+  const int sample = 1024, seq = 16384;
+  const unsigned sample_splits = static_cast<unsigned>(stats_splits(sample));   // 2
+  for (Gran g : {Gran::per_token, Gran::per_block, Gran::per_warp, Gran::per_thread}) {
+    const int group = g == Gran::per_token ? 0 : 64;
+    const std::string gid = gran_id(g);
+    const QuantRequest k = request(g, group, true, false, Fmt::bf16, 64);
+    for (int resident : {0, 1 << 20}) {
+      const QuantProblem p{2, 8, seq, seq, resident, sample};
+      SCOPED_TRACE(gid + " resident_blocks=" + std::to_string(resident));
+      ASSERT_TRUE(quant_samples_mean(k, p));
+      EXPECT_FALSE(quant_one_pass(k, p));
+      const QuantPlan plan = plan_quant(k, p);
+      ASSERT_EQ(plan.launches.size(), 3u);
+      EXPECT_EQ(plan.launches[0].pass, "qattn::quant::ChannelStats<qattn::Fmt::bf16, 64, false, 1024>");
+      EXPECT_EQ(plan.launches[0].tag, "channel_stats_s1024");
+      expect_grid(plan.launches[0], sample_splits, 8, 2);
+      EXPECT_EQ(plan.launches[1].pass, "qattn::quant::FinalizeStats<64, " + gid + ", true, 1024>");
+      EXPECT_EQ(plan.launches[1].tag, "finalize_stats_s1024");
+      expect_grid(plan.launches[1], 8, 2, 1);
+      EXPECT_EQ(plan.launches[1].block, 64u);
+      // The quantizer is the full-statistics plan's, over every token.
+      const QuantPlan full = plan_quant(k, QuantProblem{2, 8, seq, seq});
+      EXPECT_EQ(plan.launches[2].pass, full.launches[2].pass);
+      EXPECT_EQ(plan.launches[2].tag, full.launches[2].tag);
+      expect_grid(plan.launches[2], full.launches[2].grid[0], 8, 2);
+      for (const QuantLaunch& l : plan.launches) EXPECT_EQ(l.zero_scratch_floats, 0) << l.pass;
+      EXPECT_EQ(plan.scratch_floats, kStatsOffset + 3LL * 64 * sample_splits * 8 * 2);
+      EXPECT_EQ(plan.mean_floats, full.mean_floats);
+      EXPECT_EQ(plan.scale_floats, full.scale_floats);
+      EXPECT_EQ(plan.scale_group, full.scale_group);
+    }
+  }
+  // Packed int4 K samples too; a sample that is not a whole number of chunks gets its last, short one.
+  QuantRequest k4 = request(Gran::per_thread, 64, true, false);
+  k4.pack4 = true;
+  k4.qmax = 7;
+  const QuantPlan plan4 = plan_quant(k4, QuantProblem{1, 4, 5000, 5000, 0, 700});
+  EXPECT_EQ(plan4.launches[0].pass, "qattn::quant::ChannelStats<qattn::Fmt::fp16, 128, false, 700>");
+  expect_grid(plan4.launches[0], 2, 4, 1);
+  EXPECT_EQ(plan4.launches[2].pass, "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_thread, 64, true, true>");
+}
+
+// Where the sample does not apply the plan is exactly the one without a sample: seq_len <= S (the mean
+// over every token, bit for bit), no smoothing, per_tensor K (its abs-max is over the smoothed tensor),
+// per_channel, V^T and Q's block means (their statistics need every token).
+TEST(QuantShape, TheSampleLeavesEveryOtherPlanAsItWas) {
+  auto expect_same_plan = [](const QuantRequest& r, QuantProblem p, int sample) {
+    const QuantPlan without = plan_quant(r, p);
+    p.mean_sample_tokens = sample;
+    EXPECT_FALSE(quant_samples_mean(r, p));
+    const QuantPlan with = plan_quant(r, p);
+    ASSERT_EQ(with.launches.size(), without.launches.size());
+    for (size_t i = 0; i < with.launches.size(); ++i) {
+      const QuantLaunch &a = with.launches[i], &b = without.launches[i];
+      EXPECT_EQ(a.pass, b.pass);
+      EXPECT_EQ(a.tag, b.tag);
+      expect_grid(a, b.grid[0], b.grid[1], b.grid[2]);
+      EXPECT_EQ(a.block, b.block) << a.pass;
+      EXPECT_EQ(a.zero_scratch_floats, b.zero_scratch_floats) << a.pass;
+      EXPECT_EQ(a.min_blocks, b.min_blocks) << a.pass;
+    }
+    EXPECT_EQ(with.scratch_floats, without.scratch_floats);
+    EXPECT_EQ(with.mean_floats, without.mean_floats);
+    EXPECT_EQ(with.scale_floats, without.scale_floats);
+  };
+  const QuantRequest k = request(Gran::per_token, 0, true, false);
+  for (int seq : {1, 1000, 1024}) {   // seq_len <= S
+    SCOPED_TRACE("seq " + std::to_string(seq));
+    expect_same_plan(k, QuantProblem{2, 8, seq, seq}, 1024);
+    expect_same_plan(k, QuantProblem{2, 8, seq, seq, 1 << 20}, 1024);   // the one-pass form stays too
+  }
+  EXPECT_EQ(plan_quant(k, QuantProblem{2, 8, 1024, 1024, 0, 1024}).launches[0].pass,
+            "qattn::quant::ChannelStats<qattn::Fmt::fp16, 128, false>");
+  expect_same_plan(k, QuantProblem{2, 8, 16384, 16384}, 0);   // 0: every token
+  const QuantProblem longer{2, 8, 16384, 16384};
+  expect_same_plan(request(Gran::per_token, 0, false, false), longer, 1024);    // Q, or K without smoothing
+  expect_same_plan(request(Gran::per_tensor, 0, true, false), longer, 1024);    // per_tensor K
+  expect_same_plan(request(Gran::per_tensor, 0, false, false), longer, 1024);
+  expect_same_plan(request(Gran::per_channel, 0, true, false), longer, 1024);
+  expect_same_plan(request(Gran::per_channel, 0, true, true), longer, 1024);    // V^T, smooth
+  expect_same_plan(request(Gran::per_tensor, 0, true, true), longer, 1024);
+  QuantRequest fp8 = request(Gran::per_channel, 0, true, true);
+  fp8.code = Fmt::fp8e4m3;
+  expect_same_plan(fp8, longer, 1024);
+  QuantRequest q = request(Gran::per_warp, 32, false, false);
+  q.block_mean = true;
+  expect_same_plan(q, longer, 1024);                                            // Q smoothing
+  EXPECT_THROW(plan_quant(k, QuantProblem{1, 1, 100, 100, 0, -1}), Error);
+}
+
 TEST(QuantShape, TransposedVQuantizesInOnePassWithItsCode) {
   const int pad = 4096, tiles = pad / kTransposeTileTokens;   // 32
   const QuantProblem p{1, 4, 4000, pad, 2 * tiles};

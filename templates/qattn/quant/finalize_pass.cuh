@@ -1,5 +1,7 @@
 // FinalizeStats: folds ChannelStats' per-chunk statistics of one (b, h) into
-//   - the channel mean (written to QuantParams::mean when Smooth),
+//   - the channel mean (written to QuantParams::mean when Smooth): over the tokens ChannelStats visited,
+//     every token, or with SampleTokens > 0 (the same as ChannelStats') its sample of
+//     stats_tokens(seq_len, SampleTokens) tokens,
 //   - per_channel: the channel scale amax_c / qmax,
 //   - per_tensor:  the abs-max of the (smoothed) head, atomically maxed into amax_scratch[0].
 // Grid (heads, batch), one thread per channel. Reads only the small statistics, never the tensor.
@@ -14,19 +16,22 @@
 namespace qattn {
 namespace quant {
 
-template <int D, Gran G, bool Smooth>
+template <int D, Gran G, bool Smooth, int SampleTokens = 0>
 struct FinalizeStats {
   static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
   static_assert(Smooth || G == Gran::per_tensor || G == Gran::per_channel,
                 "finalize without smoothing only serves per_tensor or per_channel scales");
   static constexpr int kThreads = D;
   static constexpr bool kNeedsAmax = G == Gran::per_tensor || G == Gran::per_channel;
+  static_assert(SampleTokens >= 0 && (SampleTokens == 0 || (Smooth && !kNeedsAmax)),
+                "a sample serves the smoothing mean of token-local scales only (an abs-max needs every token)");
 
   static __device__ void run(const QuantParams& p) {
     __shared__ float red[kThreads / 32];
     const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
-    const int splits = stats_splits(p.seq_len);
-    const float* st = stats_base(p) + stats_index(p, b, h, 0, D);
+    const int tokens = stats_tokens(p.seq_len, SampleTokens);
+    const int splits = stats_splits(tokens);
+    const float* st = stats_base(p) + stats_index(p, b, h, 0, splits, D);
     const float inf = __int_as_float(0x7f800000);
     float sum = 0.f, hi = -inf, lo = inf;
     // ChannelStats wrote max and min only when this granularity needs an abs-max (kNeedsAmax).
@@ -37,7 +42,7 @@ struct FinalizeStats {
         lo = fminf(lo, st[2 * D + c]);
       }
     }
-    const float mean = p.seq_len > 0 ? sum / static_cast<float>(p.seq_len) : 0.f;
+    const float mean = tokens > 0 ? sum / static_cast<float>(tokens) : 0.f;
     if (Smooth) p.mean[(static_cast<long long>(b) * p.heads + h) * D + c] = mean;
     const float center = Smooth ? mean : 0.f;
     float amax = centred_amax(hi, lo, center);

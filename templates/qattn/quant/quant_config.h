@@ -44,6 +44,21 @@ QATTN_QUANT_HD constexpr int stats_splits(int seq_len) {
   return seq_len <= kStatsChunkTokens ? 1 : (seq_len + kStatsChunkTokens - 1) / kStatsChunkTokens;
 }
 
+// Smoothing mean from a sample (K with token-local scales, QuantProblem::mean_sample_tokens): the
+// statistics visit `sample` tokens of each head when 0 < sample < seq_len, else every token. Any
+// per-channel vector subtracted from K cancels in softmax, so the sample's mean serves as well as the
+// exact one, and the statistics pass reads a fixed number of rows instead of the whole head.
+QATTN_QUANT_HD constexpr int stats_tokens(int seq_len, int sample) {
+  return sample > 0 && sample < seq_len ? sample : seq_len;
+}
+// Token of sample i < tokens (= stats_tokens(seq_len, sample)): the middle token of the i-th of `tokens`
+// equal strides of the sequence, so the sample spreads over the whole head and takes the first token
+// (often an outlier in LLM keys: the attention sink) only when a stride is shorter than 2 tokens. Every
+// token, in order, when tokens == seq_len; distinct tokens otherwise (the stride is above 1).
+QATTN_QUANT_HD constexpr int sampled_token(int i, int seq_len, int tokens) {
+  return static_cast<int>((2LL * i + 1) * seq_len / (2LL * tokens));
+}
+
 // Head dimensions the passes are written for: a row is 8, 12, 16 or 32 vectors of 16 bytes.
 QATTN_QUANT_HD constexpr bool supported_head_dim(int d) { return d == 64 || d == 96 || d == 128 || d == 256; }
 

@@ -125,9 +125,9 @@ __device__ __forceinline__ float* stats_base(const QuantParams& p) {
   return p.amax_scratch + kStatsOffset;
 }
 
-// Channel statistics of one (b, h, split): [sum | max | min][d].
-__device__ __forceinline__ long long stats_index(const QuantParams& p, int b, int h, int split, int d) {
-  return ((static_cast<long long>(b) * p.heads + h) * stats_splits(p.seq_len) + split) * 3LL * d;
+// Channel statistics of one (b, h, split) when each head has `splits` chunks: [sum | max | min][d].
+__device__ __forceinline__ long long stats_index(const QuantParams& p, int b, int h, int split, int splits, int d) {
+  return ((static_cast<long long>(b) * p.heads + h) * splits + split) * 3LL * d;
 }
 
 }  // namespace quant

@@ -5,19 +5,23 @@
 // with PASS = QuantLaunch::pass, in a TU that does #include "qattn/quant/quant.cuh". All of them take
 // the same QuantParams. No pass uses dynamic shared memory. Launch them in order on one stream.
 //
-// Pass lists (x is read once by single-pass plans, twice otherwise):
+// Pass lists (x is read once by single-pass plans, twice otherwise, once plus S rows per head when sampled):
 //   per_token | per_block | per_warp | per_thread              QuantizeRows
-//   smooth or per_channel, not per_tensor, when one head's tiles are at most half of
+//   smooth or per_channel, not per_tensor, no sampled mean, when one head's tiles are at most half of
 //   QuantProblem::resident_blocks (one pass, head_sync.cuh)    Quantize{Rows|Transposed}<..., OnePass>
 //                                                              (zero amax_scratch[0 .. n) first)
 //   per_token | per_block | per_warp | per_thread, smooth      ChannelStats<in, d, false>, FinalizeStats,
 //                                                              QuantizeRows
+//   the same with QuantProblem::mean_sample_tokens = S > 0 and seq_len > S (K: the mean of a strided
+//   sample of S tokens, see Mean below; never one pass)        ChannelStats<in, d, false, S>,
+//                                                              FinalizeStats<d, gran, true, S>, QuantizeRows
 //   per_tensor                         TensorAmax (zero amax_scratch[0] first), Quantize{Rows|Transposed}
 //   per_tensor, smooth                 ChannelStats<in, d, true>, FinalizeStats (zero [0] first), Quantize*
 //   per_channel (rows or V^T)          ChannelStats<in, d, true>, FinalizeStats, Quantize{Rows|Transposed}
 //   block_mean (Q), token-wise         QuantizeRows<..., false, true>            (one pass: means and codes)
 //   block_mean (Q), per_tensor         BlockMeanAmax (zero amax_scratch[0] first), QuantizeRows<..., true>
-// Grids x blocks: ChannelStats, TensorAmax (stats_splits(seq_len), heads, batch) x 256;
+// Grids x blocks: ChannelStats, TensorAmax (stats_splits(seq_len), heads, batch) x 256 (the sampled
+//   ChannelStats: (stats_splits(S), heads, batch), only the sample's chunks);
 //   FinalizeStats (heads, batch, 1) x d; one pass (tiles * heads * batch, 1, 1) x 256, with at least
 //   kOnePassMinBlocks blocks per SM (QuantLaunch::min_blocks, for __launch_bounds__); QuantizeRows (ceil(seq_pad / tile), heads, batch) x 256 with
 //   tile = G for per_block, else kRowTileTokens (64: whole per_warp / per_thread groups); QuantizeTransposed (seq_pad / 128, heads, batch) x 256.
@@ -48,15 +52,20 @@
 //       per_thread  (the per_token layout: every row holds its group's scale, see below)
 //     dense_scale_ref() gives the compact strides; scale_floats counts that compact buffer.
 //   Mean (smooth): fp32 [batch][heads][d] contiguous at QuantParams::mean: the per-channel mean over all
-//       seq_len tokens of (b, h) (for K it cancels in softmax; for V add it back to O).
+//       seq_len tokens of (b, h) (for K it cancels in softmax; for V add it back to O). With a sample
+//       (K, token-local scales, seq_len > S = QuantProblem::mean_sample_tokens): the mean over the S
+//       tokens sampled_token(i, seq_len, S), i < S (quant_config.h: the middles of S equal strides).
+//       K - c is exact for any per-channel c: q·(k - c) = q·k - q·c shifts a whole score row, which
+//       softmax ignores, and the LSE correction adds back q·c with the c written here. Only per_tensor
+//       (an abs-max of the smoothed tensor) and per_channel need statistics of every token.
 //   Block means (block_mean): fp32 [batch][heads][ceil(seq_len / kQMeanBlock)][d] contiguous at
 //       QuantParams::mean: the per-channel mean of each block of 64 rows (over its rows below seq_len);
 //       x' = x - mean of the row's block (AttentionParams::q_mean; the kernel adds q̄·k back).
 //   Scratch (QuantParams::amax_scratch, scratch_floats fp32, never read back by the caller; one-pass
 //       plans lay it out as head_sync.cuh describes instead):
 //       [0] per_tensor abs-max (zeroed before the launch whose zero_scratch_floats says so);
-//       [kStatsOffset ...] per-chunk channel sum/max/min [batch][heads][stats_splits(seq_len)][3][d]
-//       (max/min only written when the granularity needs them).
+//       [kStatsOffset ...] per-chunk channel sum/max/min [batch][heads][stats_splits(tokens)][3][d]
+//       (max/min only written when the granularity needs them; tokens: seq_len, or S when sampled).
 // per_warp / per_thread groups (SageAttention2 §3.2 and its m16n8 mma fragments; the same mapping as
 // bench/accuracy_sim.hpp). Fixed by the spec, independent of the attention kernel's tiling. `group` of
 // the request picks the operand's mapping: 32 = Q, 64 = K. Rows are token indices s within (b, h):
@@ -90,7 +99,7 @@ struct QuantRequest {
                                 // per_thread; transposed: per_channel | per_tensor
   int group = 0;                // per_block: 64 or 128 tokens; per_warp / per_thread: 32 (Q mapping) or
                                 // 64 (K mapping), see above; ignored otherwise
-  bool smooth = false;          // subtract the per-channel mean over all tokens of (b, h)
+  bool smooth = false;          // subtract the per-channel mean over the tokens of (b, h) (or a sample)
   bool transpose = false;       // V: write V^T per head, zero-padded to seq_pad
   int d = 128;                  // 64, 96, 128 or 256
   Fmt code = Fmt::int8;         // int8 codes, or fp8e4m3 (transposed per_channel V of pv=fp8e4m3:
@@ -105,6 +114,10 @@ struct QuantProblem {
   // Blocks of a one-pass quantizer the GPU holds at once: kOnePassMinBlocks * SMs (the runtime fills it
   // in). 0: unknown, so plans keep the statistics pass (compile-only planning, tests of that form).
   int resident_blocks = 0;
+  // K smoothing with token-local scales (per_token, per_block, per_warp, per_thread): the mean from a
+  // strided sample of this many tokens of each head when seq_len is larger (RuntimeOptions::
+  // k_mean_sample_tokens; the runtime sets it for K only). 0: every token. Other requests ignore it.
+  int mean_sample_tokens = 0;
 };
 
 struct QuantLaunch {
@@ -168,6 +181,7 @@ inline std::string quant_request_error(const QuantRequest& r, const QuantProblem
   if (p.batch < 1 || p.heads < 1 || p.seq_len < 1) return "quantizer needs batch, heads and seq_len >= 1";
   if (p.batch > 65535 || p.heads > 65535) return "quantizer grid limit: batch and heads must be <= 65535";
   if (p.seq_pad < p.seq_len) return "seq_pad must be >= seq_len";
+  if (p.mean_sample_tokens < 0) return "mean_sample_tokens must be >= 0 (0: every token)";
   return "";
 }
 
@@ -210,11 +224,25 @@ inline int quant_tiles_per_head(const QuantRequest& r, const QuantProblem& p) {
   return (p.seq_pad + tile - 1) / tile;
 }
 
+inline bool token_local_gran(Gran g) {
+  return g == Gran::per_token || g == Gran::per_block || g == Gran::per_warp || g == Gran::per_thread;
+}
+
+// The smoothing mean from a strided sample of p.mean_sample_tokens tokens (see Mean at the top): the
+// scales are then computed from the smoothed rows alone (token-local), so the statistics pass only
+// needs a good estimate of the channel bias and reads S rows per head instead of seq_len.
+inline bool quant_samples_mean(const QuantRequest& r, const QuantProblem& p) {
+  return r.smooth && token_local_gran(r.gran) && p.mean_sample_tokens > 0 && p.seq_len > p.mean_sample_tokens;
+}
+
 // The one-pass form (head_sync.cuh) serves statistics of whole heads (smoothing means, per_channel
 // scales; not per_tensor, whose abs-max spans every head) when one head's tiles fit in half of the
-// resident blocks: a head's tiles are then all resident while they wait for one another.
+// resident blocks: a head's tiles are then all resident while they wait for one another. Not where the
+// mean comes from a sample: the quantizer then reads the input once plus a fixed sample, which is what
+// one pass would save, without the waiting.
 inline bool quant_one_pass(const QuantRequest& r, const QuantProblem& p) {
-  const bool head_stats = (r.smooth || r.gran == Gran::per_channel) && r.gran != Gran::per_tensor;
+  const bool head_stats = (r.smooth || r.gran == Gran::per_channel) && r.gran != Gran::per_tensor &&
+                          !quant_samples_mean(r, p);
   const bool words_fit = 1LL * p.batch * p.heads * sync_head_words(r.d) < (1LL << 30);   // zero_scratch_floats is an int
   return head_stats && words_fit && p.resident_blocks > 0 && 2LL * quant_tiles_per_head(r, p) <= p.resident_blocks;
 }
@@ -252,7 +280,12 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
       if (flags[i]) last = i;
     for (int i = 0; i <= last; ++i) row_flags += flags[i] ? ", true" : ", false";
   }
-  const unsigned splits = static_cast<unsigned>(stats_splits(p.seq_len));
+  // Statistics passes of a sampled mean carry the sample size S as a template argument (and "_s<S>" in
+  // their tag, which names the kernel); a plan without a sample renders the names it always had.
+  const int sample = quant_samples_mean(r, p) ? p.mean_sample_tokens : 0;
+  const std::string sample_arg = sample ? ", " + std::to_string(sample) : "";
+  const std::string sample_tag = sample ? "_s" + std::to_string(sample) : "";
+  const unsigned splits = static_cast<unsigned>(stats_splits(stats_tokens(p.seq_len, sample)));
   const unsigned heads = static_cast<unsigned>(p.heads), batch = static_cast<unsigned>(p.batch);
   const bool per_tensor = r.gran == Gran::per_tensor;
   const bool needs_stats = r.smooth || r.gran == Gran::per_channel;
@@ -262,11 +295,12 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
     plan.scratch_floats = kSyncOffset + 1LL * sync_head_words(r.d) * p.heads * p.batch;
   } else if (needs_stats) {
     const bool min_max = per_tensor || r.gran == Gran::per_channel;   // an abs-max over whole heads
-    plan.launches.push_back({"qattn::quant::ChannelStats<" + in + ", " + d + ", " + (min_max ? "true" : "false") + ">",
-                             "channel_stats",
+    plan.launches.push_back({"qattn::quant::ChannelStats<" + in + ", " + d + ", " + (min_max ? "true" : "false") +
+                                 sample_arg + ">",
+                             "channel_stats" + sample_tag,
                              {splits, heads, batch}, static_cast<unsigned>(kThreads), 0, 0});
-    plan.launches.push_back({"qattn::quant::FinalizeStats<" + d + ", " + gran_id(r.gran) + ", " + sm + ">",
-                             "finalize_stats", {heads, batch, 1}, static_cast<unsigned>(r.d), 0,
+    plan.launches.push_back({"qattn::quant::FinalizeStats<" + d + ", " + gran_id(r.gran) + ", " + sm + sample_arg + ">",
+                             "finalize_stats" + sample_tag, {heads, batch, 1}, static_cast<unsigned>(r.d), 0,
                              per_tensor ? 1 : 0});
     plan.scratch_floats = kStatsOffset + 3LL * r.d * splits * p.heads * p.batch;
   } else if (per_tensor && r.block_mean) {

@@ -4,7 +4,11 @@
 //                 tokens of (b, h), written to the scratch statistics; FinalizeStats turns them into
 //                 means and scales. Smoothing per_token/per_block needs only the sums: without MinMax
 //                 a thread holds 8 accumulators instead of 24 and keeps twice as many loads in flight.
-// Grid of both: (stats_splits(seq_len), heads, batch); one block reads one chunk of one head.
+//                 SampleTokens > 0 (K smoothing with token-local scales, sums only): the chunks are of
+//                 the strided sample of stats_tokens(seq_len, SampleTokens) tokens (sampled_token,
+//                 quant_config.h) instead of the whole head, so the pass reads a fixed number of rows.
+// Grid of both: (stats_splits(tokens read: seq_len, or the sample's), heads, batch); one block reads one
+// chunk of one head.
 #pragma once
 
 #include "qattn/quant/head_sync.cuh"
@@ -12,11 +16,21 @@
 namespace qattn {
 namespace quant {
 
-// Calls f(Vec8) for this thread's vectors of tokens [s_begin, s_end) of (b, h). Several loads are issued
-// before any is consumed, so each thread keeps kUnroll 16-byte requests in flight.
-template <Fmt In, int D, int kUnroll, class F>
+// Rows of a chunk as tokens of the head: every token, or the strided sample (sampled_token).
+struct EveryToken {
+  __device__ __forceinline__ int operator()(int row) const { return row; }
+};
+struct SampledToken {
+  int seq_len, tokens;   // tokens = stats_tokens(seq_len, sample)
+  __device__ __forceinline__ int operator()(int row) const { return sampled_token(row, seq_len, tokens); }
+};
+
+// Calls f(Vec8) for this thread's vectors of rows [s_begin, s_end) of (b, h), row s being token
+// token_of(s). Several loads are issued before any is consumed, so each thread keeps kUnroll 16-byte
+// requests in flight.
+template <Fmt In, int D, int kUnroll, class F, class TokenOf = EveryToken>
 __device__ __forceinline__ void for_each_chunk_vector(const QuantParams& p, int b, int h, int s_begin,
-                                                      int s_end, F&& f) {
+                                                      int s_end, F&& f, TokenOf token_of = {}) {
   constexpr int kVecPerRow = D / kVecElems;
   constexpr int kLanesPerRow = lanes_per_row(D);   // > kVecPerRow at d = 96 only: those lanes read nothing
   constexpr int kRowsPerSweep = kThreads / kLanesPerRow;
@@ -28,7 +42,7 @@ __device__ __forceinline__ void for_each_chunk_vector(const QuantParams& p, int 
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int su = s + u * kRowsPerSweep;
-      if (su < s_end) raw[u] = load16(element_ptr<const unsigned short>(p.x, b, h, su, vec * kVecElems));
+      if (su < s_end) raw[u] = load16(element_ptr<const unsigned short>(p.x, b, h, token_of(su), vec * kVecElems));
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -57,20 +71,30 @@ struct TensorAmax {
   }
 };
 
-template <Fmt In, int D, bool MinMax>
+template <Fmt In, int D, bool MinMax, int SampleTokens = 0>
 struct ChannelStats {
   static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
+  static_assert(SampleTokens >= 0, "SampleTokens: 0 (every token) or the sample size");
+  static_assert(SampleTokens == 0 || !MinMax,
+                "a sample serves the smoothing mean only: its max and min would miss the tokens it skips");
   static constexpr int kThreads = quant::kThreads;
+  static constexpr int kUnroll = MinMax ? 4 : 8;
   using Partials = ChannelPartials<In, D, MinMax>;
 
   static __device__ void run(const QuantParams& p) {
     __shared__ float part[Partials::kSmemFloats];   // 8 or 24 KiB
     const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int tokens = stats_tokens(p.seq_len, SampleTokens);
     const int s_begin = split * kStatsChunkTokens;
-    const int s_end = min(p.seq_len, s_begin + kStatsChunkTokens);
+    const int s_end = min(tokens, s_begin + kStatsChunkTokens);
     Partials acc;
-    for_each_chunk_vector<In, D, MinMax ? 4 : 8>(p, b, h, s_begin, s_end, [&](const Vec8& x) { acc.add(x); });
-    float* out = stats_base(p) + stats_index(p, b, h, split, D);
+    const auto add = [&](const Vec8& x) { acc.add(x); };
+    if constexpr (SampleTokens > 0) {
+      for_each_chunk_vector<In, D, kUnroll>(p, b, h, s_begin, s_end, add, SampledToken{p.seq_len, tokens});
+    } else {
+      for_each_chunk_vector<In, D, kUnroll>(p, b, h, s_begin, s_end, add);
+    }
+    float* out = stats_base(p) + stats_index(p, b, h, split, stats_splits(tokens), D);
     acc.fold(part, [&](int c, float sum, float hi, float lo) {
       out[c] = sum;
       if (MinMax) {
