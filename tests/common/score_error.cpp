@@ -19,7 +19,10 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
   const std::vector<double> q_means = smooth_q ? q_block_means(q) : std::vector<double>();
   const QuantRef qr = quantize_reference(smooth_q ? subtract_q_block_means(q, q_means) : q,
                                          {gran, fragment ? 32 : group, qmax, false});
-  const QuantRef kr = quantize_reference(k, {gran, fragment ? 64 : group, qmax, smooth_k, k_mean_sample});
+  // The runtime samples K's mean only for token-local scales (quant_shape.h, quant_samples_mean);
+  // per_tensor and per_channel K keep the mean over every key.
+  const int sample = gran != Gran::per_tensor && gran != Gran::per_channel ? k_mean_sample : 0;
+  const QuantRef kr = quantize_reference(k, {gran, fragment ? 64 : group, qmax, smooth_k, sample});
   const int B = q.shape.batch, HQ = q.shape.heads, HK = k.shape.heads, QL = q.shape.seq, KL = k.shape.seq;
   const int D = q.shape.dim, G = HQ / HK;
   // Dense [b][h][s][c] copies: exact q, dequantized q̂, exact k - mean, dequantized k̂ without the mean.

@@ -8,7 +8,7 @@
 // `smooth_q` (smooth=q): q̂ = Q̂' + q̄̂ with Q' = Q minus its 64-row block means (quantized as Q) and q̄̂ the
 // kernel's two-code block means (qsmooth_reference.hpp).
 // `k_mean_sample`: K's mean over that many sampled keys (QuantConfig::mean_sample, the runtime's
-// k_mean_sample_tokens); 0: over every key.
+// k_mean_sample_tokens) where the runtime samples it (token-local scales); 0: over every key.
 #pragma once
 #include <vector>
 
