@@ -162,7 +162,8 @@ TEST(QuantShape, HeadStatisticsQuantizeInOnePassWhenAHeadFits) {
 // the one it always was. Never the one-pass form, even where a head would fit.
 TEST(QuantShape, SmoothedTokenLocalKTakesItsMeanFromTheSample) {
   const int sample = 1024, seq = 16384;
-  const unsigned sample_splits = static_cast<unsigned>(stats_splits(sample));   // 2
+  const unsigned sample_splits = static_cast<unsigned>(stats_splits(sample, kSampledChunkTokens));   // 16
+  EXPECT_EQ(sample_splits, 16u);
   for (Gran g : {Gran::per_token, Gran::per_block, Gran::per_warp, Gran::per_thread}) {
     const int group = g == Gran::per_token ? 0 : 64;
     const std::string gid = gran_id(g);
@@ -199,7 +200,7 @@ TEST(QuantShape, SmoothedTokenLocalKTakesItsMeanFromTheSample) {
   k4.qmax = 7;
   const QuantPlan plan4 = plan_quant(k4, QuantProblem{1, 4, 5000, 5000, 0, 700});
   EXPECT_EQ(plan4.launches[0].pass, "qattn::quant::ChannelStats<qattn::Fmt::fp16, 128, false, 700>");
-  expect_grid(plan4.launches[0], 2, 4, 1);
+  expect_grid(plan4.launches[0], 11, 4, 1);   // 700 = 10 chunks of 64 and one of 60
   EXPECT_EQ(plan4.launches[2].pass, "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_thread, 64, true, true>");
 }
 

@@ -24,7 +24,7 @@ TEST(QuantSlots, TheKMeanSampleReachesKOnly) {
     EXPECT_TRUE(quant::quant_samples_mean(slots[1].request, slots[1].problem));
     ASSERT_EQ(slots[1].plan.launches.size(), 3u);
     EXPECT_EQ(slots[1].plan.launches[0].tag, "channel_stats_s1024");
-    EXPECT_EQ(slots[1].plan.launches[0].grid[0], static_cast<unsigned>(quant::stats_splits(1024)));
+    EXPECT_EQ(slots[1].plan.launches[0].grid[0], 1024u / quant::kSampledChunkTokens);
     EXPECT_EQ(slots[2].plan.launches.size(), resident ? 1u : 3u);
     EXPECT_EQ(slots[2].plan.launches[0].tag, resident ? "quantize_transposed_1p" : "channel_stats");
   }

@@ -30,7 +30,7 @@ struct FinalizeStats {
     __shared__ float red[kThreads / 32];
     const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
     const int tokens = stats_tokens(p.seq_len, SampleTokens);
-    const int splits = stats_splits(tokens);
+    const int splits = stats_splits(tokens, stats_chunk_tokens(SampleTokens));
     const float* st = stats_base(p) + stats_index(p, b, h, 0, splits, D);
     const float inf = __int_as_float(0x7f800000);
     float sum = 0.f, hi = -inf, lo = inf;

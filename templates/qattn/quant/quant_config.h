@@ -40,8 +40,15 @@ constexpr int kSyncOffset = 4;
 constexpr int kOnePassMinBlocks = 2;
 QATTN_QUANT_HD constexpr int sync_head_words(int d) { return 4 + 4 * d; }
 
-QATTN_QUANT_HD constexpr int stats_splits(int seq_len) {
-  return seq_len <= kStatsChunkTokens ? 1 : (seq_len + kStatsChunkTokens - 1) / kStatsChunkTokens;
+// Tokens per block of a sampled statistics pass (SampleTokens > 0, below): a sample is a few rows per
+// head, and 512-token chunks left 2 blocks per head for S = 1024 (32 blocks for 16 heads, each reading
+// its rows one after another); 64-token chunks give 16 per head, enough to keep loads in flight.
+constexpr int kSampledChunkTokens = 64;
+QATTN_QUANT_HD constexpr int stats_chunk_tokens(int sample) { return sample > 0 ? kSampledChunkTokens : kStatsChunkTokens; }
+
+// Blocks (chunks) of a statistics pass over `tokens` tokens per head.
+QATTN_QUANT_HD constexpr int stats_splits(int tokens, int chunk = kStatsChunkTokens) {
+  return tokens <= chunk ? 1 : (tokens + chunk - 1) / chunk;
 }
 
 // Smoothing mean from a sample (K with token-local scales, QuantProblem::mean_sample_tokens): the

@@ -21,7 +21,7 @@
 //   block_mean (Q), token-wise         QuantizeRows<..., false, true>            (one pass: means and codes)
 //   block_mean (Q), per_tensor         BlockMeanAmax (zero amax_scratch[0] first), QuantizeRows<..., true>
 // Grids x blocks: ChannelStats, TensorAmax (stats_splits(seq_len), heads, batch) x 256 (the sampled
-//   ChannelStats: (stats_splits(S), heads, batch), only the sample's chunks);
+//   ChannelStats: (stats_splits(S, kSampledChunkTokens), heads, batch), only the sample's chunks);
 //   FinalizeStats (heads, batch, 1) x d; one pass (tiles * heads * batch, 1, 1) x 256, with at least
 //   kOnePassMinBlocks blocks per SM (QuantLaunch::min_blocks, for __launch_bounds__); QuantizeRows (ceil(seq_pad / tile), heads, batch) x 256 with
 //   tile = G for per_block, else kRowTileTokens (64: whole per_warp / per_thread groups); QuantizeTransposed (seq_pad / 128, heads, batch) x 256.
@@ -64,7 +64,7 @@
 //   Scratch (QuantParams::amax_scratch, scratch_floats fp32, never read back by the caller; one-pass
 //       plans lay it out as head_sync.cuh describes instead):
 //       [0] per_tensor abs-max (zeroed before the launch whose zero_scratch_floats says so);
-//       [kStatsOffset ...] per-chunk channel sum/max/min [batch][heads][stats_splits(tokens)][3][d]
+//       [kStatsOffset ...] per-chunk channel sum/max/min [batch][heads][stats_splits(tokens, chunk)][3][d]
 //       (max/min only written when the granularity needs them; tokens: seq_len, or S when sampled).
 // per_warp / per_thread groups (SageAttention2 §3.2 and its m16n8 mma fragments; the same mapping as
 // bench/accuracy_sim.hpp). Fixed by the spec, independent of the attention kernel's tiling. `group` of
@@ -285,7 +285,7 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
   const int sample = quant_samples_mean(r, p) ? p.mean_sample_tokens : 0;
   const std::string sample_arg = sample ? ", " + std::to_string(sample) : "";
   const std::string sample_tag = sample ? "_s" + std::to_string(sample) : "";
-  const unsigned splits = static_cast<unsigned>(stats_splits(stats_tokens(p.seq_len, sample)));
+  const unsigned splits = static_cast<unsigned>(stats_splits(stats_tokens(p.seq_len, sample), stats_chunk_tokens(sample)));
   const unsigned heads = static_cast<unsigned>(p.heads), batch = static_cast<unsigned>(p.batch);
   const bool per_tensor = r.gran == Gran::per_tensor;
   const bool needs_stats = r.smooth || r.gran == Gran::per_channel;

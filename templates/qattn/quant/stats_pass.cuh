@@ -6,9 +6,10 @@
 //                 a thread holds 8 accumulators instead of 24 and keeps twice as many loads in flight.
 //                 SampleTokens > 0 (K smoothing with token-local scales, sums only): the chunks are of
 //                 the strided sample of stats_tokens(seq_len, SampleTokens) tokens (sampled_token,
-//                 quant_config.h) instead of the whole head, so the pass reads a fixed number of rows.
-// Grid of both: (stats_splits(tokens read: seq_len, or the sample's), heads, batch); one block reads one
-// chunk of one head.
+//                 quant_config.h) instead of the whole head, so the pass reads a fixed number of rows,
+//                 in chunks of kSampledChunkTokens (64) so that there are enough blocks.
+// Grid of both: (stats_splits(tokens read: seq_len, or the sample's; chunk), heads, batch); one block
+// reads one chunk of one head.
 #pragma once
 
 #include "qattn/quant/head_sync.cuh"
@@ -85,8 +86,9 @@ struct ChannelStats {
     __shared__ float part[Partials::kSmemFloats];   // 8 or 24 KiB
     const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int tokens = stats_tokens(p.seq_len, SampleTokens);
-    const int s_begin = split * kStatsChunkTokens;
-    const int s_end = min(tokens, s_begin + kStatsChunkTokens);
+    constexpr int kChunk = stats_chunk_tokens(SampleTokens);
+    const int s_begin = split * kChunk;
+    const int s_end = min(tokens, s_begin + kChunk);
     Partials acc;
     const auto add = [&](const Vec8& x) { acc.add(x); };
     if constexpr (SampleTokens > 0) {
@@ -94,7 +96,7 @@ struct ChannelStats {
     } else {
       for_each_chunk_vector<In, D, kUnroll>(p, b, h, s_begin, s_end, add);
     }
-    float* out = stats_base(p) + stats_index(p, b, h, split, stats_splits(tokens), D);
+    float* out = stats_base(p) + stats_index(p, b, h, split, stats_splits(tokens, kChunk), D);
     acc.fold(part, [&](int c, float sum, float hi, float lo) {
       out[c] = sum;
       if (MinMax) {
