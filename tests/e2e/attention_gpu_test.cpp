@@ -16,6 +16,7 @@
 #include "qattn/search_space.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_buffer.hpp"
+#include "tests/common/attention_case.hpp"
 #include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/kernel_forms.hpp"
@@ -126,12 +127,9 @@ TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
       const std::uint64_t seed = test::fresh_seed();
       const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
       SCOPED_TRACE(to_string(p) + " " + test::to_string(c.layout) + " " + form_name(form) + " " + test::seed_note(seed));
-      HostTensor q = test::random_tensor({p.batch, p.heads_q, p.q_len, d}, c.layout, test::q_like(), seed);
-      HostTensor k = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::k_like(), seed + 1);
-      HostTensor v = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::v_like(), seed + 2);
-      for (HostTensor* t : {&q, &k, &v}) test::round_to(*t, io);
-      std::vector<double> lse_ref;
-      const HostTensor ref = test::reference_attention(q, k, v, {spec.causal, 0.0}, &lse_ref, c.layout);
+      const test::AttentionCase data = test::attention_case(p, d, spec.causal, c.layout, io, seed);
+      const HostTensor &q = data.q, &k = data.k, &v = data.v, &ref = data.ref;
+      const std::vector<double>& lse_ref = data.lse;
 
       Uploaded in = upload_call(spec, p, q, k, v);
       std::vector<float> lse_poison(lse_ref.size());

@@ -21,6 +21,7 @@
 #include "runtime/device.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/helper_kernels.hpp"
+#include "tests/common/attention_case.hpp"
 #include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/kernel_forms.hpp"
@@ -155,12 +156,9 @@ TEST_P(PvFormats, EveryLengthLayoutAndMask) {
       const std::uint64_t seed = test::fresh_seed();
       const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
       SCOPED_TRACE(to_string(p) + " " + test::to_string(c.layout) + " " + test::form_name(form) + " " + test::seed_note(seed));
-      HostTensor q = test::random_tensor({p.batch, p.heads_q, p.q_len, d}, c.layout, test::q_like(), seed);
-      HostTensor k = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::k_like(), seed + 1);
-      HostTensor v = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::v_like(), seed + 2);
-      for (HostTensor* t : {&q, &k, &v}) test::round_to(*t, io);
-      std::vector<double> lse_ref;
-      const HostTensor ref = test::reference_attention(q, k, v, {spec.causal, 0.0}, &lse_ref, c.layout);
+      const test::AttentionCase data = test::attention_case(p, d, spec.causal, c.layout, io, seed);
+      const HostTensor &q = data.q, &k = data.k, &v = data.v, &ref = data.ref;
+      const std::vector<double>& lse_ref = data.lse;
       const Result got = run_call(runtime, spec, p, q, k, v, ref, lse_ref.size(), stream, form);
       const test::ErrorMetrics m = test::compare(ref, got.out);
       std::printf("[ metrics ] %-86s %-30s %-22s %s\n", GetParam(), (to_string(p) + " " + test::to_string(c.layout)).c_str(),
@@ -302,12 +300,9 @@ TEST_F(OnePassQuantization, MatchesTheStatisticsPassEndToEnd) {
       const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
       SCOPED_TRACE(std::string(text) + " " + to_string(p) + " " + test::seed_note(seed));
       const int d = spec.head_dim;
-      HostTensor q = test::random_tensor({p.batch, p.heads_q, p.q_len, d}, c.layout, test::q_like(), seed);
-      HostTensor k = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::k_like(), seed + 1);
-      HostTensor v = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::v_like(), seed + 2);
-      for (HostTensor* t : {&q, &k, &v}) test::round_to(*t, spec.out);
-      std::vector<double> lse_ref;
-      const HostTensor ref = test::reference_attention(q, k, v, {spec.causal, 0.0}, &lse_ref, c.layout);
+      const test::AttentionCase data = test::attention_case(p, d, spec.causal, c.layout, spec.out, seed);
+      const HostTensor &q = data.q, &k = data.k, &v = data.v, &ref = data.ref;
+      const std::vector<double>& lse_ref = data.lse;
       const Result a = run_call(rt_two, spec, p, q, k, v, ref, lse_ref.size(), stream);
       const Result b = run_call(rt_one, spec, p, q, k, v, ref, lse_ref.size(), stream);
       const test::ErrorMetrics ma = test::compare(ref, a.out), mb = test::compare(ref, b.out), mab = test::compare(a.out, b.out);
@@ -354,12 +349,9 @@ TEST_F(KMeanSample, MatchesTheFullMeanEndToEnd) {
       const auto slots = rt::quant_slots(spec, p, false, 0, sample);
       ASSERT_TRUE(quant::quant_samples_mean(slots[1].request, slots[1].problem));
       const int d = spec.head_dim;
-      HostTensor q = test::random_tensor({p.batch, p.heads_q, p.q_len, d}, c.layout, test::q_like(), seed);
-      HostTensor k = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::k_like(), seed + 1);
-      HostTensor v = test::random_tensor({p.batch, p.heads_kv, p.kv_len, d}, c.layout, test::v_like(), seed + 2);
-      for (HostTensor* t : {&q, &k, &v}) test::round_to(*t, spec.out);
-      std::vector<double> lse_ref;
-      const HostTensor ref = test::reference_attention(q, k, v, {spec.causal, 0.0}, &lse_ref, c.layout);
+      const test::AttentionCase data = test::attention_case(p, d, spec.causal, c.layout, spec.out, seed);
+      const HostTensor &q = data.q, &k = data.k, &v = data.v, &ref = data.ref;
+      const std::vector<double>& lse_ref = data.lse;
       const Result a = run_call(rt_full, spec, p, q, k, v, ref, lse_ref.size(), stream);
       const Result b = run_call(rt_sampled, spec, p, q, k, v, ref, lse_ref.size(), stream);
       const test::ErrorMetrics ma = test::compare(ref, a.out), mb = test::compare(ref, b.out), mab = test::compare(a.out, b.out);
