@@ -19,6 +19,7 @@
 #include "qattn/error.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/search_space.hpp"
+#include "qattn/validate.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
@@ -32,6 +33,8 @@ const char* kSpecs[] = {
     "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k",
     "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=kv",
     "prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=128 causal gqa=4 smooth=k",
+    // SageAttention2's format: FP8 P·V needs sm_89+ (skipped, with the reason, elsewhere); wgmma on sm_90a.
+    "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal gqa=4 smooth=kv",
 };
 
 const char* kDecodeSpecs[] = {
@@ -241,6 +244,10 @@ int compile_only(qattn::Runtime& runtime, const std::string& why) {
     for (const char* text : texts) {
       qattn::Spec spec = qattn::parse_spec(text);
       spec.arch = arch;
+      if (const qattn::Verdict v = qattn::validate(spec); !v) {   // e.g. FP8 P·V before sm_89
+        std::printf("%-88s skipped: %s\n", (std::string(text) + " arch=" + qattn::to_string(arch)).c_str(), v.reason.c_str());
+        continue;
+      }
       const qattn::CompiledKernel k = runtime.compile(spec, qattn::default_tiling(spec, qattn::default_limits(arch)));
       std::printf("%-88s %5d %6d %7.0fms%s\n", k.kernel_name.c_str(), k.registers, k.spill_bytes, k.compile_ms,
                   k.from_cache ? " (cached)" : "");
@@ -269,6 +276,10 @@ int main(int argc, char** argv) {
     int failed = 0;
     for (const char* text : kSpecs) {
       const qattn::Spec spec = runtime.resolve(qattn::parse_spec(text));
+      if (const qattn::Verdict v = qattn::validate(spec); !v) {   // e.g. FP8 P·V on a GPU before sm_89
+        std::printf("%-80s skipped on this GPU: %s\n", text, v.reason.c_str());
+        continue;
+      }
       const qattn::Kernel& k = runtime.kernel(spec, problem);
       const auto acc = runtime.check(spec, problem, (static_cast<unsigned long long>(rd()) << 32) ^ rd());
       const double us = qattn::median(runtime.benchmark(spec, problem));
