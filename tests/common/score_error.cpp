@@ -5,6 +5,7 @@
 #include <cmath>
 #include <thread>
 
+#include "qattn/quant/quant_config.h"
 #include "tests/common/qsmooth_reference.hpp"
 #include "tests/common/quant_reference.hpp"
 #include "tests/common/reference_attention.hpp"
@@ -21,7 +22,7 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
                                          {gran, fragment ? 32 : group, qmax, false});
   // The runtime samples K's mean only for token-local scales (quant_shape.h, quant_samples_mean);
   // per_tensor and per_channel K keep the mean over every key.
-  const int sample = gran != Gran::per_tensor && gran != Gran::per_channel ? k_mean_sample : 0;
+  const int sample = quant::token_local_gran(gran) ? k_mean_sample : 0;
   const QuantRef kr = quantize_reference(k, {gran, fragment ? 64 : group, qmax, smooth_k, sample});
   const int B = q.shape.batch, HQ = q.shape.heads, HK = k.shape.heads, QL = q.shape.seq, KL = k.shape.seq;
   const int D = q.shape.dim, G = HQ / HK;

@@ -137,6 +137,26 @@ LseCheck check_lse(const Spec& spec, const HostTensor& q, const HostTensor& k, c
   return r;
 }
 
+// One fresh case through two runtimes whose options differ in one respect: the data, both results, each
+// against float64 and the two against each other.
+struct TwoRuns {
+  test::AttentionCase data;
+  Result a, b;
+  test::ErrorMetrics ma, mb, between;
+};
+TwoRuns run_both(Runtime& first, Runtime& second, const Spec& spec, const Problem& p, Layout layout, std::uint64_t seed,
+                 rt::Stream& stream) {
+  TwoRuns r;
+  r.data = test::attention_case(p, spec.head_dim, spec.causal, layout, spec.out, seed);
+  const test::AttentionCase& d = r.data;
+  r.a = run_call(first, spec, p, d.q, d.k, d.v, d.ref, d.lse.size(), stream);
+  r.b = run_call(second, spec, p, d.q, d.k, d.v, d.ref, d.lse.size(), stream);
+  r.ma = test::compare(d.ref, r.a.out);
+  r.mb = test::compare(d.ref, r.b.out);
+  r.between = test::compare(r.a.out, r.b.out);
+  return r;
+}
+
 class PvFormats : public test::GpuTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(PvFormats, EveryLengthLayoutAndMask) {
@@ -299,13 +319,8 @@ TEST_F(OnePassQuantization, MatchesTheStatisticsPassEndToEnd) {
       const std::uint64_t seed = test::fresh_seed();
       const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
       SCOPED_TRACE(std::string(text) + " " + to_string(p) + " " + test::seed_note(seed));
-      const int d = spec.head_dim;
-      const test::AttentionCase data = test::attention_case(p, d, spec.causal, c.layout, spec.out, seed);
-      const HostTensor &q = data.q, &k = data.k, &v = data.v, &ref = data.ref;
-      const std::vector<double>& lse_ref = data.lse;
-      const Result a = run_call(rt_two, spec, p, q, k, v, ref, lse_ref.size(), stream);
-      const Result b = run_call(rt_one, spec, p, q, k, v, ref, lse_ref.size(), stream);
-      const test::ErrorMetrics ma = test::compare(ref, a.out), mb = test::compare(ref, b.out), mab = test::compare(a.out, b.out);
+      const TwoRuns r = run_both(rt_two, rt_one, spec, p, c.layout, seed, stream);
+      const test::ErrorMetrics &ma = r.ma, &mb = r.mb, &mab = r.between;
       std::printf("[ one-pass ] %-80s %-28s two-pass %s | one-pass %s | between %s\n", text, to_string(p).c_str(),
                   ma.report().c_str(), mb.report().c_str(), mab.report().c_str());
       EXPECT_EQ(mb.nonfinite, 0);
@@ -348,13 +363,8 @@ TEST_F(KMeanSample, MatchesTheFullMeanEndToEnd) {
       // The runtime's K plan with the sample reads only the sample in its statistics pass.
       const auto slots = rt::quant_slots(spec, p, false, 0, sample);
       ASSERT_TRUE(quant::quant_samples_mean(slots[1].request, slots[1].problem));
-      const int d = spec.head_dim;
-      const test::AttentionCase data = test::attention_case(p, d, spec.causal, c.layout, spec.out, seed);
-      const HostTensor &q = data.q, &k = data.k, &v = data.v, &ref = data.ref;
-      const std::vector<double>& lse_ref = data.lse;
-      const Result a = run_call(rt_full, spec, p, q, k, v, ref, lse_ref.size(), stream);
-      const Result b = run_call(rt_sampled, spec, p, q, k, v, ref, lse_ref.size(), stream);
-      const test::ErrorMetrics ma = test::compare(ref, a.out), mb = test::compare(ref, b.out), mab = test::compare(a.out, b.out);
+      const TwoRuns r = run_both(rt_full, rt_sampled, spec, p, c.layout, seed, stream);
+      const test::ErrorMetrics &ma = r.ma, &mb = r.mb, &mab = r.between;
       std::printf("[ k-mean ] %-80s %-28s full mean: cos %.7f relL2 %.3e maxAbs %.3e | sampled (%d): cos %.7f relL2 %.3e "
                   "maxAbs %.3e | between: cos %.7f relL2 %.3e maxAbs %.3e\n",
                   text, to_string(p).c_str(), ma.cosine, ma.rel_l2, ma.max_abs, sample, mb.cosine, mb.rel_l2, mb.max_abs,
@@ -363,7 +373,8 @@ TEST_F(KMeanSample, MatchesTheFullMeanEndToEnd) {
       EXPECT_EQ(mb.nonfinite, 0);
       EXPECT_GE(ma.cosine, 0.999) << ma.report();
       EXPECT_GE(mb.cosine, 0.999) << mb.report();
-      const LseCheck la = check_lse(spec, q, k, lse_ref, a.lse), lb = check_lse(spec, q, k, lse_ref, b.lse, sample);
+      const test::AttentionCase& d = r.data;
+      const LseCheck la = check_lse(spec, d.q, d.k, d.lse, r.a.lse), lb = check_lse(spec, d.q, d.k, d.lse, r.b.lse, sample);
       std::printf("[ k-mean ] LSE excess over the bound: full mean %.3e, sampled %.3e\n", la.excess, lb.excess);
       EXPECT_EQ(la.bad, 0);
       EXPECT_EQ(lb.bad, 0);

@@ -58,6 +58,11 @@ QATTN_QUANT_HD constexpr int stats_splits(int tokens, int chunk = kStatsChunkTok
 QATTN_QUANT_HD constexpr int stats_tokens(int seq_len, int sample) {
   return sample > 0 && sample < seq_len ? sample : seq_len;
 }
+// Scales computed from each row's (or row group's) own values: the granularities whose smoothing mean
+// may come from a sample (stats_tokens); per_tensor and per_channel need statistics of every token.
+QATTN_QUANT_HD constexpr bool token_local_gran(Gran g) {
+  return g == Gran::per_token || g == Gran::per_block || g == Gran::per_warp || g == Gran::per_thread;
+}
 // Token of sample i < tokens (= stats_tokens(seq_len, sample)): the middle token of the i-th of `tokens`
 // equal strides of the sequence, so the sample spreads over the whole head and takes the first token
 // (often an outlier in LLM keys: the attention sink) only when a stride is shorter than 2 tokens. Every

@@ -224,10 +224,6 @@ inline int quant_tiles_per_head(const QuantRequest& r, const QuantProblem& p) {
   return (p.seq_pad + tile - 1) / tile;
 }
 
-inline bool token_local_gran(Gran g) {
-  return g == Gran::per_token || g == Gran::per_block || g == Gran::per_warp || g == Gran::per_thread;
-}
-
 // The smoothing mean from a strided sample of p.mean_sample_tokens tokens (see Mean at the top): the
 // scales are then computed from the smoothed rows alone (token-local), so the statistics pass only
 // needs a good estimate of the channel bias and reads S rows per head instead of seq_len.
