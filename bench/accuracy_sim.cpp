@@ -1,5 +1,7 @@
 #include "bench/accuracy_sim.hpp"
 
+#include "qattn/quant/quant_config.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -99,6 +101,13 @@ std::vector<double> channel_mean(const Mat& x) {
   return m;
 }
 
+Mat rotate_rows(const Mat& x, Role side) {
+  Mat y = x;
+  for (int r = 0; r < y.rows; ++r)
+    qattn::quant::rotate_row_reference(&y.at(r, 0), y.cols, side == Role::q ? qattn::quant::kRotateQ : qattn::quant::kRotateK);
+  return y;
+}
+
 Mat subtract(const Mat& x, const std::vector<double>& mean) {
   Mat y = x;
   for (int r = 0; r < x.rows; ++r)
@@ -173,13 +182,13 @@ Mat simulate_attention(const Mat& q, const Mat& k, const Mat& v, const std::vect
         for (int c = 0; c < d; ++c) qs.at(r, c) -= qmean.at(b, c);
     }
   }
-  Mat qh = qs, kh = ks;
+  Mat qh = cfg.rotate ? rotate_rows(qs, Role::q) : qs, kh = cfg.rotate ? rotate_rows(ks, Role::k) : ks;
   if (cfg.qk_fp8) {
-    qh = e4m3_per_tensor(qs);
-    kh = e4m3_per_tensor(ks);
+    qh = e4m3_per_tensor(qh);
+    kh = e4m3_per_tensor(kh);
   } else if (cfg.qk_qmax > 0) {
-    qh = quantize_int(qs, cfg.gran, Role::q, cfg.qk_qmax).deq;
-    kh = quantize_int(ks, cfg.gran, Role::k, cfg.qk_qmax).deq;
+    qh = quantize_int(qh, cfg.gran, Role::q, cfg.qk_qmax).deq;
+    kh = quantize_int(kh, cfg.gran, Role::k, cfg.qk_qmax).deq;
   }
   // P·V side.
   std::vector<double> vmean;

@@ -50,6 +50,10 @@ Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax);
 double round_fp16(double x);
 double round_e4m3(double x);
 
+// Every row through the signed Hadamard rotation of quant_config.h as the kernels apply it: Q side (H S x)
+// or K side (H S x / B), so that rotated Q rows · rotated K rows equal the originals' dot products.
+Mat rotate_rows(const Mat& x, Role side);
+
 // Per-channel mean over rows; x minus it.
 std::vector<double> channel_mean(const Mat& x);
 Mat subtract(const Mat& x, const std::vector<double>& mean);
@@ -71,6 +75,8 @@ struct SimConfig {
   bool smooth_k = false;       // K - mean_tokens(K): softmax-invariant
   bool smooth_q = false;       // Q - mean of its 128-row block, plus ΔS = mean · K'ᵀ in float64
   bool qk_fp8 = false;         // Q and K per-tensor e4m3 (scale amax/448) instead of integers
+  bool rotate = false;         // Q and K (after smoothing) through the signed Hadamard rotation of
+                               // quant_config.h before quantization (QuaRot; SageAttention2's HadmdAttn)
   PFormat p = PFormat::exact;
   VFormat v = VFormat::exact;
   bool smooth_v = false;       // V - mean_tokens(V), mean added back to O

@@ -119,18 +119,26 @@ void granularity_section(std::ostream& out, const std::vector<const Dataset*>& s
          "stay float64, so the numbers isolate the Q·Kᵀ error. Each cell: **cosine / relative L1 / RMSE** of the\n"
          "attention output against exact float64 attention. Smoothing: K = K − mean_tokens(K) (exact under\n"
          "softmax); Q = Q − mean of its 128-row block, with ΔS = mean·K'ᵀ added to the logits in float64\n"
-         "(SageAttention2 §3.3, Eq. 6).\n\n";
+         "(SageAttention2 §3.3, Eq. 6). Hadamard: Q and K (after any smoothing) multiplied by the signed Hadamard\n"
+         "matrix of qattn's rotate=hadamard (templates/qattn/quant/quant_config.h), which leaves Q·Kᵀ unchanged and\n"
+         "spreads a large channel over its block (QuaRot; SageAttention2's HadmdAttn baseline).\n\n";
   const Gran grans[] = {Gran::per_tensor, Gran::per_block, Gran::per_warp, Gran::per_thread, Gran::per_token};
+  // The last two: Q and K through the signed Hadamard rotation before quantization (rotate=hadamard;
+  // SageAttention2's HadmdAttn baseline alone, and with smooth K as qattn runs it).
   struct Smooth {
     const char* name;
-    bool q, k;
-  } smooths[] = {{"none", false, false}, {"smooth K", false, true}, {"smooth Q", true, false}, {"smooth Q+K", true, true}};
+    bool q, k, rotate;
+  } smooths[] = {{"none", false, false, false},     {"smooth K", false, true, false},
+                 {"smooth Q", true, false, false},  {"smooth Q+K", true, true, false},
+                 {"Hadamard", false, false, true}, {"smooth K + Hadamard", false, true, true}};
   for (const Dataset* set : sets) {
     const Evaluator ev(*set, rows_wanted);
     out << "### " << set->name << " (" << set->q.size() << " head(s), " << set->q[0].rows << " tokens, d=" << kDim
         << ", " << ev.rows.size() << " query rows per head)\n\n| bits | granularity |";
     for (const Smooth& s : smooths) out << " " << s.name << " |";
-    out << "\n|---|---|---|---|---|---|\n";
+    out << "\n|---|---|";
+    for (size_t i = 0; i < sizeof(smooths) / sizeof(smooths[0]); ++i) out << "---|";
+    out << "\n";
     for (int qmax : {127, 7}) {
       for (Gran g : grans) {
         out << "| " << (qmax == 127 ? "INT8" : "INT4") << " | " << to_string(g) << " |";
@@ -140,6 +148,7 @@ void granularity_section(std::ostream& out, const std::vector<const Dataset*>& s
           c.gran = g;
           c.smooth_q = s.q;
           c.smooth_k = s.k;
+          c.rotate = s.rotate;
           out << " " << cell(ev.run(c)) << " |";
         }
         out << "\n";

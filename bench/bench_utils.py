@@ -64,6 +64,11 @@ QATTN_VARIANTS = {
     "qattn_int8_fp16": "prefill qk=int8:per_warp pv=fp16 out=fp16 d={d}{causal} smooth=k",
     "qattn_int8_fp16_acc16": "prefill qk=int8:per_warp pv=fp16 out=fp16 d={d}{causal} accum=fp16 smooth=k",
     "qattn_int4_fp8": "prefill qk=int4:per_warp pv=fp8e4m3:per_channel out=fp16 d={d}{causal} smooth=qkv",
+    # The same two with Q and K through the Hadamard rotation (rotate=hadamard) before quantization.
+    "qattn_int8_fp8_rot": "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d={d}{causal} smooth=kv "
+                          "rotate=hadamard",
+    "qattn_int4_fp8_rot": "prefill qk=int4:per_warp pv=fp8e4m3:per_channel out=fp16 d={d}{causal} smooth=qkv "
+                          "rotate=hadamard",
 }
 # The variants of the default grid (issue 2's table); --grid formats runs them all.
 DEFAULT_VARIANTS = ["sdpa_flash", "sdpa_cudnn", "qattn_fp16", "qattn_int8_per_token", "qattn_int8_per_block",

@@ -56,6 +56,12 @@ std::vector<Operand> operands(int d) {
   v.push_back({"Q rows per_token", {Fmt::fp16, Gran::per_token, 0, false, false, d}});
   v.push_back({"K rows per_token smooth", {Fmt::fp16, Gran::per_token, 0, true, false, d}});
   v.push_back({"K rows per_warp smooth", {Fmt::fp16, Gran::per_warp, 64, true, false, d}});
+  // rotate=hadamard: the same rows through the rotation (its shuffles and adds are the only change).
+  quant::QuantRequest q_rot{Fmt::fp16, Gran::per_warp, 32, false, false, d}, k_rot{Fmt::fp16, Gran::per_warp, 64, true, false, d};
+  q_rot.rotate = quant::kRotateQ, k_rot.rotate = quant::kRotateK;
+  v.push_back({"Q rows per_warp", {Fmt::fp16, Gran::per_warp, 32, false, false, d}});
+  v.push_back({"Q rows per_warp rotated", q_rot});
+  v.push_back({"K rows per_warp smooth rotated", k_rot});
   v.push_back({"V^T int8 per_channel smooth", {Fmt::fp16, Gran::per_channel, 0, true, true, d}});
   quant::QuantRequest fp8{Fmt::fp16, Gran::per_channel, 0, true, true, d};
   fp8.code = Fmt::fp8e4m3;

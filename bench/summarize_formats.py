@@ -9,7 +9,7 @@ import json
 import sys
 
 FORMATS = ["qattn_int8_per_token", "qattn_int8_fp8", "qattn_int8_fp8_2lvl", "qattn_int8_fp16",
-           "qattn_int8_fp16_acc16", "qattn_int4_fp8", "qattn_fp16"]
+           "qattn_int8_fp16_acc16", "qattn_int4_fp8", "qattn_int8_fp8_rot", "qattn_int4_fp8_rot", "qattn_fp16"]
 
 
 def load_rows(paths):
@@ -21,7 +21,9 @@ def load_rows(paths):
 
 
 def cell(kernel, e2e):
-    if not kernel or kernel.get("error") or not kernel.get("time_ms"):
+    if not kernel:
+        return "–"   # not run
+    if kernel.get("error") or not kernel.get("time_ms"):
         return "failed"
     cos = (kernel.get("accuracy") or {}).get("cosine")
     over = e2e.get("quant_overhead") if e2e else None

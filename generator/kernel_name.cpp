@@ -58,7 +58,7 @@ bool parse_operand_code(std::string_view s, Operand& op) {
 [[noreturn]] void bad_name(std::string_view name, const std::string& why) {
   throw_bad_input("bad kernel name '" + std::string(name) + "': " + why +
                   "; expected qattn_<phase>_<arch>_qk<fmt><gran>_pv<fmt><gran>_o<fmt>_d<n>[_causal][_gqa<n>]"
-                  "[_sk<n>][_smx<mode>][_acc<mode>][_smooth<qkv>][_paged][_gemv]__bm<n>_bn<n>_w<n>_s<n>");
+                  "[_sk<n>][_smx<mode>][_acc<mode>][_smooth<qkv>][_rothad][_paged][_gemv]__bm<n>_bn<n>_w<n>_s<n>");
 }
 
 int parse_suffix_int(std::string_view name, std::string_view tok, std::string_view prefix) {
@@ -86,6 +86,7 @@ std::string spec_name(const Spec& s) {
   if (s.softmax != SoftmaxMode::exact) n += std::string("_smx") + code_of(kSoftmaxCodes, s.softmax);
   if (s.accum != Accum::fp32) n += std::string("_acc") + code_of(kAccumCodes, s.accum);
   if (s.smooth != kSmoothNone) n += "_smooth" + smooth_to_string(s.smooth);
+  if (s.rotate == Rotation::hadamard) n += "_rothad";
   if (s.paged) n += "_paged";
   if (s.flow == Dataflow::gemv) n += "_gemv";
   return n;
@@ -123,6 +124,7 @@ ParsedKernelName parse_kernel_name(std::string_view name) {
     if (t == "causal") s.causal = true;
     else if (t == "paged") s.paged = true;
     else if (t == "gemv") s.flow = Dataflow::gemv;
+    else if (t == "rothad") s.rotate = Rotation::hadamard;
     else if (text::starts_with(t, "gqa")) s.gqa = parse_suffix_int(name, t, "gqa");
     else if (text::starts_with(t, "sk")) s.split_k = parse_suffix_int(name, t, "sk");
     else if (text::starts_with(t, "smx")) {

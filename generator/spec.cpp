@@ -31,6 +31,7 @@ const Named<SoftmaxMode> kSoftmax[] = {{SoftmaxMode::exact, "exact"},
                                        {SoftmaxMode::unified_max, "unified_max"},
                                        {SoftmaxMode::sas, "sas"}};
 const Named<Dataflow> kFlows[] = {{Dataflow::mma, "mma"}, {Dataflow::gemv, "gemv"}, {Dataflow::automatic, "auto"}};
+const Named<Rotation> kRotations[] = {{Rotation::none, "none"}, {Rotation::hadamard, "hadamard"}};
 const Named<Accum> kAccums[] = {{Accum::fp32, "fp32"}, {Accum::fp16, "fp16"}, {Accum::two_level, "two_level"}};
 
 template <class E, size_t N>
@@ -110,6 +111,7 @@ const char* to_string(Fmt v) { return name_of(kFmts, v); }
 const char* to_string(Gran v) { return name_of(kGrans, v); }
 const char* to_string(SoftmaxMode v) { return name_of(kSoftmax, v); }
 const char* to_string(Accum v) { return name_of(kAccums, v); }
+const char* to_string(Rotation v) { return name_of(kRotations, v); }
 const char* to_string(Dataflow v) { return name_of(kFlows, v); }
 
 std::string smooth_to_string(int bits) {
@@ -128,7 +130,7 @@ int arch_cc(Arch arch) { return arch == Arch::sm_90a ? 90 : static_cast<int>(arc
 bool Spec::operator==(const Spec& o) const {
   return phase == o.phase && qk == o.qk && pv == o.pv && out == o.out && head_dim == o.head_dim &&
          causal == o.causal && gqa == o.gqa && split_k == o.split_k && softmax == o.softmax &&
-         accum == o.accum && smooth == o.smooth && paged == o.paged && flow == o.flow &&
+         accum == o.accum && smooth == o.smooth && rotate == o.rotate && paged == o.paged && flow == o.flow &&
          arch == o.arch;
 }
 
@@ -142,6 +144,7 @@ std::string to_string(const Spec& s) {
   if (s.softmax != SoftmaxMode::exact) os << " softmax=" << to_string(s.softmax);
   if (s.accum != Accum::fp32) os << " accum=" << to_string(s.accum);
   if (s.smooth != kSmoothNone) os << " smooth=" << smooth_to_string(s.smooth);
+  if (s.rotate != Rotation::none) os << " rotate=" << to_string(s.rotate);
   if (s.paged) os << " paged";
   if (s.flow != Dataflow::automatic) os << " flow=" << to_string(s.flow);
   if (s.arch != Arch::unset) os << " arch=" << to_string(s.arch);
@@ -172,7 +175,7 @@ Spec parse_spec(std::string_view input) {
         s.paged = true;
       } else {
         throw_bad_input("unknown spec token '" + tok +
-                        "'; accepted: prefill, decode, causal, paged, qk=, pv=, out=, d=, gqa=, splitk=, softmax=, accum=, smooth=, flow=, arch=");
+                        "'; accepted: prefill, decode, causal, paged, qk=, pv=, out=, d=, gqa=, splitk=, softmax=, accum=, smooth=, rotate=, flow=, arch=");
       }
       continue;
     }
@@ -199,13 +202,15 @@ Spec parse_spec(std::string_view input) {
       s.accum = value_of(kAccums, value, "accumulation mode");
     } else if (key == "smooth") {
       s.smooth = parse_smooth(value);
+    } else if (key == "rotate") {
+      s.rotate = value_of(kRotations, value, "rotation");
     } else if (key == "flow") {
       s.flow = value_of(kFlows, value, "dataflow");
     } else if (key == "arch") {
       s.arch = parse_arch(value);
     } else {
       throw_bad_input("unknown spec field '" + key +
-                      "'; accepted: qk=, pv=, out=, d=, gqa=, splitk=, softmax=, accum=, smooth=, flow=, arch=");
+                      "'; accepted: qk=, pv=, out=, d=, gqa=, splitk=, softmax=, accum=, smooth=, rotate=, flow=, arch=");
     }
   }
   if (!have_phase) throw_bad_input("spec has no phase; start it with prefill or decode");

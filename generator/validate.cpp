@@ -19,6 +19,8 @@ Verdict validate_float(const Spec& s) {
     return Verdict::no(std::string("qk=") + to_string(s.qk.fmt) + " writes out=" + to_string(s.qk.fmt) +
                        "; accepted: out equal to the input format");
   if (s.smooth != kSmoothNone) return Verdict::no("smoothing applies to quantized Q/K/V; accepted with qk=fp16|bf16: none");
+  if (s.rotate != Rotation::none)
+    return Verdict::no("rotate=" + std::string(to_string(s.rotate)) + " applies to quantized Q/K; accepted with qk=fp16|bf16: none");
   if (s.accum != Accum::fp32)
     return Verdict::no(std::string("accum=") + to_string(s.accum) +
                        " applies to quantized P·V (qk=int8 with pv=fp16|fp8e4m3); accepted with qk=fp16|bf16: fp32");
@@ -73,6 +75,10 @@ Verdict validate_int8(const Spec& s) {
       g != Gran::per_thread)
     return Verdict::no(qk + ":" + to_string(g) +
                        " is not supported; accepted: per_tensor, per_block, per_warp, per_thread, per_token");
+  if (s.rotate == Rotation::hadamard && g == Gran::per_tensor)
+    return Verdict::no(qk + ":per_tensor with rotate=hadamard: the rotation runs in the pass that computes each row's "
+                       "scale, and a per-tensor abs-max comes from an earlier pass over unrotated rows; accepted: "
+                       "per_block, per_warp, per_thread, per_token");
   if (Verdict v = validate_pv(s); !v) return v;
   if (!is_float(s.out)) return Verdict::no(std::string("out=") + to_string(s.out) + " is not supported; accepted: fp16, bf16");
   if ((s.smooth & kSmoothV) && s.pv.fmt == Fmt::int8 && s.pv.gran != Gran::per_channel)
@@ -97,6 +103,7 @@ Verdict validate_decode(const Spec& s) {
     return Verdict::no("decode d=" + std::to_string(s.head_dim) + " is not supported; accepted: 64, 128, 256");
   if (s.accum != Accum::fp32) return Verdict::no(std::string("accum=") + to_string(s.accum) + " applies to prefill; accepted for decode: fp32");
   if (s.smooth != kSmoothNone) return Verdict::no("smoothing applies to prefill; accepted for decode: none");
+  if (s.rotate != Rotation::none) return Verdict::no("rotate=" + std::string(to_string(s.rotate)) + " applies to prefill; accepted for decode: none");
   if (s.gqa < 1 || s.gqa > 64) return Verdict::no("gqa=" + std::to_string(s.gqa) + " is out of range; accepted: 1..64");
   return Verdict::yes();
 }

@@ -9,7 +9,7 @@ namespace {
 
 const char* kLseHeader = "qattn/attention/lse_correction.cuh";
 
-// qattn_quant_<in>_i8<gran>[_smooth][_qmean][_vt]_d<d>__<pass>: the quantization family of the name grammar.
+// qattn_quant_<in>_i8<gran>[_smooth][_qmean][_rotq|_rotk][_vt]_d<d>__<pass>: the quantization family of the name grammar.
 std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLaunch& l) {
   const std::string g = r.gran == Gran::per_token    ? "tok"
                         : r.gran == Gran::per_block  ? "blk" + std::to_string(r.group)
@@ -18,17 +18,18 @@ std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLa
                         : r.gran == Gran::per_tensor ? "ten"
                                                      : "chn";
   // _i8: one code per byte (int8, and int4's [-7, 7] codes: qmax is a launch parameter); _i4p: packed int4;
-  // _e4m3: fp8 V^T; _qmean: Q minus its 64-row block means (Q smoothing).
+  // _e4m3: fp8 V^T; _qmean: Q minus its 64-row block means (Q smoothing); _rotq / _rotk: the Hadamard
+  // rotation of the Q / K side (rotate=hadamard).
   return std::string("qattn_quant_") + (r.in == Fmt::bf16 ? "bf16" : "f16") +
          (r.code == Fmt::fp8e4m3 ? "_e4m3" : r.pack4 ? "_i4p" : "_i8") + g + (r.smooth ? "_smooth" : "") +
-         (r.block_mean ? "_qmean" : "") +
+         (r.block_mean ? "_qmean" : "") + (r.rotate == quant::kRotateQ ? "_rotq" : r.rotate == quant::kRotateK ? "_rotk" : "") +
          (r.transpose ? "_vt" : "") + "_d" + std::to_string(r.d) + "__" + l.tag;
 }
 
 }  // namespace
 
 std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool int4_mma, int resident_blocks,
-                                     int k_mean_sample_tokens) {
+                                     int k_mean_sample_tokens, bool q_fused) {
   const int d = spec.head_dim;
   // per_warp / per_thread: the Q mapping (group 32) and the K mapping (group 64) of quant_shape.h; the
   // scales come out expanded per row, so the attention kernel runs its per-token path.
@@ -47,6 +48,8 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool in
   slots[2].request.code = spec.pv.fmt == Fmt::fp8e4m3 ? Fmt::fp8e4m3 : Fmt::int8;
   slots[2].problem = {p.batch, p.heads_kv, p.kv_len, kv_pad};
   slots[2].active = spec.pv.fmt != Fmt::fp16;   // pv=fp16: the kernel reads V as given
+  slots[0].active = !q_fused;                     // _qf: the kernel quantizes Q as given
+  if (spec.rotate == Rotation::hadamard) slots[0].request.rotate = quant::kRotateQ, slots[1].request.rotate = quant::kRotateK;
   if (spec.qk.fmt == Fmt::int4)
     for (int i : {0, 1}) {
       slots[static_cast<size_t>(i)].request.qmax = 7;

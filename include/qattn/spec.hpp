@@ -12,6 +12,7 @@
 //   softmax=<mode>          exact | unified_max | sas                            (default exact)
 //   accum=<mode>            P·V accumulation: fp32 | fp16 | two_level            (default fp32)
 //   smooth=<q|k|v...>       smoothing steps, letters in the order q, k, v        (default none)
+//   rotate=<none|hadamard>  Q and K through a signed Hadamard rotation before quantization (default none)
 //   paged                   the KV cache is paged through a block table (decode)  (default contiguous)
 //   flow=<auto|mma|gemv>    decode dataflow: tuned per call, tensor cores, or CUDA cores (default auto)
 //   arch=<sm_XX>            sm_80 | sm_86 | sm_89 | sm_90 | sm_90a               (default: the device's)
@@ -32,6 +33,12 @@ enum class Phase : int { prefill = 0, decode = 1 };
 // A concrete target architecture; `unset` means "the device's own", filled in by the runtime.
 enum class Arch : int { unset = 0, sm_80 = 80, sm_86 = 86, sm_89 = 89, sm_90 = 90, sm_90a = 91 };
 
+// Rotation of Q and K before quantization (prefill, token-local Q/K scales): `hadamard` multiplies
+// each row by a fixed signed Hadamard matrix (templates/qattn/quant/quant_config.h), which leaves every
+// q·k unchanged and spreads a channel of large variance over its block, where smoothing (a mean
+// subtraction) cannot remove it (QuaRot; SageAttention2's HadmdAttn baseline).
+enum class Rotation : int { none = 0, hadamard = 1 };
+
 struct Operand {
   Fmt fmt = Fmt::fp16;
   Gran gran = Gran::none;
@@ -51,6 +58,7 @@ struct Spec {
   SoftmaxMode softmax = SoftmaxMode::exact;
   Accum accum = Accum::fp32;
   int smooth = kSmoothNone;   // SmoothBits
+  Rotation rotate = Rotation::none;
   bool paged = false;         // decode: KV cache addressed through a block table
   Dataflow flow = Dataflow::automatic;   // decode: chosen per call (tuned), tensor cores or CUDA cores
   Arch arch = Arch::unset;
@@ -72,6 +80,7 @@ const char* to_string(Gran);
 const char* to_string(SoftmaxMode);
 const char* to_string(Accum);
 const char* to_string(Dataflow);
+const char* to_string(Rotation);
 std::string smooth_to_string(int smooth_bits);   // "none", "k", "qk", "qkv" ...
 Arch parse_arch(std::string_view text);          // throws bad_input listing the accepted archs
 

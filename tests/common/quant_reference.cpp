@@ -24,6 +24,9 @@ void check_config(const QuantConfig& c) {
     throw std::invalid_argument("quantize_reference: per_warp / per_thread need group 32 (Q) or 64 (K)");
   if (!(c.qmax >= 1)) throw std::invalid_argument("quantize_reference: qmax must be >= 1");
   if (c.mean_sample < 0) throw std::invalid_argument("quantize_reference: mean_sample must be >= 0");
+  if (c.rotate != quant::kRotateNone &&
+      ((c.rotate != quant::kRotateQ && c.rotate != quant::kRotateK) || !quant::token_local_gran(c.gran)))
+    throw std::invalid_argument("quantize_reference: rotate takes kRotateQ or kRotateK with token-local scales");
 }
 
 int round_code(double q, double qmax) {
@@ -85,6 +88,21 @@ std::vector<double> channel_mean(const HostTensor& x, int sample) {
   return mean;
 }
 
+HostTensor centred_rows(const HostTensor& x, const std::vector<double>& mean, int rotate) {
+  HostTensor out = x;
+  const Shape& sh = x.shape;
+  std::vector<double> row(static_cast<size_t>(sh.dim));
+  for (int b = 0; b < sh.batch; ++b)
+    for (int h = 0; h < sh.heads; ++h)
+      for (int s = 0; s < sh.seq; ++s) {
+        for (int c = 0; c < sh.dim; ++c)
+          row[static_cast<size_t>(c)] = x.at(b, h, s, c) - (mean.empty() ? 0.0 : mean[head_index(sh, b, h) * sh.dim + c]);
+        if (rotate != quant::kRotateNone) quant::rotate_row_reference(row.data(), sh.dim, rotate);
+        for (int c = 0; c < sh.dim; ++c) out.at(b, h, s, c) = row[static_cast<size_t>(c)];
+      }
+  return out;
+}
+
 HostTensor subtract_channel_mean(const HostTensor& x, int sample) {
   const std::vector<double> mean = channel_mean(x, sample);
   HostTensor out = x;
@@ -103,6 +121,7 @@ QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config) {
   r.config = config;
   const Shape& sh = x.shape;
   if (config.smooth) r.mean = channel_mean(x, config.mean_sample);
+  const HostTensor xc = centred_rows(x, r.mean, config.rotate);   // x'
   r.scales.assign(config.gran == Gran::per_tensor ? 1 : static_cast<size_t>(r.scales_per_head()) * sh.batch * sh.heads,
                   0.0);
 
@@ -112,7 +131,7 @@ QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config) {
       for (int s = 0; s < sh.seq; ++s)
         for (int c = 0; c < sh.dim; ++c) {
           double& amax = r.scales[r.scale_index(b, h, s, c)];
-          amax = std::max(amax, std::fabs(x.at(b, h, s, c) - r.mean_at(b, h, c)));
+          amax = std::max(amax, std::fabs(xc.at(b, h, s, c)));
         }
   // per_warp / per_thread: the rows' abs-maxes so far; each row takes its group's max (expanded).
   if (is_fragment(config.gran))
@@ -137,8 +156,7 @@ QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config) {
       for (int s = 0; s < sh.seq; ++s)
         for (int c = 0; c < sh.dim; ++c, ++i) {
           const double scale = r.scale(b, h, s, c);
-          const double xs = x.at(b, h, s, c) - r.mean_at(b, h, c);
-          r.codes[i] = static_cast<std::int8_t>(scale > 0 ? round_code(xs / scale, config.qmax) : 0);
+          r.codes[i] = static_cast<std::int8_t>(scale > 0 ? round_code(xc.at(b, h, s, c) / scale, config.qmax) : 0);
         }
   return r;
 }
@@ -148,7 +166,8 @@ HostTensor QuantRef::dequantize() const {
   for (int b = 0; b < shape.batch; ++b)
     for (int h = 0; h < shape.heads; ++h)
       for (int s = 0; s < shape.seq; ++s)
-        for (int c = 0; c < shape.dim; ++c) t.at(b, h, s, c) = code(b, h, s, c) * scale(b, h, s, c) + mean_at(b, h, c);
+        for (int c = 0; c < shape.dim; ++c)
+          t.at(b, h, s, c) = code(b, h, s, c) * scale(b, h, s, c) + (config.rotate ? 0.0 : mean_at(b, h, c));
   return t;
 }
 
@@ -228,7 +247,13 @@ QuantCheck check_quantized(const HostTensor& x, const QuantRef& ref, const Quant
                                       std::to_string(want));
         }
 
-  // Codes, against the kernel's own mean and scale.
+  // Codes, against the kernel's own mean and scale (x' from the kernel's mean: rotated when rotating).
+  std::vector<double> kernel_mean;
+  if (cfg.smooth)
+    for (int b = 0; b < sh.batch; ++b)
+      for (int h = 0; h < sh.heads; ++h)
+        for (int c = 0; c < sh.dim; ++c) kernel_mean.push_back(got_mean(b, h, c));
+  const HostTensor xc = centred_rows(x, kernel_mean, cfg.rotate);
   for (int b = 0; b < sh.batch; ++b)
     for (int h = 0; h < sh.heads; ++h) {
       for (int s = 0; s < sh.seq; ++s)
@@ -236,7 +261,7 @@ QuantCheck check_quantized(const HostTensor& x, const QuantRef& ref, const Quant
           ++r.elements;
           const int have = got.codes[b * got.strides.sb + h * got.strides.sh + s * got.strides.ss + c * got.strides.sc];
           const double scale = got_scale(b, h, s, c);
-          const double q = scale > 0 ? (x.at(b, h, s, c) - got_mean(b, h, c)) / scale : 0.0;
+          const double q = scale > 0 ? xc.at(b, h, s, c) / scale : 0.0;
           const int want = scale > 0 ? round_code(q, cfg.qmax) : 0;
           const double tie_distance = std::fabs(q - std::floor(q) - 0.5);
           const bool tie_ok = std::abs(have - want) == 1 && tie_distance <= 1e-3;

@@ -11,6 +11,8 @@
 //     per_thread Q: rows {32k + g + 8i, i = 0..3} (g = 0..7); K: keys {64k + 8i + 2t, +1, i = 0..7} (t = 0..3)
 //     their scales are stored expanded, one per row (the per-token layout), as the kernels write them;
 //     a group cut by the sequence end takes the abs-max of its existing rows.
+//   rotate (kRotateQ / kRotateK of qattn/quant/quant_config.h, token-local scales): x' is the rotated
+//   x - mean_c (rotate_row_reference per row); mean_c itself is reported unrotated, as the kernels store it.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -29,6 +31,8 @@ struct QuantConfig {
   bool smooth = false;
   int mean_sample = 0;           // smoothing mean over this many tokens (the sample of quant_config.h's
                                  // sampled_token) when seq is longer; 0: every token
+  int rotate = 0;                // quant::kRotateNone | kRotateQ | kRotateK (per_token, per_block,
+                                 // per_warp, per_thread only)
 };
 
 struct QuantRef {
@@ -50,7 +54,7 @@ struct QuantRef {
   double mean_at(int b, int h, int c) const {
     return mean.empty() ? 0.0 : mean[(static_cast<size_t>(b) * shape.heads + h) * shape.dim + c];
   }
-  HostTensor dequantize() const;    // bhsd
+  HostTensor dequantize() const;    // bhsd; with rotate: the rotated rows code * scale (no mean added)
 };
 
 QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config);
@@ -62,6 +66,10 @@ int fragment_group(const QuantConfig& config, int s);
 // Tokens of a head of `seq` tokens that the smoothing mean covers, in order: every token, or with
 // 0 < sample < seq the quantizer's strided sample (sampled_token, qattn/quant/quant_config.h).
 std::vector<int> mean_tokens(int seq, int sample);
+
+// x' of the quantizer: x minus the per-channel `mean` ([b][h][c]; empty: none), each row then through
+// rotate_row_reference when `rotate` is set. Same shape and layout as x.
+HostTensor centred_rows(const HostTensor& x, const std::vector<double>& mean, int rotate);
 
 // Per-channel mean over the mean_tokens(seq, sample) of each (b, h) (all of them by default): [b][h][c].
 std::vector<double> channel_mean(const HostTensor& x, int sample = 0);

@@ -14,19 +14,26 @@ namespace qattn {
 namespace test {
 
 std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, Gran gran, int group, bool smooth_k,
-                                      bool causal, double qmax, bool smooth_q, int k_mean_sample) {
+                                      bool causal, double qmax, bool smooth_q, int k_mean_sample, bool rotate) {
   // per_warp / per_thread: Q and K take their own mappings (group 32 and 64); `group` is ignored.
   const bool fragment = gran == Gran::per_warp || gran == Gran::per_thread;
   const std::vector<double> q_means = smooth_q ? q_block_means(q) : std::vector<double>();
+  const int rot_q = rotate ? quant::kRotateQ : quant::kRotateNone, rot_k = rotate ? quant::kRotateK : quant::kRotateNone;
   const QuantRef qr = quantize_reference(smooth_q ? subtract_q_block_means(q, q_means) : q,
-                                         {gran, fragment ? 32 : group, qmax, false});
+                                         {gran, fragment ? 32 : group, qmax, false, 0, rot_q});
+  // The block means as the kernel reads them: rotated like the rows they came from.
+  std::vector<double> q_means_seen = q_means;
+  if (rotate)
+    for (size_t at = 0; at < q_means_seen.size(); at += static_cast<size_t>(q.shape.dim))
+      quant::rotate_row_reference(&q_means_seen[at], q.shape.dim, rot_q);
   // The runtime samples K's mean only for token-local scales (quant_shape.h, quant_samples_mean);
   // per_tensor and per_channel K keep the mean over every key.
   const int sample = quant::token_local_gran(gran) ? k_mean_sample : 0;
-  const QuantRef kr = quantize_reference(k, {gran, fragment ? 64 : group, qmax, smooth_k, sample});
+  const QuantRef kr = quantize_reference(k, {gran, fragment ? 64 : group, qmax, smooth_k, sample, rot_k});
   const int B = q.shape.batch, HQ = q.shape.heads, HK = k.shape.heads, QL = q.shape.seq, KL = k.shape.seq;
   const int D = q.shape.dim, G = HQ / HK;
-  // Dense [b][h][s][c] copies: exact q, dequantized q̂, exact k - mean, dequantized k̂ without the mean.
+  // Dense [b][h][s][c] copies: exact q, dequantized q̂, exact k - mean, dequantized k̂ without the mean
+  // (q̂ and k̂ rotated when rotating: their dot products are the unrotated ones).
   std::vector<double> qx(static_cast<size_t>(B) * HQ * QL * D), qh(qx.size());
   std::vector<double> kx(static_cast<size_t>(B) * HK * KL * D), kh(kx.size());
   for (int b = 0; b < B; ++b) {
@@ -34,7 +41,7 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
       for (int i = 0; i < QL; ++i) {
         MeanCodes mean;   // the block mean as the kernel multiplies it (smooth_q)
         if (smooth_q)
-          mean = quantize_mean(&q_means[((static_cast<size_t>(b) * HQ + h) * q_mean_blocks(QL) + i / kQMeanBlock) * D], D);
+          mean = quantize_mean(&q_means_seen[((static_cast<size_t>(b) * HQ + h) * q_mean_blocks(QL) + i / kQMeanBlock) * D], D);
         for (int c = 0; c < D; ++c) {
           const size_t at = ((static_cast<size_t>(b) * HQ + h) * QL + i) * D + c;
           qx[at] = q.at(b, h, i, c);

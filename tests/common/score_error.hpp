@@ -9,6 +9,8 @@
 // kernel's two-code block means (qsmooth_reference.hpp).
 // `k_mean_sample`: K's mean over that many sampled keys (QuantConfig::mean_sample, the runtime's
 // k_mean_sample_tokens) where the runtime samples it (token-local scales); 0: over every key.
+// `rotate` (rotate=hadamard): q̂ and k̂ are the rotated rows' codes (and Q's rotated block means), whose
+// dot products stand for the unrotated ones.
 #pragma once
 #include <vector>
 
@@ -19,7 +21,8 @@ namespace qattn {
 namespace test {
 
 std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, Gran gran, int group, bool smooth_k,
-                                      bool causal, double qmax = 127, bool smooth_q = false, int k_mean_sample = 0);
+                                      bool causal, double qmax = 127, bool smooth_q = false, int k_mean_sample = 0,
+                                      bool rotate = false);
 
 }  // namespace test
 }  // namespace qattn

@@ -87,6 +87,12 @@ const char* kSpecs[] = {
     "prefill qk=int8:per_thread pv=int8:per_channel out=bf16 d=128 causal smooth=kv",
     "prefill qk=int8:per_thread pv=int8:per_tensor out=fp16 d=128 gqa=4 smooth=k",
     "prefill qk=int8:per_thread pv=int8:per_channel out=fp16 d=64 gqa=4 smooth=kv",
+    // rotate=hadamard (Q and K rotated by the quantizers; the attention kernels are unchanged): the fp8
+    // P·V format of the benchmark (wgmma and mma.sync on the H100), d 96's blocks of 32, and Q smoothing
+    // with its rotated block means.
+    "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal gqa=4 smooth=kv rotate=hadamard",
+    "prefill qk=int8:per_token pv=int8:per_channel out=bf16 d=96 smooth=k rotate=hadamard",
+    "prefill qk=int8:per_thread pv=int8:per_channel out=fp16 d=64 causal smooth=qkv rotate=hadamard",
 };
 
 class AttentionVsReference : public test::GpuTest, public ::testing::WithParamInterface<const char*> {};
@@ -151,8 +157,9 @@ TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
       std::vector<double> slack(lse_ref.size(), 0.0);
       if (spec.quantized()) {
         slack = test::score_error_bound(q, k, spec.qk.gran, spec.qk.gran == Gran::per_block ? 64 : 0,
-                                        (spec.smooth & kSmoothK) != 0, spec.causal, 127, false,
-                                        options.k_mean_sample_tokens);   // K's mean as the runtime takes it
+                                        (spec.smooth & kSmoothK) != 0, spec.causal, 127, (spec.smooth & kSmoothQ) != 0,
+                                        options.k_mean_sample_tokens,   // K's mean as the runtime takes it
+                                        spec.rotate == Rotation::hadamard);
         for (double& x : slack) x += 2e-2;
       }
       const std::vector<float> lse = dlse.to_vector<float>();

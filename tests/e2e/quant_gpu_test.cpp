@@ -5,7 +5,8 @@
 // Smoothing and per_channel scales run in both forms: with the statistics pass, and in one pass
 // (head_sync.cuh), up to the largest head the one-pass form takes on this GPU. K smoothing with
 // token-local scales also with its mean from a sample of the tokens (QuantProblem::mean_sample_tokens),
-// against the float64 quantizer given the same sample.
+// against the float64 quantizer given the same sample. Rotated rows (rotate=hadamard: Q side and K side,
+// K smoothed or not) at every token-local granularity and head dim.
 // Outputs are poisoned first (-128 codes, NaN scales), so anything unwritten fails.
 #include <gtest/gtest.h>
 
@@ -33,6 +34,7 @@ struct Request {
   Gran gran;
   int group;
   bool smooth, transpose;
+  int rotate = quant::kRotateNone;
 };
 
 const Request kRequests[] = {
@@ -53,12 +55,13 @@ class QuantVsReference : public test::GpuTest {
     const int batch = 2, heads = 3;
     const std::uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(std::string(to_string(fmt)) + " d=" + std::to_string(d) + " " + to_string(rq.gran) + " group=" + std::to_string(rq.group) +
-                 (rq.smooth ? " smooth" : "") + (rq.transpose ? " V^T" : "") + " seq=" + std::to_string(seq) +
+                 (rq.smooth ? " smooth" : "") + (rq.transpose ? " V^T" : "") + " rotate=" + std::to_string(rq.rotate) + " seq=" + std::to_string(seq) +
                  " resident_blocks=" + std::to_string(resident_blocks) + " mean_sample=" + std::to_string(mean_sample) +
                  " " + test::to_string(layout) + " " + test::seed_note(seed));
     HostTensor x = test::random_tensor({batch, heads, seq, d}, layout, test::k_like(), seed);
     test::round_to(x, fmt);
-    const quant::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
+    quant::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
+    req.rotate = rq.rotate;
     const int pad = rq.transpose ? (seq + kVPadTokens - 1) / kVPadTokens * kVPadTokens : seq;
     const quant::QuantProblem prob{batch, heads, seq, pad, resident_blocks, mean_sample};
     const quant::QuantPlan plan = quant::plan_quant(req, prob);
@@ -79,7 +82,7 @@ class QuantVsReference : public test::GpuTest {
     view.scale_sb = qp.scale.sb;
     view.scale_sh = qp.scale.sh;
     view.mean = rq.smooth ? mean.data() : nullptr;
-    const test::QuantRef ref = test::quantize_reference(x, {rq.gran, rq.group, 127, rq.smooth, mean_sample});
+    const test::QuantRef ref = test::quantize_reference(x, {rq.gran, rq.group, 127, rq.smooth, mean_sample, rq.rotate});
     const test::QuantCheck check = test::check_quantized(x, ref, view);
     EXPECT_TRUE(check.ok()) << check.report();
     if (rq.gran == Gran::per_warp || rq.gran == Gran::per_thread) {
@@ -186,6 +189,36 @@ TEST_F(QuantVsReference, KMeanFromASampleOfTheTokens) {
             ++cases;
           }
   std::printf("[ quant   ] %d sampled-mean cases checked code for code\n", cases);
+}
+
+// rotate=hadamard: Q-side rows (H S x) and K-side rows (H S x / B, smoothed or not, the mean in one pass,
+// from the statistics pass or from a sample) against the float64 rotation, code for code, at every
+// token-local granularity with its Q or K group and every head dim (96: blocks of 32 over 12 of 16
+// lanes; 256: a block across the whole warp); lengths and layouts taken in turn.
+TEST_F(QuantVsReference, RotatedRowsEveryGranularityAndHeadDim) {
+  struct Side {
+    int rotate;
+    bool smooth;
+    int resident, sample;   // K's forms: statistics pass, one pass, sampled mean
+  };
+  const Side sides[] = {{quant::kRotateQ, false, 0, 0}, {quant::kRotateK, false, 0, 0}, {quant::kRotateK, true, 0, 0},
+                        {quant::kRotateK, true, -1, 0}, {quant::kRotateK, true, 0, 256}};
+  const int seqs[] = {1, 65, 1000, 33};
+  int cases = 0, turn = 0;
+  for (int d : {64, 96, 128, 256})
+    for (Gran gran : {Gran::per_token, Gran::per_block, Gran::per_warp, Gran::per_thread})
+      for (const Side& side : sides) {
+        const bool k_side = side.rotate == quant::kRotateK;
+        const int group = gran == Gran::per_token ? 0 : gran == Gran::per_block || k_side ? 64 : 32;
+        const Fmt fmt = turn % 5 == 4 ? Fmt::bf16 : Fmt::fp16;
+        const int seq = side.sample ? 1000 : seqs[turn % 4];
+        const Layout layout = turn % 2 ? Layout::bhsd : Layout::bshd;
+        ++turn;
+        run_case(fmt, Request{gran, group, side.smooth, false, side.rotate}, seq, layout, d,
+                 side.resident < 0 ? resident_blocks() : 0, side.sample);
+        ++cases;
+      }
+  std::printf("[ quant   ] %d rotated cases checked code for code\n", cases);
 }
 
 }  // namespace

@@ -27,6 +27,8 @@ TEST(KernelName, BijectiveOverTheGridAndUnusualSpecs) {
   specs.push_back(parse_spec("prefill qk=int8:per_token pv=fp16 out=fp16 d=96 causal gqa=2 accum=fp16 smooth=k arch=sm_80"));
   specs.push_back(parse_spec("prefill qk=int8:per_block pv=fp8e4m3:per_channel out=bf16 d=256 accum=two_level smooth=kv arch=sm_90a"));
   specs.push_back(parse_spec("decode qk=bf16 pv=bf16 out=bf16 d=64 softmax=sas accum=fp16 arch=sm_90"));
+  specs.push_back(parse_spec("prefill qk=int4:per_thread pv=fp8e4m3:per_channel out=fp16 d=96 causal smooth=qkv rotate=hadamard arch=sm_89"));
+  specs.push_back(parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 rotate=hadamard arch=sm_90a"));
   specs.push_back(parse_spec("decode qk=fp8e4m3:per_head pv=fp8e4m3:per_head out=fp16 d=64 paged flow=gemv arch=sm_89"));
   specs.push_back(parse_spec("decode qk=flashq:per_channel pv=flashq:per_channel out=fp16 d=128 flow=gemv arch=sm_80"));
   std::set<std::string> names;

@@ -15,6 +15,7 @@ TEST(Spec, CanonicalTextRoundTrips) {
       "decode qk=int4:per_thread pv=fp8e4m3:per_channel out=bf16 d=256 gqa=8 splitk=16 softmax=unified_max "
       "accum=two_level smooth=qkv arch=sm_89",
       "prefill qk=int8:per_block pv=int8:per_channel out=bf16 d=96 smooth=k arch=sm_86",
+      "prefill qk=int4:per_thread pv=fp8e4m3:per_channel out=fp16 d=128 causal smooth=qkv rotate=hadamard arch=sm_89",
       "decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 softmax=sas smooth=kv arch=sm_90",
       "decode qk=int4:per_group pv=int4:per_group out=bf16 d=128 causal gqa=4 splitk=8 paged arch=sm_90a",
       "decode qk=fp8e4m3:per_head pv=fp8e4m3:per_head out=fp16 d=64 paged flow=gemv arch=sm_89",
@@ -23,6 +24,24 @@ TEST(Spec, CanonicalTextRoundTrips) {
   for (const char* t : texts) {
     SCOPED_TRACE(t);
     EXPECT_EQ(to_string(parse_spec(t)), t);
+  }
+}
+
+// rotate=none is the default and prints nothing; the field is parsed in any position and compared.
+TEST(Spec, RotationDefaultsToNoneAndHadamardPrints) {
+  const Spec plain = parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 smooth=kv");
+  EXPECT_EQ(plain.rotate, Rotation::none);
+  EXPECT_EQ(parse_spec("prefill rotate=none qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 smooth=kv"), plain);
+  const Spec rot = parse_spec("rotate=hadamard prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 smooth=kv");
+  EXPECT_EQ(rot.rotate, Rotation::hadamard);
+  EXPECT_NE(rot, plain);
+  EXPECT_EQ(to_string(rot), "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 smooth=kv rotate=hadamard");
+  try {
+    parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 rotate=random");
+    ADD_FAILURE() << "rotate=random parsed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::bad_input);
+    EXPECT_NE(std::string(e.what()).find("unknown rotation 'random'; accepted: none, hadamard"), std::string::npos) << e.what();
   }
 }
 

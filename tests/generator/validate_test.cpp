@@ -91,6 +91,13 @@ const Row kTable[] = {
     {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=kv", true, ""},
     {"prefill qk=int4:per_thread pv=int8:per_tensor out=fp16 d=128", true, ""},
     {"prefill qk=fp8e4m3:per_token pv=int8:per_tensor out=fp16 d=128", false, "accepted: fp16, bf16, int8, int4"},
+    {"prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 smooth=kv rotate=hadamard", true, ""},
+    {"prefill qk=int4:per_thread pv=int8:per_channel out=fp16 d=96 causal smooth=qk rotate=hadamard", true, ""},
+    {"prefill qk=int8:per_block pv=fp16 out=bf16 d=256 rotate=hadamard", true, ""},
+    {"prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=128 rotate=hadamard", false,
+     "accepted: per_block, per_warp, per_thread, per_token"},
+    {"prefill qk=fp16 pv=fp16 out=fp16 d=128 rotate=hadamard", false, "applies to quantized Q/K"},
+    {"decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 rotate=hadamard", false, "accepted for decode: none"},
 };
 
 TEST(Validate, Table) {

@@ -67,6 +67,28 @@ std::map<std::string, Bounds> planned_passes(bool all_dims) {
               if (!quant_request_error(r, p).empty()) continue;
               add_passes(passes, r, p);
             }
+  // rotate=hadamard: Q rows (with or without block means) and K rows (with or without smoothing), each
+  // packed or not, at every token-local granularity with its Q or K group. fp16 input only: bf16 changes
+  // the unpacking alone, which the passes above cover, and these add ~1/4 to the compile.
+  for (Fmt in : {Fmt::fp16})
+    for (int d : dims)
+      for (Gran gran : {Gran::per_token, Gran::per_block, Gran::per_warp, Gran::per_thread})
+        for (int rotate : {kRotateQ, kRotateK})
+          for (bool extra : {false, true})   // Q: block means; K: smoothing
+            for (bool pack4 : {false, true}) {
+              QuantRequest r;
+              r.in = in;
+              r.gran = gran;
+              r.group = gran == Gran::per_token ? 0 : gran == Gran::per_block || rotate == kRotateK ? 64 : 32;
+              r.d = d;
+              r.rotate = rotate;
+              r.pack4 = pack4;
+              r.qmax = pack4 ? 7 : 127;
+              (rotate == kRotateQ ? r.block_mean : r.smooth) = extra;
+              const QuantProblem p{1, 1, 1000, 1024};
+              if (!quant_request_error(r, p).empty()) continue;   // block means are not packed
+              add_passes(passes, r, p);
+            }
   // pv=fp8e4m3: the transposed per-channel V pass with e4m3 codes.
   for (Fmt in : {Fmt::fp16, Fmt::bf16})
     for (int d : dims)

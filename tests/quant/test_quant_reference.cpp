@@ -3,10 +3,12 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 
 #include "bench/accuracy_sim.hpp"
+#include "qattn/quant/quant_config.h"
 
 #include "tests/common/quant_reference.hpp"
 #include "tests/common/random_data.hpp"
@@ -320,6 +322,88 @@ TEST(QuantReference, KSmoothingLeavesAttentionUnchanged) {
     double lse_shift = 0;
     for (size_t i = 0; i < lse_a.size(); ++i) lse_shift = std::max(lse_shift, std::fabs(lse_a[i] - lse_b[i]));
     EXPECT_GT(lse_shift, 1.0);
+  }
+}
+
+// The rotation of quant_config.h: a Q-side row · a K-side row equals the unrotated dot product (H S is
+// orthogonal up to B, and K carries the 1 / B), at every head dim's block; a single large channel comes
+// out spread flat over its block (|H S e_c| = 1 on all B channels); twice Q-side is B times the identity.
+TEST(QuantReference, RotationKeepsDotProductsAndSpreadsAChannel) {
+  std::mt19937_64 gen(fresh_seed());
+  std::normal_distribution<double> normal;
+  for (int d : {64, 96, 128, 256}) {
+    SCOPED_TRACE("d=" + std::to_string(d));
+    const int block = quant::rotation_block(d);
+    EXPECT_EQ(d % block, 0);
+    std::vector<double> q(static_cast<size_t>(d)), k(q.size());
+    for (int i = 0; i < d; ++i) q[static_cast<size_t>(i)] = normal(gen), k[static_cast<size_t>(i)] = normal(gen) + 7.0;
+    double want = 0;
+    for (int i = 0; i < d; ++i) want += q[static_cast<size_t>(i)] * k[static_cast<size_t>(i)];
+    std::vector<double> qr = q, kr = k;
+    quant::rotate_row_reference(qr.data(), d, quant::kRotateQ);
+    quant::rotate_row_reference(kr.data(), d, quant::kRotateK);
+    double got = 0;
+    for (int i = 0; i < d; ++i) got += qr[static_cast<size_t>(i)] * kr[static_cast<size_t>(i)];
+    EXPECT_NEAR(got, want, 1e-10 * (1 + std::fabs(want)));
+    EXPECT_GT(std::fabs(qr[0] - q[0]), 1e-6);   // it did rotate
+    std::vector<double> twice = q;
+    quant::rotate_row_reference(twice.data(), d, quant::kRotateQ);
+    // (H S)^T = S H, so (H S) (H S) is not the identity; but H S x rotated back by S H / B is x.
+    std::vector<double> back = twice;
+    for (int c0 = 0; c0 < d; c0 += block) {
+      std::vector<double> blk(back.begin() + c0, back.begin() + c0 + block);
+      for (int h = 1; h < block; h *= 2)
+        for (int i = 0; i < block; ++i)
+          if (!(i & h)) {
+            const double a = blk[static_cast<size_t>(i)], b = blk[static_cast<size_t>(i + h)];
+            blk[static_cast<size_t>(i)] = a + b, blk[static_cast<size_t>(i + h)] = a - b;
+          }
+      for (int c = 0; c < block; ++c)
+        back[static_cast<size_t>(c0 + c)] = blk[static_cast<size_t>(c)] / block * (quant::rotation_negates(c) ? -1 : 1);
+    }
+    for (int i = 0; i < d; ++i) EXPECT_NEAR(back[static_cast<size_t>(i)], q[static_cast<size_t>(i)], 1e-12);
+    std::vector<double> spike(static_cast<size_t>(d), 0.0);
+    spike[static_cast<size_t>(d - 3)] = 1.0;
+    quant::rotate_row_reference(spike.data(), d, quant::kRotateQ);
+    for (int i = 0; i < d; ++i)
+      EXPECT_EQ(std::fabs(spike[static_cast<size_t>(i)]), i / block == (d - 3) / block ? 1.0 : 0.0) << i;
+  }
+}
+
+// A few x10 channels (no mean removes them) set every row's scale; rotated, the reference quantizer's
+// codes reproduce Q·K^T several times more closely at int8 and int4, and the rotated codes dequantize
+// to the rotated rows within half a scale.
+TEST(QuantReference, RotationShrinksTheScoreErrorOfScaledChannels) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const Shape shape{1, 2, 256, 128};
+  const HostTensor q = random_tensor(shape, Layout::bhsd, q_like(), seed);   // 4 channels x10
+  const HostTensor k = random_tensor(shape, Layout::bhsd, k_like(), seed + 1);
+  for (double qmax : {127.0, 7.0}) {
+    SCOPED_TRACE("qmax=" + std::to_string(qmax));
+    double err[2] = {0, 0};
+    for (int rotate : {0, 1}) {
+      const QuantRef qr = quantize_reference(q, {Gran::per_token, 0, qmax, false, 0, rotate ? quant::kRotateQ : 0});
+      const QuantRef kr = quantize_reference(k, {Gran::per_token, 0, qmax, true, 0, rotate ? quant::kRotateK : 0});
+      const HostTensor qh = qr.dequantize(), kh = kr.dequantize();
+      const HostTensor qc = centred_rows(q, {}, rotate ? quant::kRotateQ : 0);
+      const HostTensor kc = centred_rows(k, kr.mean, rotate ? quant::kRotateK : 0);
+      for (int h = 0; h < shape.heads; ++h)
+        for (int s = 0; s < shape.seq; ++s)
+          for (int c = 0; c < shape.dim; ++c)
+            ASSERT_LE(std::fabs(qh.at(0, h, s, c) - qc.at(0, h, s, c)), qr.scale(0, h, s, c) / 2 * (1 + 1e-12));
+      for (int h = 0; h < shape.heads; ++h)
+        for (int i = 0; i < shape.seq; i += 7)
+          for (int j = 0; j < shape.seq; j += 5) {
+            double exact = 0, quantized = 0;
+            for (int c = 0; c < shape.dim; ++c) {
+              exact += q.at(0, h, i, c) * (k.at(0, h, j, c) - kr.mean_at(0, h, c));
+              quantized += qh.at(0, h, i, c) * kh.at(0, h, j, c);
+            }
+            err[rotate] += (quantized - exact) * (quantized - exact);
+          }
+    }
+    EXPECT_LT(err[1] * 4, err[0]) << "squared score error unrotated " << err[0] << ", rotated " << err[1];
   }
 }
 

@@ -414,6 +414,43 @@ TEST(QuantShape, RejectsWhatThePassesCannotDo) {
   }
 }
 
+// rotate=hadamard: QuantizeRows' last parameter, rendered only when set (earlier ones as their defaults),
+// for Q rows (alone or with block means) and smoothed K rows; refused where scales are not token-local.
+TEST(QuantShape, RotationIsTheRowPassLastParameter) {
+  const QuantProblem p{1, 2, 1000, 1000};
+  QuantRequest q = request(Gran::per_warp, 32, false, false);
+  q.rotate = kRotateQ;
+  const QuantPlan plain = plan_quant(q, p);
+  ASSERT_EQ(plain.launches.size(), 1u);
+  EXPECT_EQ(plain.launches[0].pass,
+            "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_warp, 32, false, false, false, false, 1>");
+  q.block_mean = true;
+  EXPECT_EQ(plan_quant(q, p).launches[0].pass,
+            "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_warp, 32, false, false, true, false, 1>");
+  QuantRequest k = request(Gran::per_token, 1, true, false);
+  k.rotate = kRotateK;
+  const QuantPlan smooth = plan_quant(k, p);
+  ASSERT_EQ(smooth.launches.size(), 3u);   // statistics, finalize, then the rotating row pass
+  EXPECT_EQ(smooth.launches[2].pass,
+            "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_token, 1, true, false, false, false, 2>");
+  QuantProblem resident = p;
+  resident.resident_blocks = 264;   // one pass: OnePass and Rotate both set
+  EXPECT_EQ(plan_quant(k, resident).launches.back().pass,
+            "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_token, 1, true, false, false, true, 2>");
+  for (QuantRequest bad : {request(Gran::per_tensor, 0, false, false), request(Gran::per_channel, 0, false, true),
+                           request(Gran::per_channel, 0, false, false)}) {
+    bad.rotate = kRotateK;
+    EXPECT_NE(quant_request_error(bad, QuantProblem{1, 2, 1000, 1024}).find("token-local"), std::string::npos)
+        << gran_id(bad.gran);
+  }
+  QuantRequest wide = request(Gran::per_block, 128, false, false);
+  wide.rotate = kRotateQ;
+  EXPECT_NE(quant_request_error(wide, p).find("groups of 64"), std::string::npos);
+  QuantRequest other = request(Gran::per_token, 1, false, false);
+  other.rotate = 3;
+  EXPECT_THROW(plan_quant(other, p), Error);
+}
+
 TEST(QuantShape, DenseScaleRefMatchesAbi) {
   const QuantProblem p{2, 3, 130, 130};
   const float* base = reinterpret_cast<const float*>(0x1000);

@@ -71,6 +71,54 @@ QATTN_QUANT_HD constexpr int sampled_token(int i, int seq_len, int tokens) {
   return static_cast<int>((2LL * i + 1) * seq_len / (2LL * tokens));
 }
 
+// Hadamard rotation of Q and K (spec option rotate=hadamard): each row's channels, in blocks of
+// rotation_block(d) (the largest power of two dividing d: 64, 32, 128, 256), go through x -> H · S · x
+// with H the Sylvester Hadamard matrix (entries +-1) and S a fixed diagonal of signs. H·S is orthogonal
+// up to the factor B, so Q takes it unnormalized and K divided by B (a power of two, exact):
+// (H S q) · (H S k) / B = q · k. A channel with a large variance (which no mean subtraction removes)
+// is spread over the B channels of its block, so one outlier channel no longer sets every row's scale.
+// The signs keep structured inputs (a row that is itself a Hadamard row) from concentrating again.
+QATTN_QUANT_HD constexpr int rotation_block(int d) { return d % 256 == 0 ? 256 : d % 128 == 0 ? 128 : d % 64 == 0 ? 64 : 32; }
+// QuantizeRows' Rotate (QuantRequest::rotate): which side of the product a pass rotates.
+constexpr int kRotateNone = 0;
+constexpr int kRotateQ = 1;   // H S x
+constexpr int kRotateK = 2;   // H S x / B
+// true: channel c (of its block) is negated before the transform. A fixed pseudo-random pattern: bit 0
+// of murmur3's finalizer of c. (A constant row through S then H stays spread: max |H S 1| / sqrt(B) is
+// 2.1-2.9 for B = 32-256, where a periodic pattern can be a Walsh function and collapse to one channel.)
+QATTN_QUANT_HD constexpr bool rotation_negates(int c) {
+  unsigned x = static_cast<unsigned>(c) * 0x9E3779B9u + 0x7F4A7C15u;
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35u;
+  x ^= x >> 16;
+  return x & 1u;
+}
+
+// The rotation of one row of d channels in place, channel by channel (the CPU references' form; the
+// kernels spread a row over lanes, rotation.cuh, with the same butterflies in the same order): per block
+// of rotation_block(d) channels the signs, the butterflies of distance 1, 2, 4 .. B / 2 (lower channel
+// a + b, upper a - b), and for kRotateK the factor 1 / B.
+template <class T>
+QATTN_QUANT_HD inline void rotate_row_reference(T* v, int d, int rotate) {
+  const int block = rotation_block(d);
+  for (int c0 = 0; c0 < d; c0 += block) {
+    T* x = v + c0;
+    for (int c = 0; c < block; ++c)
+      if (rotation_negates(c)) x[c] = -x[c];
+    for (int h = 1; h < block; h *= 2)
+      for (int i = 0; i < block; ++i)
+        if (!(i & h)) {
+          const T a = x[i], b = x[i + h];
+          x[i] = a + b;
+          x[i + h] = a - b;
+        }
+    if (rotate == kRotateK)
+      for (int c = 0; c < block; ++c) x[c] *= T(1) / T(block);
+  }
+}
+
 // Head dimensions the passes are written for: a row is 8, 12, 16 or 32 vectors of 16 bytes.
 QATTN_QUANT_HD constexpr bool supported_head_dim(int d) { return d == 64 || d == 96 || d == 128 || d == 256; }
 

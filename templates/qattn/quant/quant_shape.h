@@ -107,6 +107,8 @@ struct QuantRequest {
   bool pack4 = false;           // rows only, codes within [-7, 7]: two codes per byte (see INT4 above)
   int qmax = 127;               // the QuantParams::qmax the caller passes: 127 (int8) or 7 (int4)
   bool block_mean = false;      // Q smoothing: subtract the mean of each block of kQMeanBlock rows
+  int rotate = kRotateNone;     // rows, token-local scales: the signed Hadamard rotation (quant_config.h)
+                                // after smoothing, kRotateQ (H S x) or kRotateK (H S x / B); see Rotation
 };
 
 struct QuantProblem {
@@ -173,6 +175,12 @@ inline std::string quant_request_error(const QuantRequest& r, const QuantProblem
     return "packed int4 output (pack4) takes int8 row quantization (no transpose) with qmax <= 7";
   if (r.block_mean && (r.smooth || r.transpose || r.pack4 || r.gran == Gran::per_channel))
     return "block means (Q smoothing) take unpacked row quantization with token-wise or per_tensor scales and no other smoothing";
+  if (r.rotate != kRotateNone &&
+      ((r.rotate != kRotateQ && r.rotate != kRotateK) || r.transpose || r.code != Fmt::int8 || !token_local_gran(r.gran)))
+    return "rotation (rotate 1 = Q, 2 = K) takes int8 row quantization with token-local scales (per_token, per_block, "
+           "per_warp, per_thread)";
+  if (r.rotate != kRotateNone && r.gran == Gran::per_block && r.group != 64)   // 128-token tiles: 16 rows per thread
+    return "rotation with per_block takes groups of 64 tokens (the attention specs' group), got " + std::to_string(r.group);
   if (r.gran == Gran::per_block && r.group != 64 && r.group != 128)
     return "per_block group must be 64 or 128, got " + std::to_string(r.group);
   if ((r.gran == Gran::per_warp || r.gran == Gran::per_thread) && r.group != 32 && r.group != 64)
@@ -266,15 +274,18 @@ inline QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
   const bool fragment = r.gran == Gran::per_warp || r.gran == Gran::per_thread;
   // QuantizeRows' Group: the per_block / per_warp / per_thread group, 1 for per_token, else 0.
   const int row_group = r.gran == Gran::per_block || fragment ? r.group : r.gran == Gran::per_token ? 1 : 0;
-  // The trailing bool parameters of QuantizeRows (Pack4, BlockMean, OnePass), rendered up to the last
-  // one that is not its default (false), so the names of existing passes do not change.
+  // The trailing parameters of QuantizeRows (Pack4, BlockMean, OnePass, Rotate), rendered up to the
+  // last one that is not its default (false, false, false, kRotateNone), so the names of existing
+  // passes do not change.
   std::string row_flags;
   {
-    const bool flags[] = {r.pack4, r.block_mean, one_pass};
+    const std::string args[] = {r.pack4 ? "true" : "false", r.block_mean ? "true" : "false", one_pass ? "true" : "false",
+                                std::to_string(r.rotate)};
+    const bool set[] = {r.pack4, r.block_mean, one_pass, r.rotate != kRotateNone};
     int last = -1;
-    for (int i = 0; i < 3; ++i)
-      if (flags[i]) last = i;
-    for (int i = 0; i <= last; ++i) row_flags += flags[i] ? ", true" : ", false";
+    for (int i = 0; i < 4; ++i)
+      if (set[i]) last = i;
+    for (int i = 0; i <= last; ++i) row_flags += ", " + args[i];
   }
   // Statistics passes of a sampled mean carry the sample size S as a template argument (and "_s<S>" in
   // their tag, which names the kernel); a plan without a sample renders the names it always had.

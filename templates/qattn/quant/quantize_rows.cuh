@@ -26,16 +26,21 @@
 // head's totals that the blocks gather while holding their tiles, instead of an earlier statistics
 // pass; the block of tile 0 stores them. Grid (ceil(seq_pad / tile tokens) * heads * batch), tiles
 // taken by ticket.
+// Rotate (rotate=hadamard, token-local scales only): after the mean is subtracted, each row goes through
+// the signed Hadamard rotation (rotation.cuh; kRotateQ: H S x, kRotateK: H S x / B) before its scale and
+// codes are taken; Q's block means are stored rotated too (the attention kernel's ΔS pairs them with the
+// rotated K codes). K's smoothing mean stays unrotated: the LSE correction pairs it with the fp16 Q.
 #pragma once
 
 #include "qattn/quant/block_mean.cuh"
 #include "qattn/quant/head_sync.cuh"
+#include "qattn/quant/rotation.cuh"
 
 namespace qattn {
 namespace quant {
 
 template <Fmt In, int D, Gran G, int Group, bool Smooth, bool Pack4 = false, bool BlockMean = false,
-          bool OnePass = false>
+          bool OnePass = false, int Rotate = kRotateNone>
 struct QuantizeRows {
   static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
   static constexpr bool kFragment = G == Gran::per_warp || G == Gran::per_thread;   // group scales per row
@@ -44,6 +49,9 @@ struct QuantizeRows {
                 "row quantizer granularity must be per_tensor, per_block, per_token, per_channel, per_warp "
                 "or per_thread");
   static_assert(!kFragment || Group == 32 || Group == 64, "per_warp / per_thread group must be 32 (Q) or 64 (K)");
+  static constexpr bool kRotate = Rotate != kRotateNone;
+  static_assert(!kRotate || G == Gran::per_block || G == Gran::per_token || kFragment,
+                "the rotation takes token-local scales (per_block, per_token, per_warp, per_thread)");
   static constexpr int kFragGroup = kFragment ? Group : 32;   // never 0 in the (dead) code of other grans
   static_assert(G != Gran::per_block || Group == 64 || Group == 128, "per_block group must be 64 or 128");
   static_assert(G != Gran::per_token || Group == 1, "per_token has group 1");
@@ -123,8 +131,40 @@ struct QuantizeRows {
     }
     if constexpr (BlockMean) {
       Means::compute(raw, tile, p.seq_len, mean, part);
-      Means::store(p, b, h, tile, mean);
+      if constexpr (kRotate) {   // the means as the kernel pairs them with rotated K: rotated likewise
+        float rotated[kMeanSets][kVecElems];
+#pragma unroll
+        for (int k = 0; k < kMeanSets; ++k) {
+#pragma unroll
+          for (int i = 0; i < kVecElems; ++i) rotated[k][i] = mean[k][i];
+          rotate_row<D, Rotate>(rotated[k], c0, rotation_sign_bits<D>(c0));
+        }
+        Means::store(p, b, h, tile, rotated);
+      } else {
+        Means::store(p, b, h, tile, mean);
+      }
     }
+    // x' of quant_shape.h is row(j) - offset(j, i), formed where used from the loaded bytes (forming the
+    // rows once as floats and keeping them made ptxas hold all of them: d 256 per_block 128 spilled on
+    // sm_80). Rotate: row(j) is the rotated x' (offset 0), rotated once here for the whole pass (8 floats
+    // per row held; rotating again at each use doubled the pass's time on H100: 78 against 41 us for Q,
+    // 4 x 16 x 4096 x 128), and here because every lane of a row takes part in the shuffles.
+    Vec8 rotated[kRotate ? kSweeps : 1];
+    if constexpr (kRotate) {
+      const unsigned signs = rotation_sign_bits<D>(c0);
+#pragma unroll
+      for (int j = 0; j < kSweeps; ++j) {
+        rotated[j] = unpack8<In>(raw[j]);
+#pragma unroll
+        for (int i = 0; i < kVecElems; ++i) rotated[j].v[i] -= mean[mean_set(j)][i];
+        rotate_row<D, Rotate>(rotated[j].v, c0, signs);
+      }
+    }
+    auto row = [&](int j) {
+      if constexpr (kRotate) return rotated[j];
+      else return unpack8<In>(raw[j]);
+    };
+    auto offset = [&](int j, int i) { return kRotate ? 0.f : mean[mean_set(j)][i]; };
 
     float* scale = const_cast<float*>(p.scale.ptr);
     const long long scale_head = b * p.scale.sb + h * p.scale.sh;
@@ -137,11 +177,11 @@ struct QuantizeRows {
 #pragma unroll
       for (int j = 0; j < kSweeps; ++j) {
         const int s = s_first + j * kRowsPerSweep;
-        const Vec8 x = unpack8<In>(raw[j]);
+        const Vec8 x = row(j);
         float amax = 0.f;
         if (s < p.seq_len) {
 #pragma unroll
-          for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - mean[mean_set(j)][i]));
+          for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - offset(j, i)));
         }
         amax = group_max<kLanesPerRow>(amax);
         if (vec == 0) row_amax[s - tile * kTileTokens] = amax;   // 0 for rows past seq_len
@@ -175,11 +215,11 @@ struct QuantizeRows {
 #pragma unroll
       for (int j = 0; j < kSweeps; ++j) {
         const int s = s_first + j * kRowsPerSweep;
-        const Vec8 x = unpack8<In>(raw[j]);
+        const Vec8 x = row(j);
         float amax = 0.f;
         if (s < p.seq_len) {
 #pragma unroll
-          for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - mean[mean_set(j)][i]));
+          for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - offset(j, i)));
         }
         if (G == Gran::per_token) {
           amax = group_max<kLanesPerRow>(amax);
@@ -220,10 +260,10 @@ struct QuantizeRows {
       const int s = s_first + j * kRowsPerSweep;
       if (s >= p.seq_pad || !active) continue;
       int code[kVecElems];
-      const Vec8 x = unpack8<In>(raw[j]);
+      const Vec8 x = row(j);
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i)
-        code[i] = s < p.seq_len ? to_code(x.v[i] - mean[mean_set(j)][i], mult_row[j] * mult_chan[i], qmax) : 0;
+        code[i] = s < p.seq_len ? to_code(x.v[i] - offset(j, i), mult_row[j] * mult_chan[i], qmax) : 0;
       if constexpr (Pack4) {   // byte c0/2 + i of the row holds codes c0 + 2i (low) and c0 + 2i + 1 (high)
         signed char* row = static_cast<signed char*>(p.y.ptr) + (b * p.y.sb + h * p.y.sh + s * p.y.ss);
         *reinterpret_cast<unsigned*>(row + c0 / 2) = pack8_s4(code);
