@@ -82,7 +82,10 @@ QuantDecision calibrate(Runtime& runtime, const std::string& layer_key, const At
   if (impl.store)
     decisions = std::make_unique<rt::CacheDecisionStore>(*impl.store, impl.device_key(), rt::toolchain_fingerprint());
   DeviceFormatEvaluator evaluator(runtime, sample);
-  return calibrate_layer(layer_key, sample.spec, sample.problem, options, evaluator, decisions.get());
+  // The default ladder for this device's arch (4-bit and FP8 P·V rungs where they are the fast formats).
+  CalibrationOptions with_ladder = options;
+  if (with_ladder.candidates.empty()) with_ladder.candidates = default_quant_candidates(runtime.resolve(sample.spec));
+  return calibrate_layer(layer_key, sample.spec, sample.problem, with_ladder, evaluator, decisions.get());
 }
 
 }  // namespace qattn

@@ -119,6 +119,32 @@ Spec parse_spec_family(std::string_view text) {
   return s;
 }
 
+// The rungs that only a known arch can rank (see default_quant_candidates in calibrate.hpp): 4-bit Q/K
+// where INT4 mma is native (sm_80 .. sm_89; on sm_90 INT4 runs as int8 compute and saves nothing), and
+// FP8 P·V where it is the fast 8-bit path (sm_89, and sm_90a's wgmma .e4m3). Each unrotated, then with
+// rotate=hadamard (more quantizer time, much less Q·K^T error on outlier channels); Q smoothing is
+// left out here: it would turn INT4's packed mma into int8 compute.
+std::vector<Spec> fast_rungs(const Spec& reference) {
+  const Arch a = reference.arch;
+  const bool int4_native = a == Arch::sm_80 || a == Arch::sm_86 || a == Arch::sm_89;
+  const bool fp8 = a == Arch::sm_89 || a == Arch::sm_90a;
+  const Operand pv = fp8 ? Operand{Fmt::fp8e4m3, Gran::per_channel} : Operand{Fmt::int8, Gran::per_channel};
+  std::vector<Spec> out;
+  auto add = [&](Fmt qk, Gran g, Rotation r) {
+    Spec s = reference;
+    s.qk = {qk, g};
+    s.pv = pv;
+    s.smooth = kSmoothK | kSmoothV;
+    s.rotate = r;
+    out.push_back(s);
+  };
+  if (int4_native)
+    for (Rotation r : {Rotation::none, Rotation::hadamard}) add(Fmt::int4, Gran::per_thread, r);
+  if (fp8)
+    for (Rotation r : {Rotation::none, Rotation::hadamard}) add(Fmt::int8, Gran::per_warp, r);
+  return out;
+}
+
 std::vector<Spec> default_quant_candidates(const Spec& reference) {
   struct Rung {
     Gran qk;
@@ -134,7 +160,7 @@ std::vector<Spec> default_quant_candidates(const Spec& reference) {
       {Gran::per_token, kSmoothNone, Gran::per_tensor},  {Gran::per_token, kSmoothK, Gran::per_tensor},
       {Gran::per_token, kSmoothK | kSmoothV, Gran::per_channel},
   };
-  std::vector<Spec> out;
+  std::vector<Spec> out = fast_rungs(reference);
   for (const Rung& r : kLadder) {
     Spec s = reference;
     s.qk = {Fmt::int8, r.qk};

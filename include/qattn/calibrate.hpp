@@ -75,8 +75,15 @@ class FormatEvaluator {
 Spec parse_spec_family(std::string_view text);
 
 // The default ladder, cheapest first, for a reference spec (its out, d, causal, gqa, arch are kept):
-//   int8 Q/K per_tensor, then per_block, then per_token; at each granularity: no smoothing with
-//   per-tensor V, K smoothing with per-tensor V, then K+V smoothing with per-channel V.
+//   with a concrete arch, first the formats that are faster there, each plain and then with
+//   rotate=hadamard, all smooth=kv with per-channel V:
+//     sm_80, sm_86: qk=int4:per_thread (native INT4 mma), pv=int8;
+//     sm_89:        qk=int4:per_thread, then qk=int8:per_warp, pv=fp8e4m3;
+//     sm_90a:       qk=int8:per_warp, pv=fp8e4m3 (wgmma .e4m3; INT4 would run as int8 compute);
+//     sm_90:        none;
+//   then, for every arch (and alone when the arch is unset): int8 Q/K per_tensor, then per_block, then
+//   per_token; at each granularity: no smoothing with per-tensor V, K smoothing with per-tensor V, then
+//   K+V smoothing with per-channel V. calibrate() builds it for the device's arch.
 // The order is nominal (finer scale groups and smoothing passes cost more work); pass your own list,
 // e.g. ordered by `qattn run` timings on your GPU, in CalibrationOptions::candidates.
 std::vector<Spec> default_quant_candidates(const Spec& reference);

@@ -85,6 +85,41 @@ TEST(CalibrateChoice, LadderIsCheapestFirstAndKeepsTheFamily) {
   EXPECT_EQ(c[6].qk.gran, Gran::per_token);
 }
 
+// With a concrete arch the ladder starts with that arch's fast formats (smooth=kv, each plain then
+// rotated) and ends with the arch-free 8-bit ladder above.
+TEST(CalibrateChoice, ConcreteArchsPutTheirFastFormatsFirst) {
+  const std::vector<Spec> base = ladder();
+  auto with_arch = [](Arch a) {
+    Spec r = kReference;
+    r.arch = a;
+    return default_quant_candidates(r);
+  };
+  auto text = [](const Spec& s) { return to_string(s); };
+  const std::vector<Spec> h100 = with_arch(Arch::sm_90a);
+  ASSERT_EQ(h100.size(), base.size() + 2);
+  EXPECT_EQ(text(h100[0]), "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal gqa=4 smooth=kv arch=sm_90a");
+  EXPECT_EQ(text(h100[1]), "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal gqa=4 smooth=kv "
+                           "rotate=hadamard arch=sm_90a");
+  const std::vector<Spec> ada = with_arch(Arch::sm_89);
+  ASSERT_EQ(ada.size(), base.size() + 4);
+  EXPECT_EQ(text(ada[0]), "prefill qk=int4:per_thread pv=fp8e4m3:per_channel out=fp16 d=128 causal gqa=4 smooth=kv arch=sm_89");
+  EXPECT_EQ(ada[1].rotate, Rotation::hadamard);
+  EXPECT_EQ(ada[2].qk.fmt, Fmt::int8);
+  const std::vector<Spec> ampere = with_arch(Arch::sm_80);
+  ASSERT_EQ(ampere.size(), base.size() + 2);
+  EXPECT_EQ(text(ampere[0]), "prefill qk=int4:per_thread pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=kv arch=sm_80");
+  EXPECT_EQ(with_arch(Arch::sm_90).size(), base.size());   // INT4 is int8 compute there, no FP8 mma form
+  for (Arch a : {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90, Arch::sm_90a}) {
+    const std::vector<Spec> c = with_arch(a);
+    for (const Spec& s : c) EXPECT_TRUE(validate(s)) << to_string(s) << ": " << validate(s).reason;
+    for (size_t i = 0; i < base.size(); ++i) {
+      Spec tail = c[c.size() - base.size() + i];
+      tail.arch = Arch::unset;
+      EXPECT_EQ(tail, base[i]) << "the arch-free ladder closes every list";
+    }
+  }
+}
+
 TEST(CalibrateChoice, PicksTheCheapestPassingCandidate) {
   // Candidates 0..2 fail (low cosine / high L1), 3 and later pass: 3 wins although 8 is more accurate.
   FakeEvaluator e = evaluator_with(metrics(0.9999, 0.01), {{0, metrics(0.95, 0.2)}, {1, metrics(0.9995, 0.08)},
