@@ -13,6 +13,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_prefill  # noqa: E402
+import compare_runs  # noqa: E402
 import bench_utils as bu  # noqa: E402
 
 try:
@@ -247,6 +248,20 @@ class TorchParts(unittest.TestCase):
         off[0, 0, 0, 0] = float("nan")
         self.assertEqual(bt.accuracy(off, ref, self.shape)["finite"], False)
 
+
+
+class CompareRunsTest(unittest.TestCase):
+    def test_reports_kernel_and_end_to_end_change_per_shape(self):
+        def rows(kernel_ms, e2e_ms):
+            base = {"d": 128, "n": 4096, "causal": True, "variant": "qattn_int8_fp8"}
+            return {(128, 4096, True, "qattn_int8_fp8", "kernel"): dict(base, mode="kernel", time_ms=kernel_ms),
+                    (128, 4096, True, "qattn_int8_fp8", "e2e"): dict(base, mode="e2e", time_ms=e2e_ms)}
+        lines = compare_runs.compare(rows(0.5, 0.65), rows(0.51, 0.6), ["qattn_int8_fp8"])
+        self.assertEqual(len(lines), 1)
+        self.assertIn("kernel    500.0 ->    510.0 us (+2.0%)", lines[0])
+        self.assertIn("e2e    650.0 ->    600.0 us (-7.7%)", lines[0])
+        self.assertIn("overhead over A's kernel 30.0% -> 20.0%", lines[0])
+        self.assertEqual(compare_runs.compare(rows(0.5, 0.65), rows(0.5, 0.6), ["other"]), [])
 
 if __name__ == "__main__":
     unittest.main()

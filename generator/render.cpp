@@ -87,12 +87,13 @@ Body attention_body(const Spec& s, const Tiling& t) {
   // pv=fp16 / fp8e4m3, the accumulation mode, S4 (packed int4 Q/K), QSMOOTH and INT4: the kernel's last
   // template parameters, left out where they are the defaults (int8 P·V, fp32, no S4, no Q smoothing, int8 codes), so
   // those sources stay as they were.
-  const bool qsmooth = (s.smooth & kSmoothQ) != 0, int4 = s.qk.fmt == Fmt::int4;
-  if (int_qk && (s.pv.fmt != Fmt::int8 || s.accum != Accum::fp32 || t.int4_mma || qsmooth || int4))
+  const bool qsmooth = (s.smooth & kSmoothQ) != 0, int4 = s.qk.fmt == Fmt::int4, qf = t.q_fused;
+  if (int_qk && (s.pv.fmt != Fmt::int8 || s.accum != Accum::fp32 || t.int4_mma || qsmooth || int4 || qf))
     tail << ", " << fmt_enum(s.pv.fmt) << ", " << accum_enum(s.accum);
-  if (t.int4_mma || qsmooth || int4) tail << ", " << (t.int4_mma ? "true" : "false");   // S4: packed int4 Q/K
-  if (qsmooth || int4) tail << ", " << (qsmooth ? "true" : "false");                     // QSMOOTH
-  if (int4) tail << ", true";                                                            // INT4: raw S
+  if (t.int4_mma || qsmooth || int4 || qf) tail << ", " << (t.int4_mma ? "true" : "false");   // S4: packed int4 Q/K
+  if (qsmooth || int4 || qf) tail << ", " << (qsmooth ? "true" : "false");                     // QSMOOTH
+  if (int4 || qf) tail << ", " << (int4 ? "true" : "false");                                   // INT4: raw S
+  if (qf) tail << ", " << gran_enum(s.qk.gran);                                                // QF: Q's scale groups
   tail << ">";
   if (int_qk)
     return {"qattn/attention/prefill_int8.cuh",

@@ -159,7 +159,8 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
   if (!prefill_int8::tiling_ok(s.head_dim, t.block_m, t.block_n, t.warps, t.stages, t.wgmma, v_bytes,
                                s.accum == Accum::fp16, t.int4_mma, qsmooth))
     return 0;
-  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma, v_bytes, t.int4_mma, qsmooth);
+  return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma, v_bytes, t.int4_mma, qsmooth,
+                                  t.q_fused);
 }
 
 Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
@@ -183,6 +184,16 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (t.int4_mma && (s.smooth & kSmoothQ))
     return Verdict::no("tiling " + to_string(t) + ": smooth=" + smooth_to_string(s.smooth) +
                        " (Q smoothing) needs int8 K tiles for its ΔS product; drop _i4mma (qk=int4 then runs as int8 compute)");
+  if (t.q_fused && !int_prefill)
+    return Verdict::no("tiling " + to_string(t) + ": _qf (Q quantized inside the kernel) applies to the int8 prefill "
+                       "kernel (qk=int8|int4); drop _qf");
+  if (t.q_fused && !fused_q_gran(s.qk.gran))
+    return Verdict::no("tiling " + to_string(t) + ": _qf quantizes Q per CTA tile, and qk=" + to_string(s.qk.fmt) + ":" +
+                       to_string(s.qk.gran) + " needs statistics of the whole tensor; accepted with _qf: per_block, "
+                       "per_warp, per_thread, per_token");
+  if (t.q_fused && (t.int4_mma || (s.smooth & kSmoothQ) || s.rotate != Rotation::none))
+    return Verdict::no("tiling " + to_string(t) + ": _qf writes plain int8 Q codes; it does not pack int4 (_i4mma), "
+                       "subtract Q's block means (smooth=q) or rotate (rotate=hadamard): drop _qf");
   if (t.wgmma && s.arch != Arch::sm_90a)
     return Verdict::no("tiling " + to_string(t) + ": wgmma needs arch=sm_90a (got " + to_string(s.arch) + "); drop _wg");
   const int smem = kernel_smem_bytes(s, t);
@@ -224,6 +235,16 @@ Verdict validate(const Spec& s, const Problem& p) {
                        std::to_string(p.heads_kv) + " but the spec says gqa=" + std::to_string(s.gqa) +
                        "; accepted: hq = gqa * hkv");
   return Verdict::yes();
+}
+
+bool fused_q_gran(Gran g) {
+  return g == Gran::per_token || g == Gran::per_warp || g == Gran::per_thread || g == Gran::per_block;
+}
+
+Tiling fused_q_form(const Spec& spec, const Tiling& tiling, const DeviceLimits& limits) {
+  Tiling t = tiling;
+  t.q_fused = true;
+  return validate(spec, t, limits) ? t : tiling;
 }
 
 bool int4_mma_by_default(Arch arch) { return arch != Arch::sm_90 && arch != Arch::sm_90a && arch != Arch::unset; }

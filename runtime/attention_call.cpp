@@ -2,6 +2,7 @@
 // the attention kernel. prepare() does the first half, run() the second. With K smoothing, prepare()
 // also computes q·mean_k per row, which run() adds (scaled) to the LSE when one is asked for.
 #include <cmath>
+#include <cstdlib>
 
 #include "qattn/error.hpp"
 #include "runtime/helper_kernels.hpp"
@@ -47,11 +48,23 @@ TensorView bhsd(void* data, int seq, int heads, int d) {
   return TensorView{data, static_cast<long long>(heads) * seq * d, static_cast<long long>(seq) * d, d};
 }
 
+// The form attention() and prepare() launch for a chosen tiling: its fused-Q twin where the options
+// and the spec allow it (RuntimeOptions::fuse_q_quant).
+// QATTN_FUSE_Q=0 turns it off for the process (A/B measurements without rebuilding the caller).
+Tiling Runtime::launch_form(const Spec& spec, const Tiling& tiling) {
+  static const bool env_off = [] {
+    const char* v = std::getenv("QATTN_FUSE_Q");
+    return v && std::string(v) == "0";
+  }();
+  const bool fuse = impl_->options.fuse_q_quant && !env_off;
+  return fuse && spec.quantized() ? fused_q_form(spec, tiling, impl_->limits()) : tiling;
+}
+
 std::unique_ptr<PreparedAttention> Runtime::prepare(const AttentionCall& call, void* stream) {
   const Spec spec = resolve(call.spec);
   validate_call(call, spec);
   const Kernel& k = kernel(spec, call.problem);
-  return prepare_in(call, spec, k.tiling(), stream, nullptr);
+  return prepare_in(call, spec, launch_form(spec, k.tiling()), stream, nullptr);
 }
 
 std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& call, const Tiling& tiling, void* stream) {
@@ -87,7 +100,7 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   const int d = spec.head_dim;
   const int resident = impl_->options.quant_one_pass ? quant::kOnePassMinBlocks * impl_->device().sm_count : 0;
   std::array<rt::QuantSlot, 3> slots =
-      rt::quant_slots(spec, p, tiling.int4_mma, resident, impl_->options.k_mean_sample_tokens);
+      rt::quant_slots(spec, p, tiling.int4_mma, resident, impl_->options.k_mean_sample_tokens, tiling.q_fused);
   size_t bytes = 0, scratch_floats = 0;
   for (rt::QuantSlot& s : slots) {
     if (!s.active) continue;
@@ -118,11 +131,12 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   const CUstream cu_stream = static_cast<CUstream>(stream);
   for (int i = 0; i < 3; ++i) {
     rt::QuantSlot& s = slots[static_cast<size_t>(i)];
-    if (!s.active) {   // pv=fp16: V as given; the kernel reads 16-byte chunks of its rows
-      const TensorView& v = inputs[i];
-      if (reinterpret_cast<unsigned long long>(v.data) % 16 || v.sb % 8 || v.sh % 8 || v.ss % 8)
-        throw_bad_input("pv=fp16 reads V as given: its rows must start 16-byte aligned (strides multiples of 8 elements)");
-      ap.v = ref_of(v);
+    if (!s.active) {   // pv=fp16: V as given; _qf: Q as given. The kernel reads 16-byte chunks of their rows.
+      const TensorView& x = inputs[i];
+      if (reinterpret_cast<unsigned long long>(x.data) % 16 || x.sb % 8 || x.sh % 8 || x.ss % 8)
+        throw_bad_input(std::string(i == 0 ? "the fused-Q kernel (_qf) reads Q" : "pv=fp16 reads V") +
+                        " as given: its rows must start 16-byte aligned (strides multiples of 8 elements)");
+      (i == 0 ? ap.q : ap.v) = ref_of(x);
       continue;
     }
     const long long heads = s.problem.heads, seq = s.problem.seq_pad;
@@ -194,7 +208,7 @@ void Runtime::run(const PreparedAttention& prepared_in, TensorView o, float soft
 void Runtime::attention(const AttentionCall& call, void* stream) {
   const Spec spec = resolve(call.spec);
   validate_call(call, spec);
-  const Tiling tiling = kernel(spec, call.problem).tiling();
+  const Tiling tiling = launch_form(spec, kernel(spec, call.problem).tiling());
   // Work on one stream is ordered, so one workspace per stream serves every call on it without a sync;
   // a stream gets a new (larger) one only when a call needs more.
   std::lock_guard<std::mutex> lock(impl_->workspace_mutex);

@@ -31,8 +31,9 @@ struct QuantSlot {
 // statistics passes), which lets smoothing and per_channel scales quantize in one pass.
 // k_mean_sample_tokens: K's QuantProblem::mean_sample_tokens (RuntimeOptions::k_mean_sample_tokens;
 // 0: K's mean over every token). Q and V never sample.
+// q_fused (tiling _qf): the kernel quantizes Q itself, so Q's slot is inactive (no passes, no workspace).
 std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem, bool int4_mma, int resident_blocks,
-                                     int k_mean_sample_tokens);
+                                     int k_mean_sample_tokens, bool q_fused = false);
 
 Source quant_source(const quant::QuantRequest& request, const quant::QuantLaunch& launch, Arch arch);
 Source row_dot_source(const Spec& spec);   // q · mean_k per row (K smoothing)

@@ -50,6 +50,12 @@ struct RuntimeOptions {
   // it would save no second full read.
   int k_mean_sample_tokens = 1024;
   TimingOptions timing;
+  // Quantized prefill with token-local Q scales (per_token, per_warp, per_thread, per_block; no smooth=q,
+  // rotate or packed int4): run the chosen tiling's fused-Q form (_qf), whose kernel quantizes its own
+  // Q tile from the fp16/bf16 Q, instead of a Q quantization pass before it. The tuner times the plain
+  // form (kernel only); attention() and prepare() launch its _qf twin. prepare_with() runs the tiling
+  // it is given. Measured on the H100: see README "Fused Q".
+  bool fuse_q_quant = true;
 };
 
 // A compiled binary (compile-only path; no GPU involved).
@@ -215,6 +221,7 @@ class Runtime {
   friend struct RuntimeAccess;   // the library's own parts outside this class (runtime/runtime_impl.hpp)
   std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
                                                 void* stream, rt::DeviceBuffer* lent);
+  Tiling launch_form(const Spec& spec, const Tiling& tiling);   // the _qf twin per fuse_q_quant
   std::unique_ptr<Impl> impl_;
 };
 

@@ -20,9 +20,12 @@ struct Tiling {
   bool wgmma = false;
   int min_blocks = 0;   // 0: no hint
   bool int4_mma = false;   // qk=int4: packed int4 Q/K on mma.sync .s4 (token _i4mma); never with wgmma
+  // Quantized prefill: the kernel reads the fp16/bf16 Q and quantizes its own Q tile (token _qf), so
+  // there is no Q quantization pass (see the "fused Q" notes in prefill_int8.cuh).
+  bool q_fused = false;
   bool operator==(const Tiling& o) const {
     return block_m == o.block_m && block_n == o.block_n && warps == o.warps && stages == o.stages &&
-           wgmma == o.wgmma && min_blocks == o.min_blocks && int4_mma == o.int4_mma;
+           wgmma == o.wgmma && min_blocks == o.min_blocks && int4_mma == o.int4_mma && q_fused == o.q_fused;
   }
   bool operator!=(const Tiling& o) const { return !(*this == o); }
 };

@@ -43,6 +43,13 @@ void require(const Verdict& verdict);
 // The CLI prints it where it explains a spec, and the runtime logs it once per kernel it prepares.
 std::string dispatch_note(const Spec& spec);
 std::string dispatch_note(const Spec& spec, const Tiling& tiling);
+// Q/K granularities whose Q scales a CTA can compute from its own query tile (the fused-Q form, _qf):
+// per_token, per_warp and per_thread (groups inside 32 rows), per_block (64 rows).
+bool fused_q_gran(Gran gran);
+// `tiling` with q_fused set when the spec and tiling allow it (validate() passes with _qf on `limits`),
+// else `tiling` as given: the form the runtime launches when RuntimeOptions::fuse_q_quant is on.
+Tiling fused_q_form(const Spec& spec, const Tiling& tiling, const DeviceLimits& limits);
+
 // Whether qk=int4 prefill runs on packed INT4 tensor cores (_i4mma) by default on `arch`.
 bool int4_mma_by_default(Arch arch);
 // Whether this spec's default form is the packed one: qk=int4 prefill on such an arch, without Q

@@ -1,6 +1,8 @@
-// The kernel forms a quantized prefill spec is checked in on this GPU: its default tiling (what
-// attention() runs), and where that is the wgmma form (sm_90a), also the first mma.sync candidate
-// (what every other arch runs), so both code paths meet the same floors on the H100.
+// The kernel forms a quantized prefill spec is checked in on this GPU: what attention() runs (its default
+// tiling, in the fused-Q form _qf where RuntimeOptions::fuse_q_quant applies it), the default tiling as
+// it is where that differs (Q from the quantization pass), and where the default is the wgmma form
+// (sm_90a), also the first mma.sync candidate (what every other arch runs), so every code path meets
+// the same floors on the H100.
 #pragma once
 
 #include <optional>
@@ -15,7 +17,9 @@ namespace qattn::test {
 // nullopt = attention() with the default tiling; a tiling = prepare_with() that tiling.
 inline std::vector<std::optional<Tiling>> forms_to_check(const Spec& spec) {
   std::vector<std::optional<Tiling>> forms = {std::nullopt};
-  if (default_tiling(spec, default_limits(spec.arch)).wgmma)
+  const Tiling plain = default_tiling(spec, default_limits(spec.arch));
+  if (spec.quantized() && fused_q_form(spec, plain, default_limits(spec.arch)) != plain) forms.push_back(plain);
+  if (plain.wgmma)
     for (const Tiling& t : candidate_tilings(spec, default_limits(spec.arch)))
       if (!t.wgmma) {
         forms.push_back(t);

@@ -4,13 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <atomic>
 #include <set>
-#include <thread>
 
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/search_space.hpp"
+#include "tests/common/compile_all.hpp"
 
 namespace qattn {
 namespace {
@@ -33,27 +32,12 @@ TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
     else
       points.emplace_back(s, default_tiling(s, default_limits(s.arch)));
   }
-  // A bounded pool: each NVRTC instance takes a core and a few hundred MB.
-  std::vector<CompiledKernel> done(points.size());
-  std::vector<std::string> errors(points.size());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (unsigned w = 0; w < std::max(1u, std::thread::hardware_concurrency()); ++w)
-    pool.emplace_back([&] {
-      for (size_t i = next++; i < points.size(); i = next++) {
-        try {
-          done[i] = rt.compile(points[i].first, points[i].second);
-        } catch (const std::exception& e) {
-          errors[i] = e.what();
-        }
-      }
-    });
-  for (auto& t : pool) t.join();
+  const std::vector<test::CompileOutcome> done = test::compile_all(rt, points);
   for (size_t i = 0; i < points.size(); ++i) {
     const std::string name = kernel_name(points[i].first, points[i].second);
     {
-      EXPECT_EQ(errors[i], "") << name;
-      const CompiledKernel& k = done[i];
+      EXPECT_EQ(done[i].error, "") << name;
+      const CompiledKernel& k = done[i].kernel;
       EXPECT_FALSE(k.cubin.empty()) << name;
       EXPECT_GT(k.registers, 0) << name;
       EXPECT_LE(k.registers, 255) << name;

@@ -9,17 +9,16 @@
 // point that instantiates it.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cstdio>
 #include <map>
 #include <set>
-#include <thread>
 
 #include "qattn/kernel_name.hpp"
 #include "qattn/render.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/search_space.hpp"
 #include "qattn/validate.hpp"
+#include "tests/common/compile_all.hpp"
 
 namespace qattn {
 namespace {
@@ -83,29 +82,18 @@ TEST_P(Int4CompileGrid, EveryPointAndCandidateCompilesWithoutSpills) {
   RuntimeOptions o;
   o.use_cache = false;
   Runtime rt(o);
-  std::vector<std::pair<std::string, std::pair<Spec, Tiling>>> work(bodies.begin(), bodies.end());
-  std::vector<CompiledKernel> done(work.size());
-  std::vector<std::string> errors(work.size());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (unsigned w = 0; w < std::max(1u, std::thread::hardware_concurrency()); ++w)
-    pool.emplace_back([&] {
-      for (size_t i = next++; i < work.size(); i = next++) {
-        try {
-          done[i] = rt.compile(work[i].second.first, work[i].second.second);
-        } catch (const std::exception& e) {
-          errors[i] = e.what();
-        }
-      }
-    });
-  for (auto& t : pool) t.join();
+  std::vector<std::string> keys;
+  std::vector<std::pair<Spec, Tiling>> work;
+  for (const auto& [body, point] : bodies) keys.push_back(body), work.push_back(point);
+  const std::vector<test::CompileOutcome> done = test::compile_all(rt, work);
   for (size_t i = 0; i < work.size(); ++i) {
-    const std::string& name = done[i].kernel_name.empty() ? work[i].first : done[i].kernel_name;
-    EXPECT_EQ(errors[i], "") << name;
-    EXPECT_FALSE(done[i].cubin.empty()) << name;
-    EXPECT_GT(done[i].registers, 0) << name;
-    EXPECT_LE(done[i].registers, 255) << name;
-    EXPECT_EQ(done[i].spill_bytes, 0) << name << " (and " << users[work[i].first].size() - 1 << " more points)";
+    const CompiledKernel& k = done[i].kernel;
+    const std::string& name = k.kernel_name.empty() ? keys[i] : k.kernel_name;
+    EXPECT_EQ(done[i].error, "") << name;
+    EXPECT_FALSE(k.cubin.empty()) << name;
+    EXPECT_GT(k.registers, 0) << name;
+    EXPECT_LE(k.registers, 255) << name;
+    EXPECT_EQ(k.spill_bytes, 0) << name << " (and " << users[keys[i]].size() - 1 << " more points)";
   }
   std::printf("[ compiled ] %zu int4 points / tilings as %zu distinct kernels for %s\n", points, work.size(), to_string(arch));
 }

@@ -129,6 +129,7 @@
 #include "qattn/common/fp8_cvt.cuh"
 #include "qattn/common/int8_ptx.cuh"
 #include "qattn/common/wgmma.cuh"
+#include "qattn/quant/quant_device.cuh"
 
 namespace qattn {
 namespace prefill_int8 {
@@ -159,8 +160,13 @@ template <class T, class F> struct Pick<false, T, F> { using type = F; };
 // PV (P·V operand format), ACC (its accumulation), S4 (packed int4 Q·K^T) and QSMOOTH (Q smoothing)
 // come last, with defaults that give the int8 kernel.
 template <Gran V_GRAN, Fmt OUT, int D, bool CAUSAL, int BM, int BN, int WARPS, int STAGES, bool WG = false,
-          Fmt PV = Fmt::int8, Accum ACC = Accum::fp32, bool S4 = false, bool QSMOOTH = false, bool INT4 = false>
+          Fmt PV = Fmt::int8, Accum ACC = Accum::fp32, bool S4 = false, bool QSMOOTH = false, bool INT4 = false,
+          Gran QF = Gran::none>
 struct Kernel {
+  static_assert(QF == Gran::none || QF == Gran::per_token || QF == Gran::per_warp || QF == Gran::per_thread ||
+                    QF == Gran::per_block,
+                "prefill_int8: the fused Q (QF) takes token-local Q scales: per_token, per_warp, per_thread, per_block");
+  static_assert(QF == Gran::none || !(S4 || QSMOOTH), "prefill_int8: the fused Q writes plain int8 Q codes (no S4, no smooth=q)");
   static_assert(!S4 || INT4, "prefill_int8: the packed form (S4) holds qk=int4 codes");
   static_assert(!(S4 && WG), "prefill_int8: the packed-int4 Q·K^T (S4) exists in the mma.sync form only");
   static_assert(!(QSMOOTH && WG), "prefill_int8: Q smoothing exists in the mma.sync form only");
@@ -190,7 +196,7 @@ struct Kernel {
   static_assert(tiling_ok(D, BM, BN, WARPS, STAGES, WG, kVBytes, kHalfO, S4, QSMOOTH),
                 "prefill_int8: invalid tiling (see prefill_int8_shape.h)");
   static constexpr int kThreads = WARPS * 32;
-  static constexpr int kSmemBytes = smem_bytes(D, BM, BN, STAGES, WG, kVBytes, S4, QSMOOTH);
+  static constexpr int kSmemBytes = smem_bytes(D, BM, BN, STAGES, WG, kVBytes, S4, QSMOOTH, QF != Gran::none);
 
  private:
   using u32 = dev::u32;
@@ -1114,6 +1120,103 @@ struct Kernel {
       }
   }
 
+  // Fused Q (QF != none, tiling _qf): the CTA quantizes its own Q tile from the fp16/bf16 Q (p.q is then
+  // the caller's tensor, element strides), as the Q pass would (quant_shape.h): per row its abs-max, the
+  // max over the row's scale group (per_token: the row; per_warp: 32 consecutive rows; per_thread: rows
+  // g, g + 8, g + 16, g + 24 of 32; per_block: 64 rows; all inside the CTA's tile, whose first row is a
+  // multiple of bm), scale = amax / qmax, code = round-half-even(x · qmax / amax) (qmax 7 for qk=int4).
+  // The codes go straight into the swizzled int8 Q tile, the group abs-maxes to shared memory
+  // (kFusedQOff; run() turns them into st.qs after its barrier). This saves the Q pass (a read and a
+  // write of Q through HBM) for a read of the fp16 Q here, overlapping the KV tiles in flight.
+  // Each task is one 16-byte chunk of codes: 16 channels, two 16-byte loads; a row's chunks are
+  // adjacent tasks. Where a row's chunks fill an aligned group of lanes (d 64 / 128 / 256: 4, 8, 16
+  // chunks), its abs-max is a shuffle reduction and per_token needs no barrier at all; d = 96 (6 chunks)
+  // gathers it with shared-memory atomics. The codes come from one fma with 1.5 · 2^23 (int8_ptx.cuh's
+  // kMagic: the float's low byte is then the rounded code), no float-to-int conversions; |x · qmax /
+  // amax| <= qmax, so no clamp. (Measured on H100 with conversions and atomics for every d: the
+  // prologue cost about half of the Q pass it saves.)
+  static constexpr int kFusedQOff = smem_bytes(D, BM, BN, STAGES, false, kVBytes, S4, QSMOOTH);   // after the tiles
+  static constexpr int kQMax = INT4 ? 7 : 127;
+  static constexpr bool kRowShuffle = kDChunks == 4 || kDChunks == 8 || kDChunks == 16;
+  static __device__ void quantize_q_tile(const AttentionParams& p, char* smem, u32 sbase, int b, int h, int q0) {
+    float* row_amax = reinterpret_cast<float*>(smem + kFusedQOff);
+    float* group_amax = row_amax + BM;
+    const dev::u16* qh = static_cast<const dev::u16*>(p.q.ptr) + b * p.q.sb + h * p.q.sh;
+    constexpr int kTasks = BM * kDChunks, kPer = (kTasks + kThreads - 1) / kThreads;
+    static_assert(!kRowShuffle || kTasks % kThreads == 0, "fused Q: whole rows per sweep of the CTA");
+    const int tid = threadIdx.x;
+    if constexpr (!kRowShuffle)
+      for (int r = tid; r < BM; r += kThreads) row_amax[r] = 0.f;
+    uint4 raw[kPer][2];
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      const int task = it * kThreads + tid, r = task / kDChunks, c = task % kDChunks;
+      const bool ok = (kTasks % kThreads == 0 || task < kTasks) && q0 + r < p.q_len;
+      const dev::u16* src = qh + (ok ? (q0 + r) * p.q.ss + c * 16 : 0);
+      raw[it][0] = ok ? quant::load16(src) : make_uint4(0u, 0u, 0u, 0u);
+      raw[it][1] = ok ? quant::load16(src + 8) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    if constexpr (!kRowShuffle) __syncthreads();   // row_amax zeroed
+    float amax[kPer];
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      amax[it] = 0.f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const quant::Vec8 x = quant::unpack8<OUT>(raw[it][half]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) amax[it] = fmaxf(amax[it], fabsf(x.v[i]));
+      }
+      const int task = it * kThreads + tid;
+      if constexpr (kRowShuffle) {
+        amax[it] = quant::group_max<kDChunks>(amax[it]);
+        if (QF != Gran::per_token && task % kDChunks == 0) row_amax[task / kDChunks] = amax[it];
+      } else if (kTasks % kThreads == 0 || task < kTasks) {
+        quant::atomic_max_nonneg(&row_amax[task / kDChunks], amax[it]);
+      }
+    }
+    if constexpr (QF != Gran::per_token || !kRowShuffle) {
+      __syncthreads();
+      for (int r = tid; r < BM; r += kThreads) {
+        float g = row_amax[r];
+        if constexpr (QF == Gran::per_warp || QF == Gran::per_block) {
+          constexpr int kGroup = QF == Gran::per_warp ? 32 : 64;   // Q's per_block group is 64 rows (quant_slots)
+          g = 0.f;
+          for (int i = r / kGroup * kGroup; i < r / kGroup * kGroup + kGroup; ++i) g = fmaxf(g, row_amax[i]);
+        } else if constexpr (QF == Gran::per_thread) {
+          g = 0.f;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) g = fmaxf(g, row_amax[r / 32 * 32 + r % 8 + 8 * i]);
+        }
+        group_amax[r] = g;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int it = 0; it < kPer; ++it) {
+        const int task = it * kThreads + tid;
+        if (kTasks % kThreads == 0 || task < kTasks) amax[it] = group_amax[task / kDChunks];
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      const int task = it * kThreads + tid, r = task / kDChunks, c = task % kDChunks;
+      if (kTasks % kThreads != 0 && task >= kTasks) continue;
+      if (QF == Gran::per_token && kRowShuffle && c == 0) group_amax[r] = amax[it];
+      const float mult = quant::code_multiplier(amax[it], static_cast<float>(kQMax));
+      u32 w[4];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const quant::Vec8 x = quant::unpack8<OUT>(raw[it][half]);
+        int code[8];   // the low byte of the float bits is the code
+#pragma unroll
+        for (int i = 0; i < 8; ++i) code[i] = __float_as_int(fmaf(x.v[i], mult, int8::kMagic));
+        w[2 * half] = quant::pack4_s8(code[0], code[1], code[2], code[3]);
+        w[2 * half + 1] = quant::pack4_s8(code[4], code[5], code[6], code[7]);
+      }
+      dev::st_shared_16(qk_addr<BM>(sbase, r, c), dev::U32x4{w[0], w[1], w[2], w[3]});
+    }
+  }
+
  public:
   static __device__ __forceinline__ void run(const AttentionParams& p, char* smem) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -1162,7 +1265,7 @@ struct Kernel {
       for (int hf = 0; hf < 2; ++hf) {
         const int row = cx.row0 + 16 * mt + (lane >> 2) + 8 * hf;
         float qs = 1.f;
-        if (row < p.q_len) qs = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0] * qmul;
+        if (QF == Gran::none && row < p.q_len) qs = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0] * qmul;
         // A zero row (scale 0) must give a uniform softmax, not 0 · inf = NaN on masked keys.
         st.qs[mt][hf] = fmaxf(qs, 1e-30f);
         st.r[mt][hf] = dev::neg_inf();
@@ -1185,7 +1288,7 @@ struct Kernel {
       }
       constexpr int kQChunks = BM * kDChunks;
 #pragma unroll
-      for (int it = 0; it < (kQChunks + kThreads - 1) / kThreads; ++it) {
+      for (int it = 0; it < (QF == Gran::none ? (kQChunks + kThreads - 1) / kThreads : 0); ++it) {
         const int i = it * kThreads + tid;
         if (kQChunks % kThreads == 0 || i < kQChunks) {
           const int r = i / kDChunks, c = i % kDChunks;
@@ -1202,8 +1305,20 @@ struct Kernel {
         dev::cp_async_commit();
       }
       if constexpr (QSMOOTH) prepare_block_means(p, smem, b, h, q0);
+      if constexpr (QF != Gran::none) quantize_q_tile(p, smem, sbase, b, h, q0);   // while the first KV tiles fly
       dev::cp_async_wait<STAGES - 2>();
       __syncthreads();
+      if constexpr (QF != Gran::none) {   // the Q scales of the fused tile (written before the barrier)
+        const float* group_amax = reinterpret_cast<const float*>(smem + kFusedQOff) + BM;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int row = cx.row0 + 16 * mt + (lane >> 2) + 8 * hf;
+            if (row < p.q_len)
+              st.qs[mt][hf] = fmaxf(quant::scale_of(group_amax[row - q0], static_cast<float>(kQMax)) * qmul, 1e-30f);
+          }
+      }
       if constexpr (S4) load_q_s4(st, sbase);
       if constexpr (QSMOOTH) init_block_mean_factors(st, p, smem, qscale, q0);
 #pragma unroll

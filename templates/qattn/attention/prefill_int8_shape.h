@@ -43,6 +43,7 @@
 // Shared memory: the int8 Q tile (bm x d), then per stage a K tile (bn x d), a V^T tile (d x bn) and
 // the bn K scales (fp32); with S4 the Q and K tiles are bm x d/2 and bn x d/2 bytes. The warpgroup form keeps every tile on a 1024-byte boundary (its swizzle
 // atom): the scales of all stages follow the last V^T tile, and 1 KiB of slack aligns the base.
+// The fused-Q form (tiling token _qf) appends fused_q_bytes: each Q row's abs-max, then its scale (fp32).
 // Q smoothing (mma.sync form only) appends qsmooth_bytes: the A fragments of the block means (16 d),
 // the staged ΔS of one KV tile (bm / 64 rows x bn fp32) and the block means' scales (8 fp32).
 #pragma once
@@ -68,10 +69,13 @@ QATTN_INT8_SHAPE_FN int qk_row_bytes(int d, bool s4 = false) { return s4 ? d / 2
 // Q smoothing's shared memory (prefill_int8.cuh, "Q smoothing"): after everything else.
 QATTN_INT8_SHAPE_FN int qsmooth_bytes(int d, int bm, int bn) { return 16 * d + 4 * (bm / 64) * bn + 4 * 8; }
 
+// The fused-Q form's two floats per Q row (abs-max, then scale), after everything else.
+QATTN_INT8_SHAPE_FN int fused_q_bytes(int bm) { return 8 * bm; }
+
 QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = false, int v_bytes = 1,
-                                   bool s4 = false, bool qsmooth = false) {
+                                   bool s4 = false, bool qsmooth = false, bool q_fused = false) {
   return bm * qk_row_bytes(d, s4) + stages * (bn * qk_row_bytes(d, s4) + v_bytes * bn * d + 4 * bn) + (wg ? 1024 : 0) +
-         (qsmooth ? qsmooth_bytes(d, bm, bn) : 0);
+         (qsmooth ? qsmooth_bytes(d, bm, bn) : 0) + (q_fused ? fused_q_bytes(bm) : 0);
 }
 
 QATTN_INT8_SHAPE_FN int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
