@@ -119,6 +119,8 @@ Spec parse_spec_family(std::string_view text) {
   return s;
 }
 
+namespace {
+
 // The rungs that only a known arch can rank (see default_quant_candidates in calibrate.hpp): 4-bit Q/K
 // where INT4 mma is native (sm_80 .. sm_89; on sm_90 INT4 runs as int8 compute and saves nothing), and
 // FP8 P·V where it is the fast 8-bit path (sm_89, and sm_90a's wgmma .e4m3). Each unrotated, then with
@@ -144,6 +146,8 @@ std::vector<Spec> fast_rungs(const Spec& reference) {
     for (Rotation r : {Rotation::none, Rotation::hadamard}) add(Fmt::int8, Gran::per_warp, r);
   return out;
 }
+
+}  // namespace
 
 std::vector<Spec> default_quant_candidates(const Spec& reference) {
   struct Rung {

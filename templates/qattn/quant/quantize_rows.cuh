@@ -132,14 +132,14 @@ struct QuantizeRows {
     if constexpr (BlockMean) {
       Means::compute(raw, tile, p.seq_len, mean, part);
       if constexpr (kRotate) {   // the means as the kernel pairs them with rotated K: rotated likewise
-        float rotated[kMeanSets][kVecElems];
+        float rotated_means[kMeanSets][kVecElems];
 #pragma unroll
         for (int k = 0; k < kMeanSets; ++k) {
 #pragma unroll
-          for (int i = 0; i < kVecElems; ++i) rotated[k][i] = mean[k][i];
-          rotate_row<D, Rotate>(rotated[k], c0, rotation_sign_bits<D>(c0));
+          for (int i = 0; i < kVecElems; ++i) rotated_means[k][i] = mean[k][i];
+          rotate_row<D, Rotate>(rotated_means[k], c0, rotation_sign_bits<D>(c0));
         }
-        Means::store(p, b, h, tile, rotated);
+        Means::store(p, b, h, tile, rotated_means);
       } else {
         Means::store(p, b, h, tile, mean);
       }
@@ -265,8 +265,8 @@ struct QuantizeRows {
       for (int i = 0; i < kVecElems; ++i)
         code[i] = s < p.seq_len ? to_code(x.v[i] - offset(j, i), mult_row[j] * mult_chan[i], qmax) : 0;
       if constexpr (Pack4) {   // byte c0/2 + i of the row holds codes c0 + 2i (low) and c0 + 2i + 1 (high)
-        signed char* row = static_cast<signed char*>(p.y.ptr) + (b * p.y.sb + h * p.y.sh + s * p.y.ss);
-        *reinterpret_cast<unsigned*>(row + c0 / 2) = pack8_s4(code);
+        signed char* dst = static_cast<signed char*>(p.y.ptr) + (b * p.y.sb + h * p.y.sh + s * p.y.ss);
+        *reinterpret_cast<unsigned*>(dst + c0 / 2) = pack8_s4(code);
         continue;
       }
       uint2 packed;
