@@ -307,7 +307,7 @@ TEST_P(Int4Attention, EveryHeadDimMaskAndFormAgainstTheReference) {
       }
     }
   // The rotation's gain over (a)'s draws (per_tensor: none run): measured on the H100, the mean rel L1
-  // fell to 0.49-0.53 of the unrotated one per granularity (1 - cos to 0.22-0.31).
+  // fell to 0.50-0.56 of the unrotated one per granularity over two runs.
   if (g != Gran::per_tensor) {
     std::printf("[ rotate  ] %s: summed rel L1 of the x10-channel draws unrotated %.4f, rotated %.4f\n", to_string(g),
                 rel_l1_sum[0], rel_l1_sum[1]);
