@@ -163,6 +163,11 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
                                   t.q_fused);
 }
 
+// What the fused-Q form (_qf) does not do: pack int4 Q, subtract Q's block means, rotate.
+static bool fused_q_excluded(const Spec& s, const Tiling& t) {
+  return t.int4_mma || (s.smooth & kSmoothQ) || s.rotate != Rotation::none;
+}
+
 Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (Verdict v = validate(s); !v) return v;
   if (s.arch == Arch::unset) return Verdict::no("no arch: set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a> or run on a GPU");
@@ -191,7 +196,7 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
     return Verdict::no("tiling " + to_string(t) + ": _qf quantizes Q per CTA tile, and qk=" + to_string(s.qk.fmt) + ":" +
                        to_string(s.qk.gran) + " needs statistics of the whole tensor; accepted with _qf: per_block, "
                        "per_warp, per_thread, per_token");
-  if (t.q_fused && (t.int4_mma || (s.smooth & kSmoothQ) || s.rotate != Rotation::none))
+  if (t.q_fused && fused_q_excluded(s, t))
     return Verdict::no("tiling " + to_string(t) + ": _qf writes plain int8 Q codes; it does not pack int4 (_i4mma), "
                        "subtract Q's block means (smooth=q) or rotate (rotate=hadamard): drop _qf");
   if (t.wgmma && s.arch != Arch::sm_90a)
@@ -241,7 +246,10 @@ bool fused_q_gran(Gran g) {
   return g == Gran::per_token || g == Gran::per_warp || g == Gran::per_thread || g == Gran::per_block;
 }
 
+// Called for every attention() call: the spec-level conditions first, so an ineligible spec (per_tensor,
+// smooth=q, rotated, packed int4) costs no validation and no reason string.
 Tiling fused_q_form(const Spec& spec, const Tiling& tiling, const DeviceLimits& limits) {
+  if (!spec.quantized() || !fused_q_gran(spec.qk.gran) || fused_q_excluded(spec, tiling)) return tiling;
   Tiling t = tiling;
   t.q_fused = true;
   return validate(spec, t, limits) ? t : tiling;

@@ -128,7 +128,7 @@ namespace {
 // left out here: it would turn INT4's packed mma into int8 compute.
 std::vector<Spec> fast_rungs(const Spec& reference) {
   const Arch a = reference.arch;
-  const bool int4_native = a == Arch::sm_80 || a == Arch::sm_86 || a == Arch::sm_89;
+  const bool int4_native = int4_mma_by_default(a);
   const bool fp8 = a == Arch::sm_89 || a == Arch::sm_90a;
   const Operand pv = fp8 ? Operand{Fmt::fp8e4m3, Gran::per_channel} : Operand{Fmt::int8, Gran::per_channel};
   std::vector<Spec> out;

@@ -104,14 +104,7 @@ HostTensor centred_rows(const HostTensor& x, const std::vector<double>& mean, in
 }
 
 HostTensor subtract_channel_mean(const HostTensor& x, int sample) {
-  const std::vector<double> mean = channel_mean(x, sample);
-  HostTensor out = x;
-  const Shape& sh = x.shape;
-  for (int b = 0; b < sh.batch; ++b)
-    for (int h = 0; h < sh.heads; ++h)
-      for (int s = 0; s < sh.seq; ++s)
-        for (int c = 0; c < sh.dim; ++c) out.at(b, h, s, c) -= mean[head_index(sh, b, h) * sh.dim + c];
-  return out;
+  return centred_rows(x, channel_mean(x, sample), quant::kRotateNone);
 }
 
 QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config) {

@@ -1177,19 +1177,8 @@ struct Kernel {
     }
     if constexpr (QF != Gran::per_token || !kRowShuffle) {
       __syncthreads();
-      for (int r = tid; r < BM; r += kThreads) {
-        float g = row_amax[r];
-        if constexpr (QF == Gran::per_warp || QF == Gran::per_block) {
-          constexpr int kGroup = QF == Gran::per_warp ? 32 : 64;   // Q's per_block group is 64 rows (quant_slots)
-          g = 0.f;
-          for (int i = r / kGroup * kGroup; i < r / kGroup * kGroup + kGroup; ++i) g = fmaxf(g, row_amax[i]);
-        } else if constexpr (QF == Gran::per_thread) {
-          g = 0.f;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) g = fmaxf(g, row_amax[r / 32 * 32 + r % 8 + 8 * i]);
-        }
-        group_amax[r] = g;
-      }
+      constexpr int kGroup = QF == Gran::per_block ? 64 : 32;   // Q's groups (quant_slots): per_block 64 rows
+      for (int r = tid; r < BM; r += kThreads) group_amax[r] = quant::row_group_max<QF, kGroup>(row_amax, r);
       __syncthreads();
 #pragma unroll
       for (int it = 0; it < kPer; ++it) {

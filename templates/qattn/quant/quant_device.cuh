@@ -104,6 +104,31 @@ __device__ __forceinline__ float group_max(float v) {
   return v;
 }
 
+// The abs-max of row r's scale group, from the abs-maxes of the rows of a tile that holds whole groups
+// (the groups of quant_shape.h): per_warp and per_block: Group consecutive rows; per_thread with Group 32
+// (Q): rows g, g+8, g+16, g+24 of a 32-row chunk; with Group 64 (K): keys 8i+2t, 8i+2t+1 (i < 8) of a
+// 64-key block; per_token: the row itself. Shared by the row quantizer and the attention kernel's fused Q.
+template <Gran G, int Group>
+__device__ __forceinline__ float row_group_max(const float* row_amax, int r) {
+  float amax = 0.f;
+  if constexpr (G == Gran::per_warp || G == Gran::per_block) {
+    const int first = r / Group * Group;
+    for (int i = 0; i < Group; ++i) amax = fmaxf(amax, row_amax[first + i]);
+  } else if constexpr (G == Gran::per_thread && Group == 32) {
+    const int first = r / 32 * 32 + r % 8;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, row_amax[first + 8 * i]);
+  } else if constexpr (G == Gran::per_thread) {
+    static_assert(Group == 64, "per_thread groups: 32 (Q) or 64 (K)");
+    const int first = r / 64 * 64 + (r % 8) / 2 * 2;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fmaxf(row_amax[first + 8 * i], row_amax[first + 8 * i + 1]));
+  } else {
+    amax = row_amax[r];
+  }
+  return amax;
+}
+
 // Max over the block; every thread gets the result. `red` holds one float per warp.
 template <int threads>
 __device__ __forceinline__ float block_max(float v, float* red) {

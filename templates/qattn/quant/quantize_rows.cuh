@@ -189,19 +189,8 @@ struct QuantizeRows {
       __syncthreads();
       if (threadIdx.x < kTileTokens) {
         const int r = threadIdx.x;
-        float amax = 0.f;
-        if (G == Gran::per_warp) {   // Group consecutive rows
-          const int first = r / kFragGroup * kFragGroup;
-          for (int i = 0; i < kFragGroup; ++i) amax = fmaxf(amax, row_amax[first + i]);
-        } else if (kFragGroup == 32) {    // per_thread Q: rows g, g+8, g+16, g+24 of a 32-row chunk
-          const int first = r / 32 * 32 + r % 8;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) amax = fmaxf(amax, row_amax[first + 8 * i]);
-        } else {                     // per_thread K: keys 8i+2t, 8i+2t+1 (i < 8) of a 64-key block
-          const int first = r / 64 * 64 + (r % 8) / 2 * 2;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fmaxf(row_amax[first + 8 * i], row_amax[first + 8 * i + 1]));
-        }
+        // (The other granularities never run this branch; they instantiate it as per_warp.)
+        const float amax = row_group_max<kFragment ? G : Gran::per_warp, kFragGroup>(row_amax, r);
         grp_amax[r] = amax;
         const int s = tile * kTileTokens + r;
         if (s < p.seq_len) scale[scale_head + s] = scale_of(amax, p.qmax);   // expanded to every row
