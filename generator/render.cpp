@@ -1,6 +1,8 @@
 #include "qattn/render.hpp"
 
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
@@ -84,16 +86,32 @@ Body attention_body(const Spec& s, const Tiling& t) {
        << t.warps << ", " << t.stages;
   const bool int_qk = s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4;   // int4: the int8 kernel (S4 or int8 compute)
   if (int_qk) tail << ", " << (t.wgmma ? "true" : "false");
-  // pv=fp16 / fp8e4m3, the accumulation mode, S4 (packed int4 Q/K), QSMOOTH and INT4: the kernel's last
-  // template parameters, left out where they are the defaults (int8 P·V, fp32, no S4, no Q smoothing, int8 codes), so
-  // those sources stay as they were.
-  const bool qsmooth = (s.smooth & kSmoothQ) != 0, int4 = s.qk.fmt == Fmt::int4, qf = t.q_fused;
-  if (int_qk && (s.pv.fmt != Fmt::int8 || s.accum != Accum::fp32 || t.int4_mma || qsmooth || int4 || qf))
-    tail << ", " << fmt_enum(s.pv.fmt) << ", " << accum_enum(s.accum);
-  if (t.int4_mma || qsmooth || int4 || qf) tail << ", " << (t.int4_mma ? "true" : "false");   // S4: packed int4 Q/K
-  if (qsmooth || int4 || qf) tail << ", " << (qsmooth ? "true" : "false");                     // QSMOOTH
-  if (int4 || qf) tail << ", " << (int4 ? "true" : "false");                                   // INT4: raw S
-  if (qf) tail << ", " << gran_enum(s.qk.gran);                                                // QF: Q's scale groups
+  // The int8 kernel's optional last template arguments, in order, each with whether it differs from its
+  // default: PV, ACC (always together), S4 (packed int4 Q/K), QSMOOTH, INT4 (raw S), QF (fused Q: Q's
+  // scale groups), VSMOOTH (int8 P·V normalised by the exact sum, see the kernel's "row sum"), KBLOCK (K's
+  // scale shared by 64-key groups: per_warp / per_block / per_tensor K, folded into the row factor).
+  // Arguments up to the last non-default one are written, so sources that need none stay as they were.
+  if (int_qk) {
+    const bool qsmooth = (s.smooth & kSmoothQ) != 0, qf = t.q_fused;
+    const bool vsmooth = s.pv.fmt == Fmt::int8 && (s.smooth & kSmoothV) != 0;
+    // KBLOCK in the wgmma form only, where it was measured (H100); in the mma.sync form it costs ptxas
+    // 10 more registers at d 64 (138 on sm_80: 3 blocks per SM instead of 4), unmeasured there.
+    const bool kblock = t.wgmma && !qsmooth &&
+                        (s.qk.gran == Gran::per_warp || s.qk.gran == Gran::per_block || s.qk.gran == Gran::per_tensor);
+    const auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+    const std::vector<std::pair<std::string, bool>> optional = {
+        {std::string(fmt_enum(s.pv.fmt)) + ", " + accum_enum(s.accum), s.pv.fmt != Fmt::int8 || s.accum != Accum::fp32},
+        {b(t.int4_mma), t.int4_mma},
+        {b(qsmooth), qsmooth},
+        {b(s.qk.fmt == Fmt::int4), s.qk.fmt == Fmt::int4},
+        {gran_enum(qf ? s.qk.gran : Gran::none), qf},
+        {b(vsmooth), vsmooth},
+        {b(kblock), kblock}};
+    size_t used = 0;
+    for (size_t i = 0; i < optional.size(); ++i)
+      if (optional[i].second) used = i + 1;
+    for (size_t i = 0; i < used; ++i) tail << ", " << optional[i].first;
+  }
   tail << ">";
   if (int_qk)
     return {"qattn/attention/prefill_int8.cuh",

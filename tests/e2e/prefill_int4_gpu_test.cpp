@@ -299,10 +299,13 @@ TEST_P(Int4Attention, EveryHeadDimMaskAndFormAgainstTheReference) {
                     "rotated");
         }
         // The two forms on the same codes: the default and the other form may differ in tiling (the
-        // running max moves at other tile borders), so near-identical, not equal.
+        // running max moves at other tile borders, so P̂ is rounded on another grid), so near-identical,
+        // not equal. Measured on the H100 (session 15, seed 10525419916966457061, per_block d 256, bn 64
+        // against bn 32, before and after that session's kernel changes): 0.99987 on flat rows, where
+        // P̂'s rounding is most of the error; 0.9999 had held on every earlier draw.
         if (outs.size() == 2) {
           const test::ErrorMetrics between = test::compare(outs[0], outs[1]);
-          EXPECT_GE(between.cosine, 0.9999) << between.report();
+          EXPECT_GE(between.cosine, 0.9995) << between.report();
         }
       }
     }

@@ -36,7 +36,7 @@ TEST(Render, TranslationUnitNamesTheKernelAndIncludesOnlyEmbeddedHeaders) {
 
 // The int8 kernel's last template argument selects mma.sync or wgmma; the tiling says which.
 TEST(Render, Int8FormFollowsTheTiling) {
-  const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a");
+  const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=k arch=sm_90a");
   const Source wg = render_attention(s, Tiling{64, 128, 4, 2, true});
   const Source sync = render_attention(s, Tiling{64, 128, 4, 2});
   EXPECT_NE(wg.text.find("64, 128, 4, 2, true>"), std::string::npos) << wg.text;
@@ -83,10 +83,35 @@ TEST(Render, QSmoothingAddsTheLastTemplateArgument) {
   EXPECT_NE(q.kernel_name, plain.kernel_name);
 }
 
+// smooth=v with int8 P·V adds VSMOOTH (the last argument: the kernel normalises by the exact row sum and
+// counts Σ P̂ only for the overflow guard); without V smoothing, or with a float P·V (always the exact
+// sum), the source is as before.
+TEST(Render, VSmoothingWithInt8PvAddsTheLastTemplateArgument) {
+  const Tiling t{64, 128, 4, 3, true, 4};
+  const Source kv = render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), t);
+  EXPECT_NE(kv.text.find("64, 128, 4, 3, true, qattn::Fmt::int8, qattn::Accum::fp32, false, false, false, "
+                         "qattn::Gran::none, true>"),
+            std::string::npos)
+      << kv.text;
+  const Source k = render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=k arch=sm_90a"), t);
+  EXPECT_NE(k.text.find("64, 128, 4, 3, true>"), std::string::npos) << k.text;
+  const Source f8 =
+      render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), t);
+  EXPECT_NE(f8.text.find("true, qattn::Fmt::fp8e4m3, qattn::Accum::fp32>"), std::string::npos) << f8.text;
+  // With the fused Q tile, QF carries Q's granularity; VSMOOTH follows it, then KBLOCK (per_warp K).
+  Tiling qf = t;
+  qf.q_fused = true;
+  const Source fused =
+      render_attention(parse_spec("prefill qk=int8:per_warp pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), qf);
+  EXPECT_NE(fused.text.find("false, false, false, qattn::Gran::per_warp, true, true>"), std::string::npos) << fused.text;
+}
+
 // per_warp / per_thread Q/K scales reach the kernel expanded per row (quant_shape.h): the spec renders
-// the per_token kernel body, under a name that keeps its own granularity.
+// the per_token kernel body, under a name that keeps its own granularity. per_warp K shares one scale per
+// 64 keys, which the wgmma form folds into the row factor (KBLOCK, the last argument).
 TEST(Render, FragmentGranularitiesRenderThePerTokenKernel) {
   const Spec tok = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal smooth=kv arch=sm_90a");
+  const auto body = [](const Source& x) { return x.text.substr(x.text.find("qattn::prefill_int8::Kernel<")); };
   for (const char* g : {"per_warp", "per_thread"}) {
     Spec s = tok;
     s.qk.gran = std::string(g) == "per_warp" ? Gran::per_warp : Gran::per_thread;
@@ -95,10 +120,27 @@ TEST(Render, FragmentGranularitiesRenderThePerTokenKernel) {
       EXPECT_NE(a.kernel_name, b.kernel_name);
       EXPECT_NE(a.kernel_name.find(std::string("_qki8") + (s.qk.gran == Gran::per_warp ? "wrp" : "thr")),
                 std::string::npos) << a.kernel_name;
-      const auto body = [](const Source& x) { return x.text.substr(x.text.find("qattn::prefill_int8::Kernel<")); };
-      EXPECT_EQ(body(a), body(b)) << g;
+      if (s.qk.gran == Gran::per_warp && t.wgmma) {
+        const std::string with_kblock = body(b).substr(0, body(b).find(">::run")) + ", true>::run";
+        EXPECT_EQ(body(a).substr(0, body(a).find("(p, ")), with_kblock) << g;
+      } else {
+        EXPECT_EQ(body(a), body(b)) << g;
+      }
     }
   }
+}
+
+// K scales shared by 64-key groups (per_warp, per_block, per_tensor K) set KBLOCK in the wgmma form; the
+// mma.sync form and per-key K scales leave it out.
+TEST(Render, KBlockScalesFoldOnlyInTheWgmmaForm) {
+  const Tiling wg{64, 128, 4, 2, true}, sync{64, 128, 4, 2};
+  for (const char* g : {"per_block", "per_tensor"}) {
+    const Spec s = parse_spec(std::string("prefill qk=int8:") + g + " pv=int8:per_tensor out=fp16 d=128 smooth=k arch=sm_90a");
+    EXPECT_NE(render_attention(s, wg).text.find("false, false, false, qattn::Gran::none, false, true>"), std::string::npos) << g;
+    EXPECT_NE(render_attention(s, sync).text.find("64, 128, 4, 2, false>"), std::string::npos) << g;
+  }
+  const Spec tok = parse_spec("prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=k arch=sm_90a");
+  EXPECT_NE(render_attention(tok, wg).text.find("64, 128, 4, 2, true>"), std::string::npos);
 }
 
 TEST(Render, InvalidPointsAreRefusedWithTheReason) {

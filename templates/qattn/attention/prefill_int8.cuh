@@ -11,8 +11,8 @@
 //         (R += ceil(tile max - R + kHeadroom)) when a tile exceeds it
 //   P̂   = round(254.51 · 2^(L - R)) ∈ [0, 255]       u8 A operand of the P·V mma
 //   O  += P̂·V̂    in the mma's own int32 accumulators: exact, and no per-tile float work on O
-//   when R rises by k:  O, l <- round(O / 2^k), ...   (two integer ops per element; mostly in the
-//                       first tiles of a row, where its running max still climbs)
+//   when R rises by k:  O, l <- floor(O / 2^k), ...   (one shift per element; mostly in the first
+//                       tiles of a row, where its running max still climbs)
 //   out = O · v_scale[c] / l (+ v_mean[c])
 // Compared with the paper (P̂ = round(127 · exp(S - m)), P̂·V converted and rescaled into an fp32 O
 // every tile): P is unsigned with 255 levels (mma .u8.s8) and O stays int32, so the per-element
@@ -21,8 +21,12 @@
 // The row sum l: Σ P̂ (paper) or Σ 254.51 · 2^(L - R) before rounding. P̂ flushes probabilities under
 // ~1/510 of R to 0. With Σ P̂ the lost mass leaves the denominator too (O = weighted mean of the
 // surviving keys: right when V is not centred); with the exact sum the lost keys count as V = 0
-// (right when V is centred, which V smoothing guarantees). The kernel takes the exact sum when
-// p.v_mean is set and Σ P̂ otherwise; on outlier-heavy data this halves the error with smoothing.
+// (right when V is centred, which V smoothing guarantees). The kernel takes the exact sum when V is
+// smoothed (template parameter VSMOOTH, from the spec's smooth=v; p.v_mean is then set) and Σ P̂
+// otherwise; on outlier-heavy data this halves the error with smoothing. The exact sum (an fp16 pair add
+// per two probabilities) is always kept: the LSE needs it (Σ P̂ drops the mass of the flushed keys,
+// which on a flat row of 4k keys moves the LSE by up to 0.2). Σ P̂ (a byte dot product per four codes)
+// is counted only where it is l, or where a row is long enough (cx.check_lq) for the overflow guard.
 //
 // Schedule per tile: wait for the tile, one barrier, issue the load of tile t + STAGES - 1, then
 // Q·K^T, logits, softmax and P·V. (Issuing the Q·K^T of tile t+1 before the softmax of tile t was
@@ -161,13 +165,14 @@ template <class T, class F> struct Pick<false, T, F> { using type = F; };
 // come last, with defaults that give the int8 kernel.
 template <Gran V_GRAN, Fmt OUT, int D, bool CAUSAL, int BM, int BN, int WARPS, int STAGES, bool WG = false,
           Fmt PV = Fmt::int8, Accum ACC = Accum::fp32, bool S4 = false, bool QSMOOTH = false, bool INT4 = false,
-          Gran QF = Gran::none>
+          Gran QF = Gran::none, bool VSMOOTH = false, bool KBLOCK = false>
 struct Kernel {
   static_assert(QF == Gran::none || QF == Gran::per_token || QF == Gran::per_warp || QF == Gran::per_thread ||
                     QF == Gran::per_block,
                 "prefill_int8: the fused Q (QF) takes token-local Q scales: per_token, per_warp, per_thread, per_block");
   static_assert(QF == Gran::none || !(S4 || QSMOOTH), "prefill_int8: the fused Q writes plain int8 Q codes (no S4, no smooth=q)");
   static_assert(!S4 || INT4, "prefill_int8: the packed form (S4) holds qk=int4 codes");
+  static_assert(!(KBLOCK && QSMOOTH), "prefill_int8: KBLOCK folds K's scale into the row factor; smooth=q adds ΔS in scaled units");
   static_assert(!(S4 && WG), "prefill_int8: the packed-int4 Q·K^T (S4) exists in the mma.sync form only");
   static_assert(!(QSMOOTH && WG), "prefill_int8: Q smoothing exists in the mma.sync form only");
   static_assert(!(QSMOOTH && S4), "prefill_int8: Q smoothing's ΔS mma reads int8 K tiles (no S4)");
@@ -186,6 +191,8 @@ struct Kernel {
   static constexpr bool kIntPV = PV == Fmt::int8;       // P̂ u8 · V̂ int8, int32 O (INT-FlashAttention)
   static constexpr bool kHalfV = PV == Fmt::fp16;       // P fp16/bf16 · V as given (type OUT), row-major
   static constexpr bool kHalfO = ACC == Accum::fp16;    // O as half2 (mma .f16 accumulate)
+  // l is the exact sum (fp32 of the unrounded P) for float P·V and for smoothed V; else Σ P̂.
+  static constexpr bool kExactSum = !kIntPV || VSMOOTH;
   static constexpr int kVBytes = kHalfV ? 2 : 1;
   // pv=fp16 at d = 256: the fp32 O (128 registers) leaves no room for the Q fragments (32) next to the
   // 16-bit P fragments, so Q·K^T reads them from the resident Q tile every KV tile (8 ldmatrix.x4).
@@ -247,8 +254,11 @@ struct Kernel {
   // product's worth of error that is nothing next to int8's 127² range but a third of a step with int4's
   // 7² (measured on H100: LSE errors of 0.1 - 0.35 past the quantization's own bound on causal rows).
   static constexpr bool kRawS = WG || INT4;
-  using Logits = float[kMT][kSN][4];    // u = S · k_scale
+  using Logits = float[kMT][kSN][4];    // u = S · k_scale (KBLOCK: u = S, k_scale is in RowFac)
   using RowVals = float[kMT][2];        // one value per row: rows g and g + 8 of each m16 tile
+  // Per row and 32-key step ps, the factor from u to the base-2 logit: q_scale · softmax_scale · log2 e
+  // (st.qs), times the step's K scale with KBLOCK.
+  using RowFac = float[kMT][2][kPVSteps];
 
   // Per-CTA addressing, resolved once.
   struct Ctx {
@@ -318,6 +328,15 @@ struct Kernel {
     return ld;
   }
 
+  // wgmma form with int8 P·V: tiles wholly inside kv_len (all but the last) skip the per-row bounds
+  // checks (CHECKED = false; measured on the H100). The other kernels keep one checked loader: the second
+  // copy costs ptxas registers there (4 spill bytes: pv=fp16 accum=fp16 d 96 on sm_80, pv=fp8 two_level
+  // d 64 on sm_90a at 4 blocks per SM).
+  static __device__ __forceinline__ void load_kv_tile(const Ctx& cx, Loader& ld, u32 sbase, int slot, int k0) {
+    if (WG && kIntPV && k0 + BN <= cx.kv_len) load_kv_tile<false>(cx, ld, sbase, slot, k0);
+    else load_kv_tile<true>(cx, ld, sbase, slot, k0);
+  }
+  template <bool CHECKED>
   static __device__ __forceinline__ void load_kv_tile(const Ctx& cx, Loader& ld, u32 sbase, int slot, int k0) {
     const int tid = threadIdx.x;
     const int kr0 = tid / kDChunks, kc0 = tid % kDChunks;   // the chunk ld.k points at
@@ -331,7 +350,8 @@ struct Kernel {
 #pragma unroll
       for (int it = 0; it < kKPasses; ++it) {
         if (BN % kKRowStep == 0 || kr + it * kKRowStep < BN) {
-          const bool ok = k_row + it * kKRowStep < cx.kv_len;   // K is not padded: zero-fill past kv_len
+          // K is not padded: zero-fill past kv_len
+          const bool ok = !CHECKED || k_row + it * kKRowStep < cx.kv_len;
           const u32 dst = kKLinearPasses ? k_smem + it * kKPassBytes
                                          : qk_addr<BN>(sbase + k_off(slot), k_smem_row(kr + it * kKRowStep), kc);
           dev::cp_async_16(dst, ok ? ksrc : ld.k, ok);
@@ -354,7 +374,7 @@ struct Kernel {
     }
     if (tid < BN) {
       const int key = k0 + tid;
-      const bool ok = key < cx.kv_len;
+      const bool ok = !CHECKED || key < cx.kv_len;
       const int idx = cx.k_group == 1 ? key : (cx.k_group > 0 ? key / cx.k_group : 0);
       dev::cp_async_ca<4>(sbase + scale_off(slot) + 4 * tid, cx.k_scale + (ok ? idx : 0), ok);
     }
@@ -539,8 +559,9 @@ struct Kernel {
   // QSMOOTH: ds = the staged ΔS · k_scale of the CTA's block means (block_mean_scores), added to u
   // (times the row's dsf) before the max.
   template <bool MASKED>
-  static __device__ __forceinline__ bool logits(Logits& u, RowVals& m_tile, const Scores& s, const State& st,
-                                                const Ctx& cx, const float* kscale, int k0, const float* ds) {
+  static __device__ __forceinline__ bool logits(Logits& u, RowVals& m_tile, RowFac& fac, const Scores& s,
+                                                const State& st, const Ctx& cx, const float* kscale, int k0,
+                                                const float* ds) {
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
     // Last key each row may see (kv_len - 1, or its causal limit), relative to this thread's first key.
@@ -555,11 +576,26 @@ struct Kernel {
         }
     }
     // Thread columns of k-step ps are keys 32ps + 4t4 + 0..3 (blocks j0, j1) and 32ps + 16 + 4t4 + 0..3
-    // (blocks j2, j3): two float4 reads of the staged scales.
+    // (blocks j2, j3): two float4 reads of the staged scales. KBLOCK: the step's 32 keys share one scale
+    // (K groups of 64 keys, and tiles start at multiples of bn >= 32), which goes into the row factor
+    // instead of every score: one multiply per row and step rather than one per score. A step wholly
+    // past kv_len reads a zero-filled scale; the clamp keeps -inf · factor at -inf.
+    float kstep[kPVSteps];
 #pragma unroll
     for (int ps = 0; ps < kPVSteps; ++ps) {
-      const float4 lo = *reinterpret_cast<const float4*>(kscale + 32 * ps + 4 * t4);
-      const float4 hi = *reinterpret_cast<const float4*>(kscale + 32 * ps + 16 + 4 * t4);
+      kstep[ps] = KBLOCK ? fmaxf(kscale[32 * ps], 1e-30f) : 1.f;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) fac[mt][hf][ps] = KBLOCK ? st.qs[mt][hf] * kstep[ps] : 0.f;   // unused without
+    }
+#pragma unroll
+    for (int ps = 0; ps < kPVSteps; ++ps) {
+      float4 lo = make_float4(1.f, 1.f, 1.f, 1.f), hi = lo;
+      if constexpr (!KBLOCK) {
+        lo = *reinterpret_cast<const float4*>(kscale + 32 * ps + 4 * t4);
+        hi = *reinterpret_cast<const float4*>(kscale + 32 * ps + 16 + 4 * t4);
+      }
       const float ksc[4][2] = {{lo.x, lo.y}, {lo.z, lo.w}, {hi.x, hi.y}, {hi.z, hi.w}};
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
@@ -578,8 +614,12 @@ struct Kernel {
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            float x = kRawS ? int8::i2f(s[mt][4 * ps + jj][e]) * ksc[jj][e & 1]
-                            : fmaf(__int_as_float(s[mt][4 * ps + jj][e]), ksc[jj][e & 1], kbias[e & 1]);
+            float x;
+            if constexpr (KBLOCK)   // S itself (the biased start: its float bits minus the bias, exact)
+              x = kRawS ? int8::i2f(s[mt][4 * ps + jj][e]) : __int_as_float(s[mt][4 * ps + jj][e]) - int8::kMagic;
+            else
+              x = kRawS ? int8::i2f(s[mt][4 * ps + jj][e]) * ksc[jj][e & 1]
+                        : fmaf(__int_as_float(s[mt][4 * ps + jj][e]), ksc[jj][e & 1], kbias[e & 1]);
             if constexpr (QSMOOTH) x = fmaf((e & 1) ? dsk[mt].y : dsk[mt].x, st.dsf[mt][e >> 1], x);
             if (MASKED && 32 * ps + 16 * (jj >> 1) + 2 * (jj & 1) + (e & 1) > last[mt][e >> 1]) x = dev::neg_inf();
             u[mt][4 * ps + jj][e] = x;
@@ -594,10 +634,19 @@ struct Kernel {
         float mx[kSN];   // a tree, not a chain: the max is on the critical path of every tile
 #pragma unroll
         for (int j = 0; j < kSN; ++j) mx[j] = fmaxf(u[mt][j][2 * hf], u[mt][j][2 * hf + 1]);
+        // KBLOCK: first within each step (4 blocks), which then takes its K scale, then across steps.
 #pragma unroll
-        for (int w = 1; w < kSN; w *= 2)
+        for (int w = 1; w < (KBLOCK ? 4 : kSN); w *= 2)
 #pragma unroll
           for (int j = 0; j + w < kSN; j += 2 * w) mx[j] = fmaxf(mx[j], mx[j + w]);
+        if constexpr (KBLOCK) {
+#pragma unroll
+          for (int ps = 0; ps < kPVSteps; ++ps) mx[4 * ps] *= kstep[ps];   // > 0: -inf stays -inf
+#pragma unroll
+          for (int w = 4; w < kSN; w *= 2)
+#pragma unroll
+            for (int j = 0; j + w < kSN; j += 2 * w) mx[j] = fmaxf(mx[j], mx[j + w]);
+        }
         m_tile[mt][hf] = dev::quad_max(mx[0]) * st.qs[mt][hf];   // qs > 0: -inf stays -inf
         raise |= m_tile[mt][hf] > st.r[mt][hf] || (cx.check_lq && st.l_q[mt][hf] > kLRescale) ||
                  (kHalfO && st.l_x[mt][hf] > kHalfLShare);
@@ -652,19 +701,22 @@ struct Kernel {
 #pragma unroll
           for (int n = 0; n < kON; ++n)
 #pragma unroll
-            for (int e = 2 * hf; e < 2 * hf + 2; ++e) st.o[mt][n][e] = int8::shift_round(st.o[mt][n][e], k);
+            for (int e = 2 * hf; e < 2 * hf + 2; ++e) st.o[mt][n][e] = int8::shift_floor(st.o[mt][n][e], k);
         } else {
           scale_o(st, mt, hf, k);
         }
-        st.l_q[mt][hf] = int8::shift_round(st.l_q[mt][hf], k);
-        st.l_x[mt][hf] *= dev::exp2_approx(static_cast<float>(-k));
+        st.l_q[mt][hf] = int8::shift_floor(st.l_q[mt][hf], k);
+        st.l_x[mt][hf] *= pow2_neg(k);
       }
   }
+
+  // 2^-k from its exponent bits (k <= 65 here: a raise is clamped to 64 steps, plus one halving).
+  static __device__ __forceinline__ float pow2_neg(int k) { return __int_as_float((127 - k) << 23); }
 
   // Float O (pv=fp16 / fp8): O *= 2^-k for rows g + 8hf of m16 tile mt. Powers of two: exact (a
   // product under the format's smallest normal loses low bits, irrelevant next to the new max).
   static __device__ __forceinline__ void scale_o(State& st, int mt, int hf, int k) {
-    const float f = k < 126 ? __int_as_float((127 - k) << 23) : 0.f;
+    const float f = pow2_neg(k);
     if constexpr (kHalfO) {
       const u32 f2 = dev::pack_half2(f, f);
 #pragma unroll
@@ -692,7 +744,7 @@ struct Kernel {
   //         k32 A fragment), V^T e4m3 codes from the same swizzled tile as int8 V̂^T; mma m16n8k32
   //         .e4m3 into fp32 O (accum=fp32: the hardware's ~FP22 accumulate over the whole row), or into
   //         a zeroed accumulator per (8 channels, KV tile) added to O after the tile (two_level).
-  static __device__ __forceinline__ void softmax_pv_float(State& st, const Logits& u, u32 vtile) {
+  static __device__ __forceinline__ void softmax_pv_float(State& st, const Logits& u, const RowFac& fac, u32 vtile) {
     const int lane = threadIdx.x & 31;
     constexpr float kLog2Scale = kHalfV ? 0.f : kLog2Fp8PScale;
     float y[kMT][kSN][4];   // P (before rounding), in S accumulator order
@@ -708,7 +760,7 @@ struct Kernel {
       for (int j = 0; j < kSN; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          y[mt][j][e] = dev::exp2_approx(fmaf(u[mt][j][e], st.qs[mt][e >> 1], pbias[e >> 1]));
+          y[mt][j][e] = dev::exp2_approx(fmaf(u[mt][j][e], KBLOCK ? fac[mt][e >> 1][j / 4] : st.qs[mt][e >> 1], pbias[e >> 1]));
           lsum[e >> 1] += y[mt][j][e];
         }
       st.l_x[mt][0] += lsum[0];
@@ -845,14 +897,17 @@ struct Kernel {
   }
 
   // P from the logits and O += P·V with the V tile at vtile, by P·V format.
-  static __device__ __forceinline__ void softmax_pv(State& st, const Logits& u, u32 vtile) {
-    if constexpr (kIntPV) softmax_pv_int8(st, u, vtile);
-    else softmax_pv_float(st, u, vtile);
+  static __device__ __forceinline__ void softmax_pv(State& st, const Logits& u, const RowFac& fac, u32 vtile,
+                                                    bool count_codes) {
+    if constexpr (kIntPV) softmax_pv_int8(st, u, fac, vtile, count_codes);
+    else softmax_pv_float(st, u, fac, vtile);
   }
 
-  // P̂ = round(kPScale · 2^(L - R)) packed straight into the A fragments of P·V, the two row sums,
-  // and O += P̂·V̂ with the V^T tile at vtile.
-  static __device__ __forceinline__ void softmax_pv_int8(State& st, const Logits& u, u32 vtile) {
+  // P̂ = round(kPScale · 2^(L - R)) packed straight into the A fragments of P·V, the row sums (the exact
+  // one always; Σ P̂ where it is l, and where count_codes: the overflow guard of long rows), and
+  // O += P̂·V̂ with the V^T tile at vtile.
+  static __device__ __forceinline__ void softmax_pv_int8(State& st, const Logits& u, const RowFac& fac, u32 vtile,
+                                                         bool count_codes) {
     const int lane = threadIdx.x & 31;
     u32 pf[kMT][kPVSteps][4];
 #pragma unroll
@@ -871,7 +926,8 @@ struct Kernel {
         for (int jj = 0; jj < 4; ++jj)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            y[jj][e] = dev::exp2_approx(fmaf(u[mt][4 * ps + jj][e], st.qs[mt][e >> 1], pbias[e >> 1]));
+            y[jj][e] = dev::exp2_approx(
+                fmaf(u[mt][4 * ps + jj][e], KBLOCK ? fac[mt][e >> 1][ps] : st.qs[mt][e >> 1], pbias[e >> 1]));
         // h[jj][hf]: (y of row g + 8hf, key pair of block jj) in fp16; the A fragment wants
         // reg0 = row g, keys 4t4..+3 = (j0 e0, j0 e1, j1 e0, j1 e1); reg1 = row g + 8;
         // reg2 / reg3 = the same for blocks j2, j3 (keys 16 + 4t4..+3).
@@ -887,8 +943,13 @@ struct Kernel {
         pf[mt][ps][1] = int8::pack_even_bytes(int8::round_f16x2(h[0][1]), int8::round_f16x2(h[1][1]));
         pf[mt][ps][2] = int8::pack_even_bytes(int8::round_f16x2(h[2][0]), int8::round_f16x2(h[3][0]));
         pf[mt][ps][3] = int8::pack_even_bytes(int8::round_f16x2(h[2][1]), int8::round_f16x2(h[3][1]));
-        st.l_q[mt][0] = int8::byte_sum(pf[mt][ps][0], int8::byte_sum(pf[mt][ps][2], st.l_q[mt][0]));
-        st.l_q[mt][1] = int8::byte_sum(pf[mt][ps][1], int8::byte_sum(pf[mt][ps][3], st.l_q[mt][1]));
+      }
+      if (!kExactSum || count_codes) {
+#pragma unroll
+        for (int ps = 0; ps < kPVSteps; ++ps) {
+          st.l_q[mt][0] = int8::byte_sum(pf[mt][ps][0], int8::byte_sum(pf[mt][ps][2], st.l_q[mt][0]));
+          st.l_q[mt][1] = int8::byte_sum(pf[mt][ps][1], int8::byte_sum(pf[mt][ps][3], st.l_q[mt][1]));
+        }
       }
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
@@ -1061,11 +1122,12 @@ struct Kernel {
     }
     Logits u;
     RowVals m_tile;
-    const bool raise = logits<MASKED>(u, m_tile, s, st, cx,
+    RowFac fac;
+    const bool raise = logits<MASKED>(u, m_tile, fac, s, st, cx,
                                       reinterpret_cast<const float*>(smem + scale_off(slot)), t * BN,
                                       reinterpret_cast<const float*>(smem + kDsOff));
     if (__any_sync(0xffffffffu, raise)) raise_reference(st, m_tile, cx);
-    softmax_pv(st, u, sbase + v_off(slot));
+    softmax_pv(st, u, fac, sbase + v_off(slot), cx.check_lq);
     if constexpr (WG) {
       dev::wgmma_wait<0>();
       dev::fence_operands(st.o[0]);
@@ -1090,7 +1152,7 @@ struct Kernel {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const float l_exact = dev::quad_sum(st.l_x[mt][hf]);
-        const float l = vmean || !kIntPV ? l_exact : dev::quad_sum(static_cast<float>(st.l_q[mt][hf]));
+        const float l = kExactSum ? l_exact : dev::quad_sum(static_cast<float>(st.l_q[mt][hf]));
         const int row = cx.row0 + 16 * mt + g + 8 * hf;
         if (row >= cx.q_len) continue;
         const bool seen = l > 0.f;

@@ -55,17 +55,18 @@ __device__ __forceinline__ float i2f(int x) {
   return y;
 }
 
-// x / 2^k rounded to nearest, for 0 <= k (k >= 31 gives 0): rescales an int32 accumulator by a
-// power of two with two integer ops.
-__device__ __forceinline__ int shift_round(int x, int k) {
-  if (k >= 31) return 0;
-  const int half = k > 0 ? 1 << (k - 1) : 0;
-  return (x + half) >> k;
+// x / 2^k rounded down, for 0 <= k: one shift (shr clamps shifts past 31, so a large k gives 0 or -1).
+// Rescales an int32 accumulator by a power of two; rounding down instead of to nearest costs at most
+// one unit of the accumulator per rescale, far below a code of P̂ times a code of V.
+__device__ __forceinline__ int shift_floor(int x, int k) {
+  int d;
+  asm("shr.s32 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(k));
+  return d;
 }
-__device__ __forceinline__ u32 shift_round(u32 x, int k) {
-  if (k >= 31) return 0u;
-  const u32 half = k > 0 ? 1u << (k - 1) : 0u;
-  return (x + half) >> k;
+__device__ __forceinline__ u32 shift_floor(u32 x, int k) {
+  u32 d;
+  asm("shr.u32 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(k));
+  return d;
 }
 
 // XOR swizzle of 16-byte chunks for tiles whose rows hold CHUNKS chunks (2, 4 or 8): any 8 consecutive
