@@ -1,9 +1,11 @@
 #include "qattn/render.hpp"
 
+#include <algorithm>
 #include <sstream>
 #include <utility>
 #include <vector>
 
+#include "qattn/attention/tile_order.h"
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
 #include "qattn/validate.hpp"
@@ -57,6 +59,12 @@ const char* accum_enum(Accum a) {
 }
 
 const char* flag(bool b) { return b ? "true" : "false"; }
+
+// The grid layout of each prefill kernel (templates/qattn/attention/tile_order.h says why).
+tile_order::Order prefill_order(const Spec& spec, const Tiling& tiling) {
+  if (!spec.causal) return tile_order::Order::in_order;
+  return spec.quantized() && tiling.wgmma ? tile_order::Order::banded : tile_order::Order::by_head;
+}
 
 // The template-id of the kernel body that (spec, tiling) instantiates, the header declaring it and the
 // type of its one parameter.
@@ -217,14 +225,30 @@ LaunchShape decode_launch(const Spec& spec, const Tiling& tiling, const Problem&
   return l;
 }
 
-LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& p) {
+LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& p, int band_heads) {
   LaunchShape l;
-  l.grid[0] = static_cast<unsigned>((p.q_len + tiling.block_m - 1) / tiling.block_m);
-  l.grid[1] = static_cast<unsigned>(p.heads_q);
-  l.grid[2] = static_cast<unsigned>(p.batch);
+  const tile_order::Grid g =
+      tile_order::grid(prefill_order(spec, tiling), (p.q_len + tiling.block_m - 1) / tiling.block_m, p.heads_q, p.batch, band_heads);
+  l.grid[0] = g.x;
+  l.grid[1] = g.y;
+  l.grid[2] = g.z;
   l.block = static_cast<unsigned>(tiling.warps * 32);
   l.smem_bytes = static_cast<unsigned>(kernel_smem_bytes(spec, tiling));
   return l;
+}
+
+int attention_band_heads(const Spec& spec, const Tiling& tiling, const Problem& p, long long l2_bytes) {
+  const long long heads = static_cast<long long>(p.batch) * p.heads_q;
+  if (prefill_order(spec, tiling) != tile_order::Order::banded || l2_bytes <= 0 || heads <= 1) return 1;
+  // Bytes per element as the wgmma form reads them: K one byte (int4 specs run there on int8 codes), V one
+  // byte as int8 or fp8, else two.
+  const long long k_bytes = 1;
+  const long long v_bytes = spec.pv.fmt == Fmt::int8 || spec.pv.fmt == Fmt::fp8e4m3 ? 1 : 2;
+  const long long per_kv_head = std::max(1LL, static_cast<long long>(p.kv_len) * spec.head_dim * (k_bytes + v_bytes));
+  // Half of L2: the other half streams Q and O, and the tiles of the band before and after.
+  const long long kv_heads = std::max(1LL, l2_bytes / 2 / per_kv_head);
+  const long long width = std::min(heads, kv_heads * std::max(1, p.heads_q / std::max(1, p.heads_kv)));
+  return tile_order::band_width(static_cast<int>(heads), static_cast<int>(width));
 }
 
 }  // namespace qattn

@@ -90,6 +90,14 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   ap.heads_kv = p.heads_kv;
   ap.q_len = p.q_len;
   ap.kv_len = p.kv_len;
+  // QATTN_CAUSAL_BAND=<heads> over RuntimeOptions::causal_band_heads (A/B measurements without
+  // rebuilding the caller).
+  static const int band_env = [] {
+    const char* v = std::getenv("QATTN_CAUSAL_BAND");
+    return v ? std::atoi(v) : 0;
+  }();
+  const int band = band_env > 0 ? band_env : impl_->options.causal_band_heads;
+  ap.band_heads = band > 0 ? band : attention_band_heads(spec, tiling, p, impl_->device().l2_bytes);
   if (!spec.quantized()) {
     ap.q = ref_of(call.q);
     ap.k = ref_of(call.k);

@@ -18,7 +18,7 @@ namespace qattn {
 std::string LoadedKernel::kernel_name(const Spec& s, const Tiling& t) { return qattn::kernel_name(s, t); }
 
 void LoadedKernel::launch(const AttentionParams& params, const Problem& problem, void* stream) const {
-  const LaunchShape l = attention_launch(spec_, tiling_, problem);
+  const LaunchShape l = attention_launch(spec_, tiling_, problem, params.band_heads);
   fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
              static_cast<CUstream>(stream), params);
 }

@@ -26,7 +26,14 @@ struct LaunchShape {
 // The attention kernel of (spec, tiling). Throws bad_input when validate(spec, tiling, limits of the arch)
 // fails.
 Source render_attention(const Spec& spec, const Tiling& tiling);
-LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& problem);
+// The grid of a prefill kernel (templates/qattn/attention/tile_order.h): the causal INT8 wgmma form's goes
+// in bands of at most band_heads heads, heaviest query tiles first within a band; the other causal
+// kernels' head by head, each head's heaviest tile first.
+LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& problem, int band_heads = 1);
+// The band width of a causal INT8 wgmma launch (AttentionParams::band_heads): the query heads whose K and
+// V together fit half of an L2 of l2_bytes, in bands of equal width; 1 where the kernel has no bands
+// (non-causal, FP16/BF16, mma.sync) or l2_bytes is unknown (<= 0).
+int attention_band_heads(const Spec& spec, const Tiling& tiling, const Problem& problem, long long l2_bytes);
 
 // Decode (spec.phase == decode): render_attention() gives the split-K kernel (DecodeParams); these
 // give its combine kernel (DecodeCombineParams, 4 rows per 128-thread block) and the cache-append

@@ -56,6 +56,11 @@ struct RuntimeOptions {
   // form (kernel only); attention() and prepare() launch its _qf twin. prepare_with() runs the tiling
   // it is given. Measured on the H100: see README "Fused Q".
   bool fuse_q_quant = true;
+  // Causal INT8 prefill in the wgmma form (sm_90a): heads per band of its schedule, heaviest query tiles
+  // first within a band (templates/qattn/attention/tile_order.h). 0: as many heads as have their K and V
+  // fit half of the device's L2 (attention_band_heads, render.hpp); 1: head by head. QATTN_CAUSAL_BAND=<n>
+  // sets it for the process. Any value gives the same output bits: it only reorders the CTAs.
+  int causal_band_heads = 0;
 };
 
 // A compiled binary (compile-only path; no GPU involved).

@@ -75,6 +75,8 @@ struct AttentionParams {
   float* lse;            // optional natural-log log-sum-exp per row, [b, h_q, q_len] contiguous; may be null
   int batch, heads_q, heads_kv, q_len, kv_len;
   float softmax_scale;   // multiplies Q·K^T before softmax (1/sqrt(d) by default)
+  int band_heads;        // causal INT8 wgmma: heads per band of the launch grid (attention/tile_order.h); read
+                         // by the host's launch only (the kernel finds its band in the grid)
 };
 
 // Parameters of a quantization kernel: x (fp16/bf16) -> y (int8), scales and optional channel mean.

@@ -166,6 +166,34 @@ TEST(Render, LaunchShapeCoversEveryQueryRow) {
   EXPECT_GT(l.smem_bytes, 0u);
 }
 
+// Causal INT8 wgmma form: grid (band, query tiles, bands) over batch x heads_q = 24 heads; causal FP16 and
+// mma.sync keep the plain grid, each head's tiles last first (tile_order.h).
+TEST(Render, CausalInt8LaunchGoesInBandsOfHeads) {
+  const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 arch=sm_90a");
+  const Tiling t{64, 128, 4, 2, true};
+  const Problem p = parse_problem("b=3,hq=8,hkv=2,q=257,kv=300");
+  const LaunchShape banded = attention_launch(s, t, p, 5);
+  EXPECT_EQ(banded.grid[0], 5u);
+  EXPECT_EQ(banded.grid[1], 5u);   // 257 rows in tiles of 64
+  EXPECT_EQ(banded.grid[2], 5u);   // 25 slots for 24 heads: the last band has one CTA per tile that exits
+  EXPECT_EQ(attention_launch(s, t, p, 10).grid[0], 8u);   // at most 10 per band: three bands of 8
+  const LaunchShape head_by_head = attention_launch(s, t, p);
+  EXPECT_EQ(head_by_head.grid[0], 1u);
+  EXPECT_EQ(head_by_head.grid[2], 24u);
+  const LaunchShape one_band = attention_launch(s, t, p, 1000);
+  EXPECT_EQ(one_band.grid[0], 24u);
+  EXPECT_EQ(one_band.grid[2], 1u);
+  const Spec f = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=128 causal gqa=4 arch=sm_90a");
+  const LaunchShape fp16 = attention_launch(f, Tiling{128, 64, 4, 2}, p, 5);
+  EXPECT_EQ(fp16.grid[0], 3u);   // 257 rows in tiles of 128
+  EXPECT_EQ(fp16.grid[1], 8u);
+  EXPECT_EQ(fp16.grid[2], 3u);
+  const LaunchShape mma_sync = attention_launch(s, Tiling{64, 128, 4, 2}, p, 5);   // no bands either
+  EXPECT_EQ(mma_sync.grid[0], 5u);
+  EXPECT_EQ(mma_sync.grid[1], 8u);
+  EXPECT_EQ(mma_sync.grid[2], 3u);
+}
+
 // Decode: grid (splits, KV heads x row blocks, batch); the rows of a KV head are gqa x new tokens.
 TEST(Render, DecodeLaunchCoversSplitsAndRowBlocks) {
   const Spec s = parse_spec("decode qk=int4:per_token pv=int4:per_token out=bf16 d=128 gqa=5 causal paged arch=sm_90a");

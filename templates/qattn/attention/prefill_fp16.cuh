@@ -14,6 +14,7 @@
 #pragma once
 #include "qattn/abi.h"
 #include "qattn/attention/prefill_fp16_shape.h"
+#include "qattn/attention/tile_order.h"
 #include "qattn/common/common.cuh"
 
 namespace qattn::prefill_fp16 {
@@ -220,9 +221,10 @@ struct Kernel {
   static __device__ void run(const AttentionParams& p, char* smem) {
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
-    // Causal: the last query blocks have the most KV tiles; start them first for a shorter tail.
-    const int m_block = CAUSAL ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-    const int h = blockIdx.y, b = blockIdx.z;
+    // Causal: each head's last query blocks (the most KV tiles) first (tile_order.h: by_head).
+    const tile_order::Slot slot =
+        tile_order::this_cta<CAUSAL ? tile_order::Order::by_head : tile_order::Order::in_order>(p.heads_q);
+    const int m_block = slot.q_tile, h = slot.h, b = slot.b;
     const int h_kv = h / (p.heads_q / p.heads_kv);
     const int q_len = p.q_len, kv_len = p.kv_len;
     const int m0 = m_block * BM;

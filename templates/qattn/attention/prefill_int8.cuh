@@ -129,6 +129,7 @@
 
 #include "qattn/abi.h"
 #include "qattn/attention/prefill_int8_shape.h"
+#include "qattn/attention/tile_order.h"
 #include "qattn/common/common.cuh"
 #include "qattn/common/fp8_cvt.cuh"
 #include "qattn/common/int8_ptx.cuh"
@@ -1271,10 +1272,14 @@ struct Kernel {
  public:
   static __device__ __forceinline__ void run(const AttentionParams& p, char* smem) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    // Causal: the last query tiles carry the most keys; schedule them first.
-    const int q_tile = CAUSAL ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
-                              : static_cast<int>(blockIdx.x);
-    const int h = blockIdx.y, b = blockIdx.z;
+    // Causal: the heaviest query tiles first; in the wgmma form in bands of heads whose K/V fit L2
+    // (tile_order.h).
+    constexpr tile_order::Order kOrder = !CAUSAL ? tile_order::Order::in_order
+                                         : WG      ? tile_order::Order::banded
+                                                   : tile_order::Order::by_head;
+    const tile_order::Slot slot = tile_order::this_cta<kOrder>(p.heads_q);
+    if (kOrder == tile_order::Order::banded && slot.b >= p.batch) return;   // past the last head of the last band
+    const int q_tile = slot.q_tile, h = slot.h, b = slot.b;
     const int h_kv = h / (p.heads_q / p.heads_kv);
     const int q0 = q_tile * BM;
 
@@ -1393,7 +1398,12 @@ struct Kernel {
       }
       dev::cp_async_wait<0>();
     }
-    store_output(p, st, cx, b, h, h_kv);
+    if constexpr (kOrder == tile_order::Order::banded) {
+      const tile_order::Slot end = tile_order::this_cta_again<kOrder>(p.heads_q);   // not held through the loop
+      store_output(p, st, cx, end.b, end.h, end.h / (p.heads_q / p.heads_kv));
+    } else {
+      store_output(p, st, cx, b, h, h_kv);
+    }
   }
 };
 

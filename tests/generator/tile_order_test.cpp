@@ -1,0 +1,134 @@
+// The prefill grid and causal schedule (templates/qattn/attention/tile_order.h), and the band width the
+// host picks for it.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "qattn/attention/tile_order.h"
+#include "qattn/render.hpp"
+#include "qattn/spec.hpp"
+
+namespace qattn {
+namespace {
+
+namespace to = tile_order;
+
+// The slots in launch order (x fastest, then y, then z), CTAs past the last head left out.
+std::vector<to::Slot> schedule(to::Order order, int q_tiles, int heads_q, int batch, int band) {
+  const to::Grid g = to::grid(order, q_tiles, heads_q, batch, band);
+  std::vector<to::Slot> seq;
+  for (unsigned z = 0; z < g.z; ++z)
+    for (unsigned y = 0; y < g.y; ++y)
+      for (unsigned x = 0; x < g.x; ++x) {
+        const to::Slot s = to::slot(order, x, y, z, g.x, g.y, heads_q);
+        if (s.b < batch) seq.push_back(s);
+      }
+  return seq;
+}
+
+// Every (query tile, head, batch) is computed by exactly one CTA, whatever the band, including a last
+// band with CTAs past the last head; those are fewer than the bands.
+TEST(TileOrder, EveryTileOnceForAnyBand) {
+  for (to::Order order : {to::Order::in_order, to::Order::by_head, to::Order::banded})
+    for (int q_tiles : {1, 2, 7, 64})
+      for (int heads : {1, 3, 8})
+        for (int batch : {1, 2, 5})
+          for (int band : {0, 1, 2, 5, 8, 13, 40}) {
+            std::set<std::tuple<int, int, int>> seen;
+            for (const to::Slot& s : schedule(order, q_tiles, heads, batch, band)) {
+              ASSERT_GE(s.q_tile, 0);
+              ASSERT_LT(s.q_tile, q_tiles);
+              ASSERT_GE(s.h, 0);
+              ASSERT_LT(s.h, heads);
+              ASSERT_GE(s.b, 0);
+              seen.insert({s.q_tile, s.h, s.b});
+            }
+            EXPECT_EQ(seen.size(), static_cast<size_t>(q_tiles * heads * batch))
+                << q_tiles << " tiles, " << heads << " heads, batch " << batch << ", band " << band;
+            const to::Grid g = to::grid(order, q_tiles, heads, batch, band);
+            const long long ctas = 1LL * g.x * g.y * g.z, bands = order == to::Order::banded ? g.z : 1;
+            EXPECT_LT(ctas - q_tiles * heads * batch, bands * q_tiles);
+          }
+}
+
+// by_head, and banded with bands of one head: head by head, each head's last tile first.
+TEST(TileOrder, ByHeadAndBandOneGoHeadByHeadLastTileFirst) {
+  for (to::Order order : {to::Order::by_head, to::Order::banded}) {
+    const std::vector<to::Slot> seq = schedule(order, 5, 3, 2, 1);
+    ASSERT_EQ(seq.size(), 30u);
+    for (int i = 0; i < 30; ++i) {
+      EXPECT_EQ(seq[i].b * 3 + seq[i].h, i / 5);
+      EXPECT_EQ(seq[i].q_tile, 4 - i % 5);
+    }
+  }
+}
+
+// Within a band the work never grows along the launch order (heaviest first), the heads of a band vary
+// fastest, and no CTA of a band is handed out before every CTA of the band before it.
+TEST(TileOrder, BandsGoHeaviestFirstWithHeadsFastest) {
+  const int q_tiles = 6, heads = 5, batch = 2, band = 4;   // 10 heads: bands of 4, 4 and 2 (+2 that exit)
+  const std::vector<to::Slot> order = schedule(to::Order::banded, q_tiles, heads, batch, band);
+  ASSERT_EQ(order.size(), 60u);
+  auto bh = [&](const to::Slot& s) { return s.b * heads + s.h; };
+  int last_band = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int b = bh(order[i]) / band;
+    EXPECT_GE(b, last_band) << "CTA " << i;
+    if (i > 0 && b == bh(order[i - 1]) / band) {
+      EXPECT_LE(order[i].q_tile, order[i - 1].q_tile) << "CTA " << i;
+    }
+    last_band = b;
+  }
+  EXPECT_EQ(order[0].q_tile, 5);
+  EXPECT_EQ(bh(order[0]), 0);
+  EXPECT_EQ(bh(order[1]), 1);   // the next head's heaviest tile, not this head's next one
+  EXPECT_EQ(order[4].q_tile, 4);
+  EXPECT_EQ(bh(order[48]), 8);  // the last band has two heads
+  EXPECT_EQ(bh(order[49]), 9);
+  EXPECT_EQ(order[49].q_tile, 5);
+  EXPECT_EQ(order[59].q_tile, 0);
+}
+
+const Tiling kWg{64, 128, 4, 3, true};   // the wgmma form
+
+Problem problem(int batch, int hq, int hkv, int n) {
+  Problem p;
+  p.batch = batch;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.q_len = n;
+  p.kv_len = n;
+  return p;
+}
+
+TEST(TileOrder, BandHoldsTheHeadsWhoseKvFitsHalfOfL2) {
+  const Spec int8 = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal smooth=kv arch=sm_90a");
+  // d 64, 4k keys: 512 KiB of int8 K and V per head, 25 MB of a 50 MB L2 -> 47 heads, so 128 heads go
+  // as three bands of 43.
+  EXPECT_EQ(attention_band_heads(int8, kWg, problem(4, 32, 32, 4096), 50'000'000), 43);
+  // GQA 4: a band of KV heads serves four times as many query heads.
+  EXPECT_EQ(attention_band_heads(int8, kWg, problem(4, 32, 8, 4096), 50'000'000), 128);
+  // FP8 P·V reads V as one byte too; the mma.sync form has no bands.
+  const Spec fp8 = parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=64 causal smooth=k arch=sm_90a");
+  EXPECT_EQ(attention_band_heads(fp8, kWg, problem(4, 32, 32, 4096), 50'000'000), 43);
+  EXPECT_EQ(attention_band_heads(int8, Tiling{64, 128, 4, 2}, problem(4, 32, 32, 4096), 50'000'000), 1);
+  // A head larger than half of L2 still makes a band of one.
+  EXPECT_EQ(attention_band_heads(int8, kWg, problem(1, 32, 32, 1 << 20), 50'000'000), 1);
+}
+
+// Non-causal grids need no order, the FP16 kernel and the mma.sync forms keep by_head (tile_order.h says
+// why), and without the L2 size there is nothing to size a band by.
+TEST(TileOrder, BandIsOneWithoutBandsOrL2Size) {
+  const Spec causal = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal smooth=kv arch=sm_90a");
+  const Spec full = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a");
+  EXPECT_EQ(attention_band_heads(full, kWg, problem(4, 32, 32, 4096), 50'000'000), 1);
+  EXPECT_EQ(attention_band_heads(causal, kWg, problem(4, 32, 32, 4096), 0), 1);
+  EXPECT_EQ(attention_band_heads(causal, kWg, problem(1, 1, 1, 4096), 50'000'000), 1);
+  const Spec fp16 = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=64 causal arch=sm_90a");
+  EXPECT_EQ(attention_band_heads(fp16, Tiling{128, 128, 4, 1}, problem(4, 32, 32, 4096), 50'000'000), 1);
+}
+
+}  // namespace
+}  // namespace qattn
