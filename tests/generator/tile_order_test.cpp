@@ -93,29 +93,19 @@ TEST(TileOrder, BandsGoHeaviestFirstWithHeadsFastest) {
 
 const Tiling kWg{64, 128, 4, 3, true};   // the wgmma form
 
-Problem problem(int batch, int hq, int hkv, int n) {
-  Problem p;
-  p.batch = batch;
-  p.heads_q = hq;
-  p.heads_kv = hkv;
-  p.q_len = n;
-  p.kv_len = n;
-  return p;
-}
-
 TEST(TileOrder, BandHoldsTheHeadsWhoseKvFitsHalfOfL2) {
   const Spec int8 = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal smooth=kv arch=sm_90a");
   // d 64, 4k keys: 512 KiB of int8 K and V per head, 25 MB of a 50 MB L2 -> 47 heads, so 128 heads go
   // as three bands of 43.
-  EXPECT_EQ(attention_band_heads(int8, kWg, problem(4, 32, 32, 4096), 50'000'000), 43);
+  EXPECT_EQ(attention_band_heads(int8, kWg, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 43);
   // GQA 4: a band of KV heads serves four times as many query heads.
-  EXPECT_EQ(attention_band_heads(int8, kWg, problem(4, 32, 8, 4096), 50'000'000), 128);
+  EXPECT_EQ(attention_band_heads(int8, kWg, Problem{4, 32, 8, 4096, 4096}, 50'000'000), 128);
   // FP8 P·V reads V as one byte too; the mma.sync form has no bands.
   const Spec fp8 = parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=64 causal smooth=k arch=sm_90a");
-  EXPECT_EQ(attention_band_heads(fp8, kWg, problem(4, 32, 32, 4096), 50'000'000), 43);
-  EXPECT_EQ(attention_band_heads(int8, Tiling{64, 128, 4, 2}, problem(4, 32, 32, 4096), 50'000'000), 1);
+  EXPECT_EQ(attention_band_heads(fp8, kWg, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 43);
+  EXPECT_EQ(attention_band_heads(int8, Tiling{64, 128, 4, 2}, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 1);
   // A head larger than half of L2 still makes a band of one.
-  EXPECT_EQ(attention_band_heads(int8, kWg, problem(1, 32, 32, 1 << 20), 50'000'000), 1);
+  EXPECT_EQ(attention_band_heads(int8, kWg, Problem{1, 32, 32, 1 << 20, 1 << 20}, 50'000'000), 1);
 }
 
 // Non-causal grids need no order, the FP16 kernel and the mma.sync forms keep by_head (tile_order.h says
@@ -123,11 +113,11 @@ TEST(TileOrder, BandHoldsTheHeadsWhoseKvFitsHalfOfL2) {
 TEST(TileOrder, BandIsOneWithoutBandsOrL2Size) {
   const Spec causal = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal smooth=kv arch=sm_90a");
   const Spec full = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a");
-  EXPECT_EQ(attention_band_heads(full, kWg, problem(4, 32, 32, 4096), 50'000'000), 1);
-  EXPECT_EQ(attention_band_heads(causal, kWg, problem(4, 32, 32, 4096), 0), 1);
-  EXPECT_EQ(attention_band_heads(causal, kWg, problem(1, 1, 1, 4096), 50'000'000), 1);
+  EXPECT_EQ(attention_band_heads(full, kWg, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 1);
+  EXPECT_EQ(attention_band_heads(causal, kWg, Problem{4, 32, 32, 4096, 4096}, 0), 1);
+  EXPECT_EQ(attention_band_heads(causal, kWg, Problem{1, 1, 1, 4096, 4096}, 50'000'000), 1);
   const Spec fp16 = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=64 causal arch=sm_90a");
-  EXPECT_EQ(attention_band_heads(fp16, Tiling{128, 128, 4, 1}, problem(4, 32, 32, 4096), 50'000'000), 1);
+  EXPECT_EQ(attention_band_heads(fp16, Tiling{128, 128, 4, 1}, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 1);
 }
 
 }  // namespace
