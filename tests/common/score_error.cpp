@@ -19,8 +19,8 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
   const bool fragment = gran == Gran::per_warp || gran == Gran::per_thread;
   const std::vector<double> q_means = smooth_q ? q_block_means(q) : std::vector<double>();
   const int rot_q = rotate ? quant::kRotateQ : quant::kRotateNone, rot_k = rotate ? quant::kRotateK : quant::kRotateNone;
-  const QuantRef qr = quantize_reference(smooth_q ? subtract_q_block_means(q, q_means) : q,
-                                         {gran, fragment ? 32 : group, qmax, false, 0, rot_q});
+  const HostTensor q_in = smooth_q ? subtract_q_block_means(q, q_means) : q;   // what Q's quantizer sees
+  const QuantRef qr = quantize_reference(q_in, {gran, fragment ? 32 : group, qmax, false, 0, rot_q});
   // The block means as the kernel reads them: rotated like the rows they came from.
   std::vector<double> q_means_seen = q_means;
   if (rotate)
@@ -34,7 +34,7 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
   const int D = q.shape.dim, G = HQ / HK;
   // Dense [b][h][s][c] copies: exact q, dequantized q̂, exact k - mean, dequantized k̂ without the mean
   // (q̂ and k̂ rotated when rotating: their dot products are the unrotated ones).
-  std::vector<double> qx(static_cast<size_t>(B) * HQ * QL * D), qh(qx.size());
+  std::vector<double> qx(static_cast<size_t>(B) * HQ * QL * D), qh(qx.size()), q_tie(qx.size(), 0.0);
   std::vector<double> kx(static_cast<size_t>(B) * HK * KL * D), kh(kx.size());
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < HQ; ++h)
@@ -46,6 +46,15 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
           const size_t at = ((static_cast<size_t>(b) * HQ + h) * QL + i) * D + c;
           qx[at] = q.at(b, h, i, c);
           qh[at] = qr.code(b, h, i, c) * qr.scale(b, h, i, c) + (smooth_q ? mean.value(c) : 0.0);
+          // An exact tie (fp16 inputs make them: x = 1.4375 with a group abs-max of 20.125 and qmax 7 is
+          // x / scale = 0.5) goes to the even code here; the fused-Q kernel rounds x · fp32(qmax / amax),
+          // whose rounded factor can put it just past the tie, to the other code. Both codes are scale / 2
+          // from x, so either is a correct quantization: allow the other one (its scale, times |k̂|).
+          const double sq = qr.scale(b, h, i, c);
+          if (!rotate && sq > 0) {
+            const double t = q_in.at(b, h, i, c) / sq;
+            if (std::fabs(std::fabs(t - qr.code(b, h, i, c)) - 0.5) <= 1e-6 * std::max(1.0, std::fabs(t))) q_tie[at] = sq;
+          }
         }
       }
     for (int h = 0; h < HK; ++h)
@@ -64,13 +73,17 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
       const int i = static_cast<int>(row % QL), h = static_cast<int>(row / QL % HQ), b = static_cast<int>(row / QL / HQ);
       const double* qa = &qx[static_cast<size_t>(row) * D];
       const double* qb = &qh[static_cast<size_t>(row) * D];
+      const double* qt = &q_tie[static_cast<size_t>(row) * D];
       const long long visible = std::min<long long>(visible_keys(i, QL, KL, causal), KL);
       double worst = 0;
       for (long long j = 0; j < visible; ++j) {
         const size_t kat = ((static_cast<size_t>(b) * HK + h / G) * KL + j) * D;
-        double err = 0;
-        for (int c = 0; c < D; ++c) err += qb[c] * kh[kat + c] - qa[c] * kx[kat + c];
-        worst = std::max(worst, std::fabs(err) * scale);
+        double err = 0, tie = 0;
+        for (int c = 0; c < D; ++c) {
+          err += qb[c] * kh[kat + c] - qa[c] * kx[kat + c];
+          tie += qt[c] * std::fabs(kh[kat + c]);
+        }
+        worst = std::max(worst, (std::fabs(err) + tie) * scale);
       }
       bound[static_cast<size_t>(row)] = worst;
     }

@@ -11,6 +11,8 @@
 // k_mean_sample_tokens) where the runtime samples it (token-local scales); 0: over every key.
 // `rotate` (rotate=hadamard): q̂ and k̂ are the rotated rows' codes (and Q's rotated block means), whose
 // dot products stand for the unrotated ones.
+// Exact rounding ties of Q (x / scale = n + 1/2; not looked for when rotating) add scale · |k̂_c| each:
+// the fused-Q kernel may take the other code there, which is as close to x (score_error.cpp).
 #pragma once
 #include <vector>
 

@@ -76,6 +76,32 @@ TEST(ScoreErrorBound, IsZeroWhenTheQuantizerIsExact) {
   for (double b : score_error_bound(q, k, Gran::per_token, 0, false, false)) EXPECT_NEAR(b, 0.0, 1e-9);
 }
 
+// A Q element exactly between two codes: the bound covers the kernel taking either (the fused-Q kernel
+// rounds x · fp32(qmax / amax), which breaks such a tie upward where the reference picks the even code).
+// Measured on the H100: seed 10738652643190794757 of prefill_int4_gpu_test had x = 1.4375 with group
+// abs-max 20.125 (qmax 7: x / scale = 0.5), the kernel took code 1, and its LSE sat 0.28 past the bound
+// without this allowance.
+TEST(ScoreErrorBound, CoversEitherCodeAtAnExactTie) {
+  HostTensor q = HostTensor::zeros({1, 1, 1, 8}), k = HostTensor::zeros({1, 1, 1, 8});
+  q.at(0, 0, 0, 0) = 14.0;   // abs-max: scale 2 at qmax 7
+  q.at(0, 0, 0, 1) = 1.0;    // 1 / 2 = 0.5: the tie, reference code 0
+  q.at(0, 0, 0, 2) = 1.5;    // 0.75: no tie, code 1
+  for (int c = 0; c < 8; ++c) k.at(0, 0, 0, c) = 7.0 - c;   // per-token scale 1, exact codes
+  const QuantRef qr = quantize_reference(q, {Gran::per_token, 0, 7, false});
+  ASSERT_EQ(qr.code(0, 0, 0, 1), 0);
+  const double scale = 1.0 / std::sqrt(8.0);
+  const double exact = 14.0 * 7 + 1.0 * 6 + 1.5 * 5;
+  const double even = 14.0 * 7 + 0.0 * 6 + 2.0 * 5, other = even + 2.0 * 6;   // code 0 or 1 for the tie
+  const std::vector<double> bound = score_error_bound(q, k, Gran::per_token, 0, false, false, 7);
+  ASSERT_EQ(bound.size(), 1u);
+  EXPECT_GE(bound[0] + 1e-12, std::fabs(even - exact) * scale);
+  EXPECT_GE(bound[0] + 1e-12, std::fabs(other - exact) * scale);
+  EXPECT_NEAR(bound[0], (std::fabs(even - exact) + 2.0 * 6) * scale, 1e-12);   // |err| + the tie's share
+  q.at(0, 0, 0, 1) = 1.25;   // 1.25 / 2 = 0.625: code 1, no tie left, so the bound is the error itself
+  const double hat = 14.0 * 7 + 2.0 * 6 + 2.0 * 5, truth = 14.0 * 7 + 1.25 * 6 + 1.5 * 5;
+  EXPECT_NEAR(score_error_bound(q, k, Gran::per_token, 0, false, false, 7)[0], std::fabs(hat - truth) * scale, 1e-12);
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace qattn

@@ -1187,7 +1187,9 @@ struct Kernel {
   // the caller's tensor, element strides), as the Q pass would (quant_shape.h): per row its abs-max, the
   // max over the row's scale group (per_token: the row; per_warp: 32 consecutive rows; per_thread: rows
   // g, g + 8, g + 16, g + 24 of 32; per_block: 64 rows; all inside the CTA's tile, whose first row is a
-  // multiple of bm), scale = amax / qmax, code = round-half-even(x · qmax / amax) (qmax 7 for qk=int4).
+  // multiple of bm), scale = amax / qmax, code = round-half-even(x · m) with m = qmax / amax in fp32 (qmax
+  // 7 for qk=int4). Where x / scale is an exact tie (fp16 inputs can make one), the rounded m may put it
+  // on the other side: the code then differs by one from the Q pass's, and is as close to x.
   // The codes go straight into the swizzled int8 Q tile, the group abs-maxes to shared memory
   // (kFusedQOff; run() turns them into st.qs after its barrier). This saves the Q pass (a read and a
   // write of Q through HBM) for a read of the fp16 Q here, overlapping the KV tiles in flight.
