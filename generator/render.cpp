@@ -237,6 +237,20 @@ LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Probl
   return l;
 }
 
+Verdict grid_fits(const Spec& spec, const Tiling& tiling, const Problem& p) {
+  const LaunchShape l = spec.phase == Phase::decode ? decode_launch(spec, tiling, p, 1) : attention_launch(spec, tiling, p);
+  if (l.grid[1] <= tile_order::kMaxGridYz && l.grid[2] <= tile_order::kMaxGridYz) return Verdict::yes();
+  const std::string grid = "(" + std::to_string(l.grid[0]) + ", " + std::to_string(l.grid[1]) + ", " +
+                           std::to_string(l.grid[2]) + ")";
+  if (spec.phase == Phase::prefill && prefill_order(spec, tiling) == tile_order::Order::banded)
+    return Verdict::no("shape " + to_string(p) + ": tiling " + to_string(tiling) + " launches a grid of " + grid +
+                       " CTAs, and CUDA allows 65535 in y, where the causal wgmma form puts the query tiles; "
+                       "accepted with it: q <= " + std::to_string(65535LL * tiling.block_m) +
+                       " (the mma.sync form, a tiling without _wg, takes any q)");
+  return Verdict::no("shape " + to_string(p) + ": tiling " + to_string(tiling) + " launches a grid of " + grid +
+                     " CTAs; CUDA allows at most 65535 in y and z");
+}
+
 int attention_band_heads(const Spec& spec, const Tiling& tiling, const Problem& p, long long l2_bytes) {
   const long long heads = static_cast<long long>(p.batch) * p.heads_q;
   if (prefill_order(spec, tiling) != tile_order::Order::banded || l2_bytes <= 0 || heads <= 1) return 1;

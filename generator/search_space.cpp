@@ -4,6 +4,7 @@
 
 #include "qattn/attention/prefill_fp16_shape.h"
 #include "qattn/error.hpp"
+#include "qattn/render.hpp"
 
 namespace qattn {
 namespace {
@@ -163,6 +164,14 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
   for (const Tiling& t : all)
     if (validate(spec, t, limits)) add_unique(valid, t);   // hand lists may repeat a shared fallback
   return valid;
+}
+
+Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling& chosen, const DeviceLimits& limits) {
+  const Verdict fits = grid_fits(spec, chosen, problem);
+  if (fits) return chosen;
+  for (const Tiling& t : candidate_tilings(spec, limits))
+    if (grid_fits(spec, t, problem)) return t;
+  throw_bad_input(fits.reason);
 }
 
 Tiling default_tiling(const Spec& spec, const DeviceLimits& limits) {

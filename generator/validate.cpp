@@ -231,6 +231,9 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
 Verdict validate(const Spec& s, const Problem& p) {
   if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.q_len < 1 || p.kv_len < 1)
     return Verdict::no("shape " + to_string(p) + " has a size below 1; every size must be >= 1");
+  if (p.batch > 65535 || p.heads_q > 65535)
+    return Verdict::no("shape " + to_string(p) + " is over the launch grid: CUDA allows 65535 CTAs in y and z, "
+                       "where the kernels put heads and batch; accepted: b <= 65535 and hq <= 65535 (split the call)");
   if (s.phase == Phase::decode && p.q_len > 64)
     return Verdict::no("shape " + to_string(p) + ": decode takes 1..64 new tokens per sequence (q); use prefill for more");
   if (s.phase == Phase::decode && p.q_len > p.kv_len)

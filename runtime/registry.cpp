@@ -19,6 +19,7 @@ std::string LoadedKernel::kernel_name(const Spec& s, const Tiling& t) { return q
 
 void LoadedKernel::launch(const AttentionParams& params, const Problem& problem, void* stream) const {
   const LaunchShape l = attention_launch(spec_, tiling_, problem, params.band_heads);
+  if (l.grid[1] > 65535 || l.grid[2] > 65535) require(grid_fits(spec_, tiling_, problem));   // says which size
   fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
              static_cast<CUstream>(stream), params);
 }
@@ -206,7 +207,10 @@ std::shared_ptr<rt::Kernel> Runtime::Impl::load_source(const Source& source) {
 TuningResult Runtime::Impl::tune(const Spec& spec, const Problem& problem) {
   std::lock_guard<std::recursive_mutex> lock(mutex);
   rt::GpuCandidateRunner runner(*this);
-  const std::vector<Tiling> candidates = candidate_tilings(spec, limits());
+  std::vector<Tiling> candidates;
+  for (const Tiling& t : candidate_tilings(spec, limits()))
+    if (grid_fits(spec, t, problem)) candidates.push_back(t);
+  if (candidates.empty()) launchable_tiling(spec, problem, default_tiling(spec, limits()), limits());   // throws why
   TuningResult result = qattn::tune(spec, problem, candidates, runner, options.timing);
   ++counters.tunings;
   counters.compiles = binaries->compiles();
@@ -326,7 +330,12 @@ const Kernel& Runtime::kernel(const Spec& spec_in, const Problem& problem) {
   std::optional<Tiling> tiling;
   if (impl_->store) tiling = impl_->stored_tiling(spec, problem_bucket(problem));
   if (!tiling) tiling = impl_->options.tune ? impl_->tune(spec, problem).winner : default_tiling(spec, impl_->limits());
-  auto k = impl_->load(spec, *tiling);
+  // A bucket's winner may not launch at this problem's size (the causal wgmma grid past 65535 query tiles).
+  const Tiling fitting = launchable_tiling(spec, problem, *tiling, impl_->limits());
+  if (fitting != *tiling)
+    cache::log_once("qattn: " + kernel_name(spec, *tiling) + ": " + grid_fits(spec, *tiling, problem).reason + "; running " +
+                    to_string(fitting) + " instead");
+  auto k = impl_->load(spec, fitting);
   impl_->by_request[resolved] = k;
   impl_->by_request[asked] = k;
   return *k;

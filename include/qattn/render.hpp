@@ -7,6 +7,7 @@
 #include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
+#include "qattn/validate.hpp"
 
 namespace qattn {
 
@@ -30,6 +31,10 @@ Source render_attention(const Spec& spec, const Tiling& tiling);
 // in bands of at most band_heads heads, heaviest query tiles first within a band; the other causal
 // kernels' head by head, each head's heaviest tile first.
 LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& problem, int band_heads = 1);
+// Whether that grid fits CUDA's limits (y and z at most 65535), and if not, which size is over and what
+// is accepted. The sizes every grid has (batch, heads) are validate(spec, problem)'s; what depends on
+// the tiling is the causal INT8 wgmma form's, whose grid y is the query tiles (q_len / bm).
+Verdict grid_fits(const Spec& spec, const Tiling& tiling, const Problem& problem);
 // The band width of a causal INT8 wgmma launch (AttentionParams::band_heads): the query heads whose K and
 // V together fit half of an L2 of l2_bytes, in bands of equal width; 1 where the kernel has no bands
 // (non-causal, FP16/BF16, mma.sync) or l2_bytes is unknown (<= 0).

@@ -3,6 +3,7 @@
 #pragma once
 #include <vector>
 
+#include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
 #include "qattn/validate.hpp"
@@ -14,6 +15,11 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
 
 // The tiling used when nothing is tuned (the first candidate): always valid for a valid spec.
 Tiling default_tiling(const Spec& spec, const DeviceLimits& limits);
+
+// `chosen` where its launch grid fits `problem` (grid_fits, render.hpp); else the first candidate whose
+// grid does (the causal wgmma form past 65535 query tiles: an mma.sync tiling). Throws bad_input with
+// grid_fits's reason when none does.
+Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling& chosen, const DeviceLimits& limits);
 
 // The default grid: every supported (format, granularity, head dim, causal) point of the shipped kernel
 // families, for one arch.

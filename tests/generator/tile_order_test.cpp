@@ -8,6 +8,7 @@
 
 #include "qattn/attention/tile_order.h"
 #include "qattn/render.hpp"
+#include "qattn/search_space.hpp"
 #include "qattn/spec.hpp"
 
 namespace qattn {
@@ -118,6 +119,47 @@ TEST(TileOrder, BandIsOneWithoutBandsOrL2Size) {
   EXPECT_EQ(attention_band_heads(causal, kWg, Problem{1, 1, 1, 4096, 4096}, 50'000'000), 1);
   const Spec fp16 = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=64 causal arch=sm_90a");
   EXPECT_EQ(attention_band_heads(fp16, Tiling{128, 128, 4, 1}, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 1);
+}
+
+// CUDA caps grid y and z at 65535. Bands widen rather than pass it in z (here 200000 heads, bands of one
+// asked), and the slots stay one CTA per tile.
+TEST(TileOrder, BandsStayWithinTheGridLimit) {
+  const int heads = 40000, batch = 5;
+  for (int band : {1, 2, 7}) {
+    const to::Grid g = to::grid(to::Order::banded, 2, heads, batch, band);
+    EXPECT_LE(g.z, to::kMaxGridYz) << "band " << band;
+    std::set<std::tuple<int, int, int>> seen;
+    for (const to::Slot& s : schedule(to::Order::banded, 2, heads, batch, band)) seen.insert({s.q_tile, s.h, s.b});
+    EXPECT_EQ(seen.size(), static_cast<size_t>(2 * heads * batch)) << "band " << band;
+  }
+  EXPECT_EQ(to::band_width(1000, 4), 4);   // under the limit a band is what was asked
+}
+
+// The causal wgmma grid puts the query tiles in y: past 65535 of them grid_fits says so and names the
+// longest q the tiling takes, and launchable_tiling picks a candidate whose grid fits (a larger bm, or
+// the mma.sync form, whose query tiles are in x). Non-causal grids have them in x too.
+TEST(TileOrder, CausalWgmmaPastTheGridLimitRunsAnotherTiling) {
+  const Spec causal = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal smooth=kv arch=sm_90a");
+  const Spec full = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a");
+  const DeviceLimits limits = default_limits(Arch::sm_90a);
+  const int at_limit = 65535 * 64;
+  const Problem fits{1, 2, 2, at_limit, at_limit}, over{1, 2, 2, at_limit + 1, at_limit + 1};
+  EXPECT_TRUE(grid_fits(causal, kWg, fits).ok);
+  const Verdict v = grid_fits(causal, kWg, over);
+  ASSERT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("(1, 65536, 2)"), std::string::npos) << v.reason;
+  EXPECT_NE(v.reason.find("q <= 4194240"), std::string::npos) << v.reason;
+  EXPECT_TRUE(grid_fits(full, kWg, over).ok);
+  EXPECT_EQ(launchable_tiling(causal, fits, kWg, limits), kWg);
+  // Just past bm 64's limit a bm 128 wgmma candidate still fits; past its limit too, mma.sync.
+  const Tiling other = launchable_tiling(causal, over, kWg, limits);
+  EXPECT_NE(other, kWg);
+  EXPECT_TRUE(validate(causal, other, limits).ok);
+  EXPECT_TRUE(grid_fits(causal, other, over).ok);
+  const Problem far{1, 2, 2, 65535 * 128 + 1, 65535 * 128 + 1};
+  const Tiling sync = launchable_tiling(causal, far, kWg, limits);
+  EXPECT_FALSE(sync.wgmma);
+  EXPECT_TRUE(grid_fits(causal, sync, far).ok);
 }
 
 }  // namespace

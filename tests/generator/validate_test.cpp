@@ -283,6 +283,17 @@ TEST(Validate, ProblemMustMatchGqa) {
   EXPECT_NE(v.reason.find("hq = gqa * hkv"), std::string::npos);
 }
 
+// Every kernel's grid has heads and batch in y and z, which CUDA caps at 65535.
+TEST(Validate, ProblemMustFitTheLaunchGrid) {
+  const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv");
+  EXPECT_TRUE(validate(s, parse_problem("b=65535,hq=2,hkv=2,q=1")).ok);
+  for (const char* shape : {"b=65536,hq=2,hkv=2,q=1", "b=1,hq=65536,hkv=65536,q=1"}) {
+    const Verdict v = validate(s, parse_problem(shape));
+    EXPECT_FALSE(v.ok) << shape;
+    EXPECT_NE(v.reason.find("accepted: b <= 65535 and hq <= 65535"), std::string::npos) << v.reason;
+  }
+}
+
 TEST(Problem, TextRoundTripAndErrors) {
   const Problem p = parse_problem("b=3,hq=16,hkv=4,q=17,kv=4097");
   EXPECT_EQ(to_string(p), "b=3,hq=16,hkv=4,q=17,kv=4097");

@@ -46,10 +46,16 @@ struct Slot {
   int q_tile, h, b;   // b >= batch: a CTA past the last head of the last band
 };
 
+// CUDA's limit on a grid's y and z (x goes to 2^31 - 1).
+constexpr unsigned kMaxGridYz = 65535;
+
 // The width of the bands for at most band_heads heads per band, bh_count = batch * heads_q heads in all:
-// as many bands as that takes, all of the same width.
+// as many bands as that takes, all of the same width. The bands (grid z) stay within kMaxGridYz: past
+// that, a band takes more heads than asked.
 QATTN_TILE_ORDER_FN int band_width(int bh_count, int band_heads) {
-  const int most = band_heads < 1 ? 1 : band_heads > bh_count ? bh_count : band_heads;
+  const int fewest = static_cast<int>((static_cast<long long>(bh_count) + kMaxGridYz - 1) / kMaxGridYz);
+  const int asked = band_heads < fewest ? fewest : band_heads;
+  const int most = asked < 1 ? 1 : asked > bh_count ? bh_count : asked;
   const int bands = (bh_count + most - 1) / most;
   return (bh_count + bands - 1) / bands;
 }
