@@ -17,7 +17,8 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
 Tiling default_tiling(const Spec& spec, const DeviceLimits& limits);
 
 // `chosen` where its launch grid fits `problem` (grid_fits, render.hpp); else the first candidate whose
-// grid does (the causal wgmma form past 65535 query tiles: an mma.sync tiling). Throws bad_input with
+// grid does (the causal wgmma form past 65535 query tiles: one with a larger bm, or an mma.sync tiling,
+// whose query tiles are in x). Throws bad_input with
 // grid_fits's reason when none does.
 Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling& chosen, const DeviceLimits& limits);
 
