@@ -33,6 +33,29 @@ def load(path):
     return rows
 
 
+def same_kernel(short, long_):
+    strip = lambda text: re.sub(r"0x[0-9a-f]+", "", text)   # branch targets hold load addresses
+    return len(short) == len(long_) and all(strip(s[0]) == strip(l[0]) for s, l in zip(short, long_))
+
+
+def analyse(short, long_, ctas, ratio):
+    """(warp instructions per CTA beyond the long run's per-tile share, regions [(first, last, per CTA)])."""
+    excess = [s[1] - l[1] / ratio for s, l in zip(short, long_)]
+    regions, cur = [], None
+    for i, x in enumerate(excess):
+        if x > 0.25 * ctas:   # a quarter of an execution per CTA
+            if cur and i == cur[1] + 1:
+                cur[1], cur[2] = i, cur[2] + x
+            else:
+                if cur:
+                    regions.append(cur)
+                cur = [i, i, x]
+    if cur:
+        regions.append(cur)
+    regions = [(first, last, x / ctas) for first, last, x in sorted(regions, key=lambda r: -r[2])]
+    return sum(excess) / ctas, regions
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("short")
@@ -43,29 +66,14 @@ def main():
     p.add_argument("--regions", type=int, default=8)
     a = p.parse_args()
     short, long_ = load(a.short), load(a.long)
-    same = lambda a, b: re.sub(r"0x[0-9a-f]+", "", a) == re.sub(r"0x[0-9a-f]+", "", b)   # load addresses differ
-    if len(short) != len(long_) or any(not same(s[0], l[0]) for s, l in zip(short, long_)):
-        raise SystemExit("ncu_per_cta: the two exports are not the same kernel (SASS differs)")
-    excess = [s[1] - l[1] / a.ratio for s, l in zip(short, long_)]
-    total_short = sum(s[1] for s in short)
-    per_cta = sum(excess) / a.ctas
+    if not same_kernel(short, long_):
+        raise SystemExit("ncu_per_cta: the two exports are not the same kernel (their SASS differs)")
+    per_cta, regions = analyse(short, long_, a.ctas, a.ratio)
     per_tile = (sum(l[1] for l in long_) / a.ratio) / a.ctas / max(a.tiles, 1)
-    print(f"warp instructions per CTA: short run {total_short / a.ctas:.0f}, of which beyond the long run's "
-          f"per-tile share {per_cta:.0f}" + (f" ({per_cta / per_tile:.2f} tiles' worth)" if a.tiles else ""))
-    regions, cur = [], None
-    for i, x in enumerate(excess):
-        if x > 0.25 * a.ctas:   # a quarter of an execution per CTA
-            if cur and i == cur[1] + 1:
-                cur[1], cur[2] = i, cur[2] + x
-            else:
-                if cur:
-                    regions.append(cur)
-                cur = [i, i, x]
-    if cur:
-        regions.append(cur)
-    for first, last, x in sorted(regions, key=lambda r: -r[2])[: a.regions]:
-        runs = short[first][1] / a.ctas
-        print(f"  SASS {first:5d}-{last:5d}: {x / a.ctas:6.0f} per CTA, runs {runs:5.1f}x per CTA (long run "
+    print(f"warp instructions per CTA: short run {sum(s[1] for s in short) / a.ctas:.0f}, of which beyond the "
+          f"long run's per-tile share {per_cta:.0f}" + (f" ({per_cta / per_tile:.2f} tiles' worth)" if a.tiles else ""))
+    for first, last, x in regions[: a.regions]:
+        print(f"  SASS {first:5d}-{last:5d}: {x:6.0f} per CTA, runs {short[first][1] / a.ctas:5.1f}x per CTA (long run "
               f"{long_[first][1] / a.ctas:5.1f}x)  {short[first][0][:48]}")
 
 
