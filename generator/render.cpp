@@ -245,7 +245,7 @@ Verdict grid_fits(const Spec& spec, const Tiling& tiling, const Problem& p) {
   if (spec.phase == Phase::prefill && prefill_order(spec, tiling) == tile_order::Order::banded)
     return Verdict::no("shape " + to_string(p) + ": tiling " + to_string(tiling) + " launches a grid of " + grid +
                        " CTAs, and CUDA allows 65535 in y, where the causal wgmma form puts the query tiles; "
-                       "accepted with it: q <= " + std::to_string(65535LL * tiling.block_m) +
+                       "accepted with it: q <= " + std::to_string(static_cast<long long>(tile_order::kMaxGridYz) * tiling.block_m) +
                        " (the mma.sync form, a tiling without _wg, takes any q)");
   return Verdict::no("shape " + to_string(p) + ": tiling " + to_string(tiling) + " launches a grid of " + grid +
                      " CTAs; CUDA allows at most 65535 in y and z");

@@ -2,6 +2,7 @@
 
 #include "qattn/attention/prefill_fp16_shape.h"
 #include "qattn/attention/prefill_int8_shape.h"
+#include "qattn/attention/tile_order.h"
 #include "qattn/decode/decode_gemv_shape.h"
 #include "qattn/decode/decode_shape.h"
 #include "qattn/error.hpp"
@@ -231,7 +232,7 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
 Verdict validate(const Spec& s, const Problem& p) {
   if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.q_len < 1 || p.kv_len < 1)
     return Verdict::no("shape " + to_string(p) + " has a size below 1; every size must be >= 1");
-  if (p.batch > 65535 || p.heads_q > 65535)
+  if (p.batch > static_cast<int>(tile_order::kMaxGridYz) || p.heads_q > static_cast<int>(tile_order::kMaxGridYz))
     return Verdict::no("shape " + to_string(p) + " is over the launch grid: CUDA allows 65535 CTAs in y and z, "
                        "where the kernels put heads and batch; accepted: b <= 65535 and hq <= 65535 (split the call)");
   if (s.phase == Phase::decode && p.q_len > 64)

@@ -4,6 +4,7 @@
 
 #include "cache/log.hpp"
 #include "cache/open_layer.hpp"
+#include "qattn/attention/tile_order.h"
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
 #include "qattn/search_space.hpp"
@@ -19,7 +20,8 @@ std::string LoadedKernel::kernel_name(const Spec& s, const Tiling& t) { return q
 
 void LoadedKernel::launch(const AttentionParams& params, const Problem& problem, void* stream) const {
   const LaunchShape l = attention_launch(spec_, tiling_, problem, params.band_heads);
-  if (l.grid[1] > 65535 || l.grid[2] > 65535) require(grid_fits(spec_, tiling_, problem));   // says which size
+  if (l.grid[1] > tile_order::kMaxGridYz || l.grid[2] > tile_order::kMaxGridYz)
+    require(grid_fits(spec_, tiling_, problem));   // says which size
   fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
              static_cast<CUstream>(stream), params);
 }
@@ -210,7 +212,7 @@ TuningResult Runtime::Impl::tune(const Spec& spec, const Problem& problem) {
   std::vector<Tiling> candidates;
   for (const Tiling& t : candidate_tilings(spec, limits()))
     if (grid_fits(spec, t, problem)) candidates.push_back(t);
-  if (candidates.empty()) launchable_tiling(spec, problem, default_tiling(spec, limits()), limits());   // throws why
+  if (candidates.empty()) require(grid_fits(spec, default_tiling(spec, limits()), problem));   // says why
   TuningResult result = qattn::tune(spec, problem, candidates, runner, options.timing);
   ++counters.tunings;
   counters.compiles = binaries->compiles();

@@ -18,8 +18,7 @@ Tiling default_tiling(const Spec& spec, const DeviceLimits& limits);
 
 // `chosen` where its launch grid fits `problem` (grid_fits, render.hpp); else the first candidate whose
 // grid does (the causal wgmma form past 65535 query tiles: one with a larger bm, or an mma.sync tiling,
-// whose query tiles are in x). Throws bad_input with
-// grid_fits's reason when none does.
+// whose query tiles are in x). Throws bad_input with grid_fits's reason when none does.
 Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling& chosen, const DeviceLimits& limits);
 
 // The default grid: every supported (format, granularity, head dim, causal) point of the shipped kernel
