@@ -114,7 +114,8 @@ Body attention_body(const Spec& s, const Tiling& t) {
         {b(s.qk.fmt == Fmt::int4), s.qk.fmt == Fmt::int4},
         {gran_enum(qf ? s.qk.gran : Gran::none), qf},
         {b(vsmooth), vsmooth},
-        {b(kblock), kblock}};
+        {b(kblock), kblock},
+        {b(t.tma), t.tma}};
     size_t used = 0;
     for (size_t i = 0; i < optional.size(); ++i)
       if (optional[i].second) used = i + 1;
@@ -144,9 +145,12 @@ Source render_attention(const Spec& spec, const Tiling& tiling) {
      // blocks per SM, 20% slower).
      << "extern \"C\" __global__ void __launch_bounds__(" << tiling.warps * 32
      << (tiling.min_blocks > 0 ? ", " + std::to_string(tiling.min_blocks) : std::string()) << ")\n"
-     << src.kernel_name << "(const " << body.params << " p) {\n"
+     // _tma: the tensor maps are read by the TMA unit from parameter space, so the parameter is
+     // __grid_constant__ (never copied to local memory).
+     << src.kernel_name << "(const " << (tiling.tma ? "__grid_constant__ qattn::TmaAttentionParams" : body.params)
+     << " p) {\n"
      << "  extern __shared__ __align__(128) char qattn_smem[];\n"
-     << "  " << body.type << "::run(p, qattn_smem);\n"
+     << "  " << body.type << (tiling.tma ? "::run_tma(p, qattn_smem);\n" : "::run(p, qattn_smem);\n")
      << "}\n";
   src.text = os.str();
   return src;

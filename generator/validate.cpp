@@ -161,7 +161,7 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
                                s.accum == Accum::fp16, t.int4_mma, qsmooth))
     return 0;
   return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma, v_bytes, t.int4_mma, qsmooth,
-                                  t.q_fused);
+                                  t.q_fused, t.tma);
 }
 
 // What the fused-Q form (_qf) does not do: pack int4 Q, subtract Q's block means, rotate.
@@ -200,6 +200,11 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (t.q_fused && fused_q_excluded(s, t))
     return Verdict::no("tiling " + to_string(t) + ": _qf writes plain int8 Q codes; it does not pack int4 (_i4mma), "
                        "subtract Q's block means (smooth=q) or rotate (rotate=hadamard): drop _qf");
+  if (t.tma && !t.wgmma)
+    return Verdict::no("tiling " + to_string(t) + ": _tma (TMA tile loads) exists in the wgmma form only; add _wg or drop _tma");
+  if (t.tma && s.head_dim != 64 && s.head_dim != 128)
+    return Verdict::no("tiling " + to_string(t) + ": _tma loads K rows of one swizzle atom; accepted: d=64, d=128 (got d=" +
+                       std::to_string(s.head_dim) + "); drop _tma");
   if (t.wgmma && s.arch != Arch::sm_90a)
     return Verdict::no("tiling " + to_string(t) + ": wgmma needs arch=sm_90a (got " + to_string(s.arch) + "); drop _wg");
   const int smem = kernel_smem_bytes(s, t);
@@ -256,6 +261,13 @@ Tiling fused_q_form(const Spec& spec, const Tiling& tiling, const DeviceLimits& 
   if (!spec.quantized() || !fused_q_gran(spec.qk.gran) || fused_q_excluded(spec, tiling)) return tiling;
   Tiling t = tiling;
   t.q_fused = true;
+  return validate(spec, t, limits) ? t : tiling;
+}
+
+Tiling tma_form(const Spec& spec, const Tiling& tiling, const DeviceLimits& limits) {
+  if (!spec.quantized() || !tiling.wgmma || tiling.tma) return tiling;
+  Tiling t = tiling;
+  t.tma = true;
   return validate(spec, t, limits) ? t : tiling;
 }
 

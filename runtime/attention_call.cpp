@@ -48,16 +48,20 @@ TensorView bhsd(void* data, int seq, int heads, int d) {
   return TensorView{data, static_cast<long long>(heads) * seq * d, static_cast<long long>(seq) * d, d};
 }
 
-// The form attention() and prepare() launch for a chosen tiling: its fused-Q twin where the options
-// and the spec allow it (RuntimeOptions::fuse_q_quant).
-// QATTN_FUSE_Q=0 turns it off for the process (A/B measurements without rebuilding the caller).
+// The form attention() and prepare() launch for a chosen tiling: its fused-Q twin and its TMA twin where
+// the options and the spec allow them (RuntimeOptions::fuse_q_quant, tma_loads).
+// QATTN_FUSE_Q=0 / QATTN_TMA=0 turn them off for the process (A/B measurements without rebuilding the caller).
 Tiling Runtime::launch_form(const Spec& spec, const Tiling& tiling) {
-  static const bool env_off = [] {
-    const char* v = std::getenv("QATTN_FUSE_Q");
+  const auto env_off = [](const char* name) {
+    const char* v = std::getenv(name);
     return v && std::string(v) == "0";
-  }();
-  const bool fuse = impl_->options.fuse_q_quant && !env_off;
-  return fuse && spec.quantized() ? fused_q_form(spec, tiling, impl_->limits()) : tiling;
+  };
+  static const bool fuse_off = env_off("QATTN_FUSE_Q"), tma_off = env_off("QATTN_TMA");
+  if (!spec.quantized()) return tiling;
+  Tiling t = tiling;
+  if (impl_->options.fuse_q_quant && !fuse_off) t = fused_q_form(spec, t, impl_->limits());
+  if (impl_->options.tma_loads && !tma_off) t = tma_form(spec, t, impl_->limits());
+  return t;
 }
 
 std::unique_ptr<PreparedAttention> Runtime::prepare(const AttentionCall& call, void* stream) {
@@ -108,7 +112,7 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   const int d = spec.head_dim;
   const int resident = impl_->options.quant_one_pass ? quant::kOnePassMinBlocks * impl_->device().sm_count : 0;
   std::array<rt::QuantSlot, 3> slots =
-      rt::quant_slots(spec, p, tiling.int4_mma, resident, impl_->options.k_mean_sample_tokens, tiling.q_fused);
+      rt::quant_slots(spec, p, tiling.int4_mma, resident, impl_->options.k_mean_sample_tokens, tiling.q_fused, tiling.tma);
   size_t bytes = 0, scratch_floats = 0;
   for (rt::QuantSlot& s : slots) {
     if (!s.active) continue;

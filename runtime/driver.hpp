@@ -43,7 +43,7 @@ class DriverError : public std::runtime_error {
   X(cuEventElapsedTime)
 // Newer than the oldest driver qattn runs on (12.0), or only needed by tests.
 #define QATTN_DRIVER_OPTIONAL_FUNCTIONS(X) \
-  X(cuFuncGetParamInfo) X(cuKernelGetParamInfo) X(cuCtxCreate) X(cuCtxDestroy)
+  X(cuFuncGetParamInfo) X(cuKernelGetParamInfo) X(cuCtxCreate) X(cuCtxDestroy) X(cuTensorMapEncodeTiled)
 
 struct DriverApi {
 #define QATTN_DRIVER_MEMBER(fn) decltype(&::fn) fn = nullptr;

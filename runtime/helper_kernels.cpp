@@ -29,7 +29,7 @@ std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLa
 }  // namespace
 
 std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool int4_mma, int resident_blocks,
-                                     int k_mean_sample_tokens, bool q_fused) {
+                                     int k_mean_sample_tokens, bool q_fused, bool tma) {
   const int d = spec.head_dim;
   // per_warp / per_thread: the Q mapping (group 32) and the K mapping (group 64) of quant_shape.h; the
   // scales come out expanded per row, so the attention kernel runs its per-token path.
@@ -42,7 +42,7 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool in
   slots[0].request.block_mean = (spec.smooth & kSmoothQ) != 0;   // Q smoothing: 64-row block means
   slots[0].problem = {p.batch, p.heads_q, p.q_len, p.q_len};
   slots[1].request = {spec.out, spec.qk.gran, k_group, (spec.smooth & kSmoothK) != 0, false, d};
-  slots[1].problem = {p.batch, p.heads_kv, p.kv_len, p.kv_len};
+  slots[1].problem = {p.batch, p.heads_kv, p.kv_len, tma ? (p.kv_len + 15) / 16 * 16 : p.kv_len};
   slots[1].problem.mean_sample_tokens = k_mean_sample_tokens;   // K's smoothing mean may come from a sample
   slots[2].request = {spec.out, spec.pv.gran, 0, (spec.smooth & kSmoothV) != 0, true, d};
   slots[2].request.code = spec.pv.fmt == Fmt::fp8e4m3 ? Fmt::fp8e4m3 : Fmt::int8;

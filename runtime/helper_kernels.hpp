@@ -32,8 +32,9 @@ struct QuantSlot {
 // k_mean_sample_tokens: K's QuantProblem::mean_sample_tokens (RuntimeOptions::k_mean_sample_tokens;
 // 0: K's mean over every token). Q and V never sample.
 // q_fused (tiling _qf): the kernel quantizes Q itself, so Q's slot is inactive (no passes, no workspace).
+// tma (tiling _tma): the kernel loads K in groups of 16 rows, so K's rows per head are padded to 16.
 std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem, bool int4_mma, int resident_blocks,
-                                     int k_mean_sample_tokens, bool q_fused = false);
+                                     int k_mean_sample_tokens, bool q_fused = false, bool tma = false);
 
 Source quant_source(const quant::QuantRequest& request, const quant::QuantLaunch& launch, Arch arch);
 Source row_dot_source(const Spec& spec);   // q · mean_k per row (K smoothing)

@@ -8,10 +8,12 @@
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
 #include "qattn/search_space.hpp"
+#include "runtime/device.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/gpu_runner.hpp"
 #include "runtime/helper_kernels.hpp"
 #include "runtime/runtime_impl.hpp"
+#include "runtime/tma_maps.hpp"
 #include "runtime/toolchain.hpp"
 
 namespace qattn {
@@ -22,8 +24,16 @@ void LoadedKernel::launch(const AttentionParams& params, const Problem& problem,
   const LaunchShape l = attention_launch(spec_, tiling_, problem, params.band_heads);
   if (l.grid[1] > tile_order::kMaxGridYz || l.grid[2] > tile_order::kMaxGridYz)
     require(grid_fits(spec_, tiling_, problem));   // says which size
-  fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
-             static_cast<CUstream>(stream), params);
+  const rt::Dim3 grid{l.grid[0], l.grid[1], l.grid[2]}, block{l.block, 1, 1};
+  if (tiling_.tma) {
+    const TmaAttentionParams tp = [&] {
+      rt::ContextGuard guard(fn_.device());   // the driver encodes tensor maps in a current context
+      return rt::tma_params(spec_, tiling_, params);
+    }();
+    fn_.launch(grid, block, l.smem_bytes, static_cast<CUstream>(stream), tp);
+  } else {
+    fn_.launch(grid, block, l.smem_bytes, static_cast<CUstream>(stream), params);
+  }
 }
 
 namespace {

@@ -56,6 +56,11 @@ struct RuntimeOptions {
   // form (kernel only); attention() and prepare() launch its _qf twin. prepare_with() runs the tiling
   // it is given. Measured on the H100: see README "Fused Q".
   bool fuse_q_quant = true;
+  // Quantized prefill in the wgmma form (sm_90a) at d 64 / 128: run the chosen tiling's TMA form (_tma),
+  // whose K / V^T tiles one thread loads as tensor-map boxes on an mbarrier, instead of every thread's
+  // cp.async. Like fuse_q_quant: the tuner times the plain form, attention() and prepare() launch the
+  // twin, prepare_with() runs the tiling it is given. QATTN_TMA=0 turns it off for the process.
+  bool tma_loads = true;
   // Causal INT8 prefill in the wgmma form (sm_90a): heads per band of its schedule, heaviest query tiles
   // first within a band (templates/qattn/attention/tile_order.h). 0: as many heads as have their K and V
   // fit half of the device's L2 (attention_band_heads, render.hpp); 1: head by head. QATTN_CAUSAL_BAND=<n>
@@ -226,7 +231,7 @@ class Runtime {
   friend struct RuntimeAccess;   // the library's own parts outside this class (runtime/runtime_impl.hpp)
   std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
                                                 void* stream, rt::DeviceBuffer* lent);
-  Tiling launch_form(const Spec& spec, const Tiling& tiling);   // the _qf twin per fuse_q_quant
+  Tiling launch_form(const Spec& spec, const Tiling& tiling);   // the _qf / _tma twins per fuse_q_quant, tma_loads
   std::unique_ptr<Impl> impl_;
 };
 

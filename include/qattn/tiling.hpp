@@ -4,7 +4,8 @@
 // or "_i4mma" when Q·K^T of a qk=int4 spec runs on packed int4 tensor cores (mma.sync m16n8k64 .s4,
 // Q/K rows of d/2 bytes); without it a qk=int4 spec runs on int8 tensor cores over the same [-7, 7]
 // codes stored one per byte (the only fast form on sm_90, where the s4 mma is emulated),
-// then "_mb<k>" when the kernel asks ptxas for k resident blocks per SM (__launch_bounds__(threads, k):
+// then "_qf" when the kernel quantizes its own Q tile, "_tma" when it loads K / V^T tiles with the tensor
+// memory accelerator (sm_90a wgmma form), then "_mb<k>" when the kernel asks ptxas for k resident blocks per SM (__launch_bounds__(threads, k):
 // registers capped at 64K / (k * threads)), e.g. "bm64_bn128_w4_s3_wg_mb4".
 #pragma once
 #include <string>
@@ -23,9 +24,13 @@ struct Tiling {
   // Quantized prefill: the kernel reads the fp16/bf16 Q and quantizes its own Q tile (token _qf), so
   // there is no Q quantization pass (see the "fused Q" notes in prefill_int8.cuh).
   bool q_fused = false;
+  // Quantized prefill on wgmma: one thread loads each K / V^T tile with TMA boxes completed on an
+  // mbarrier (token _tma) instead of every thread's cp.async; the launch encodes the tensor maps.
+  bool tma = false;
   bool operator==(const Tiling& o) const {
     return block_m == o.block_m && block_n == o.block_n && warps == o.warps && stages == o.stages &&
-           wgmma == o.wgmma && min_blocks == o.min_blocks && int4_mma == o.int4_mma && q_fused == o.q_fused;
+           wgmma == o.wgmma && min_blocks == o.min_blocks && int4_mma == o.int4_mma && q_fused == o.q_fused &&
+           tma == o.tma;
   }
   bool operator!=(const Tiling& o) const { return !(*this == o); }
 };

@@ -187,6 +187,22 @@ struct KvAppendParams {
   int page_size, table_stride;
 };
 
+// A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), encoded on the host by the
+// driver's cuTensorMapEncodeTiled and read by the TMA unit from the kernel's parameter space.
+struct alignas(64) TmaMap {
+  unsigned long long opaque[16];
+};
+
+// Parameters of a prefill kernel that loads its K / V^T tiles with TMA (tiling token _tma; runtime/
+// tma_maps.cpp encodes the maps). The maps come first, for their alignment.
+//  k_map: int8 K rows, rank 5: (row bytes, then key bits 0, 2-3, 1 and key / 16), so that a box lands
+//         in shared memory in the kernel's permuted key order (prefill_int8.cuh, k_smem_row);
+//  v_map: V^T rows, rank 2: (tokens, rows of (b, h_kv, channel)).
+struct TmaAttentionParams {
+  TmaMap k_map, v_map;
+  AttentionParams a;
+};
+
 // Quantized V is stored transposed with its token axis padded to this multiple (>= every tile's block_n).
 constexpr int kVPadTokens = 128;
 

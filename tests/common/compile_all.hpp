@@ -3,6 +3,8 @@
 // link the runtime (qattn/runtime.hpp).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <string>
@@ -10,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
 
 namespace qattn::test {
@@ -35,6 +38,23 @@ inline std::vector<CompileOutcome> compile_all(Runtime& runtime, const std::vect
     });
   for (auto& t : pool) t.join();
   return out;
+}
+
+// Compiles every point (no cache) and expects each to build within the register file without ptxas
+// spill stores; returns how many were compiled.
+inline size_t expect_compiled_without_spills(const std::vector<std::pair<Spec, Tiling>>& points) {
+  RuntimeOptions o;
+  o.use_cache = false;
+  Runtime rt(o);
+  const std::vector<CompileOutcome> done = compile_all(rt, points);
+  for (size_t i = 0; i < points.size(); ++i) {
+    const std::string name = kernel_name(points[i].first, points[i].second);
+    EXPECT_EQ(done[i].error, "") << name;
+    EXPECT_FALSE(done[i].kernel.cubin.empty()) << name;
+    EXPECT_LE(done[i].kernel.registers, 255) << name;
+    EXPECT_EQ(done[i].kernel.spill_bytes, 0) << name;
+  }
+  return points.size();
 }
 
 }  // namespace qattn::test

@@ -1,6 +1,7 @@
 // The kernel forms a quantized prefill spec is checked in on this GPU: what attention() runs (its default
-// tiling, in the fused-Q form _qf where RuntimeOptions::fuse_q_quant applies it), the default tiling as
-// it is where that differs (Q from the quantization pass), and where the default is the wgmma form
+// tiling, in the fused-Q form _qf and the TMA form _tma where RuntimeOptions::fuse_q_quant / tma_loads
+// apply them), the default tiling as it is where that differs (Q from the quantization pass, cp.async
+// loads; AttentionTma checks _tma without _qf), and where the default is the wgmma form
 // (sm_90a), also the first mma.sync candidate (what every other arch runs), so every code path meets
 // the same floors on the H100.
 #pragma once
@@ -18,7 +19,8 @@ namespace qattn::test {
 inline std::vector<std::optional<Tiling>> forms_to_check(const Spec& spec) {
   std::vector<std::optional<Tiling>> forms = {std::nullopt};
   const Tiling plain = default_tiling(spec, default_limits(spec.arch));
-  if (spec.quantized() && fused_q_form(spec, plain, default_limits(spec.arch)) != plain) forms.push_back(plain);
+  if (spec.quantized() && tma_form(spec, fused_q_form(spec, plain, default_limits(spec.arch)), default_limits(spec.arch)) != plain)
+    forms.push_back(plain);
   if (plain.wgmma)
     for (const Tiling& t : candidate_tilings(spec, default_limits(spec.arch)))
       if (!t.wgmma) {

@@ -88,18 +88,7 @@ TEST_P(FusedQCompile, TwinsOfTheDefaultTilingsCompileWithoutSpills) {
         ASSERT_TRUE(t.q_fused) << text;
         work.emplace_back(s, t);
       }
-  RuntimeOptions o;
-  o.use_cache = false;
-  Runtime rt(o);
-  const std::vector<test::CompileOutcome> done = test::compile_all(rt, work);
-  for (size_t i = 0; i < work.size(); ++i) {
-    const std::string name = kernel_name(work[i].first, work[i].second);
-    EXPECT_EQ(done[i].error, "") << name;
-    EXPECT_FALSE(done[i].kernel.cubin.empty()) << name;
-    EXPECT_LE(done[i].kernel.registers, 255) << name;
-    EXPECT_EQ(done[i].kernel.spill_bytes, 0) << name;
-  }
-  std::printf("[ compiled ] %zu fused-Q kernels for %s\n", work.size(), to_string(arch));
+  std::printf("[ compiled ] %zu fused-Q kernels for %s\n", test::expect_compiled_without_spills(work), to_string(arch));
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, FusedQCompile, ::testing::Values(Arch::sm_80, Arch::sm_89, Arch::sm_90a),

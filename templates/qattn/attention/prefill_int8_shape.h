@@ -72,10 +72,14 @@ QATTN_INT8_SHAPE_FN int qsmooth_bytes(int d, int bm, int bn) { return 16 * d + 4
 // The fused-Q form's two floats per Q row (abs-max, then scale), after everything else.
 QATTN_INT8_SHAPE_FN int fused_q_bytes(int bm) { return 8 * bm; }
 
+// TMA loads (_tma): one 8-byte mbarrier per stage, after everything else.
+QATTN_INT8_SHAPE_FN int tma_barrier_bytes(int stages) { return 8 * stages; }
+
 QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = false, int v_bytes = 1,
-                                   bool s4 = false, bool qsmooth = false, bool q_fused = false) {
+                                   bool s4 = false, bool qsmooth = false, bool q_fused = false, bool tma = false) {
   return bm * qk_row_bytes(d, s4) + stages * (bn * qk_row_bytes(d, s4) + v_bytes * bn * d + 4 * bn) + (wg ? 1024 : 0) +
-         (qsmooth ? qsmooth_bytes(d, bm, bn) : 0) + (q_fused ? fused_q_bytes(bm) : 0);
+         (qsmooth ? qsmooth_bytes(d, bm, bn) : 0) + (q_fused ? fused_q_bytes(bm) : 0) +
+         (tma ? tma_barrier_bytes(stages) : 0);
 }
 
 QATTN_INT8_SHAPE_FN int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
