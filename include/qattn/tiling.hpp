@@ -5,8 +5,9 @@
 // Q/K rows of d/2 bytes); without it a qk=int4 spec runs on int8 tensor cores over the same [-7, 7]
 // codes stored one per byte (the only fast form on sm_90, where the s4 mma is emulated),
 // then "_qf" when the kernel quantizes its own Q tile, "_tma" when it loads K / V^T tiles with the tensor
-// memory accelerator (sm_90a wgmma form), then "_mb<k>" when the kernel asks ptxas for k resident blocks per SM (__launch_bounds__(threads, k):
-// registers capped at 64K / (k * threads)), e.g. "bm64_bn128_w4_s3_wg_mb4".
+// memory accelerator (sm_90a wgmma form), then "_mb<k>" when the kernel asks ptxas for k resident blocks
+// per SM (__launch_bounds__(threads, k): registers capped at 64K / (k * threads)),
+// e.g. "bm64_bn128_w4_s3_wg_mb4" or "bm64_bn128_w4_s3_wg_qf_tma_mb4".
 #pragma once
 #include <string>
 #include <string_view>
