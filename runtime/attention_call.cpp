@@ -3,8 +3,10 @@
 // also computes q·mean_k per row, which run() adds (scaled) to the LSE when one is asked for.
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "qattn/error.hpp"
+#include "runtime/call_layout.hpp"
 #include "runtime/helper_kernels.hpp"
 #include <array>
 #include "runtime/device_buffer.hpp"
@@ -26,6 +28,9 @@ class Prepared final : public PreparedAttention {
   Problem problem_;
   AttentionParams params{};
   rt::DeviceBuffer workspace;   // owned (prepare()); empty when attention() lends the runtime's own
+  // _tma kernels: the parameters with K's and V^T's tensor maps, encoded once (they depend only on K and
+  // V, which a prepared call fixes); run() copies in the output, LSE and scale of each launch.
+  std::optional<TmaAttentionParams> tma;
   // K smoothing shifts the kernel's LSE by softmax_scale * q·mean_k; run() adds it back when asked.
   LseCorrectionParams lse_fix{};
   std::shared_ptr<rt::Kernel> lse_add;
@@ -85,6 +90,8 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& ca
 std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
                                                        void* stream, rt::DeviceBuffer* lent) {
   const Problem& p = call.problem;
+  if (const std::string why = rt::input_layout_problem(spec, tiling, call.q, call.k, call.v); !why.empty())
+    throw_bad_input(why);
   auto out = std::make_unique<Prepared>();
   out->problem_ = p;
   out->kernel_ = impl_->load(spec, tiling);
@@ -143,12 +150,8 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   const CUstream cu_stream = static_cast<CUstream>(stream);
   for (int i = 0; i < 3; ++i) {
     rt::QuantSlot& s = slots[static_cast<size_t>(i)];
-    if (!s.active) {   // pv=fp16: V as given; _qf: Q as given. The kernel reads 16-byte chunks of their rows.
-      const TensorView& x = inputs[i];
-      if (reinterpret_cast<unsigned long long>(x.data) % 16 || x.sb % 8 || x.sh % 8 || x.ss % 8)
-        throw_bad_input(std::string(i == 0 ? "the fused-Q kernel (_qf) reads Q" : "pv=fp16 reads V") +
-                        " as given: its rows must start 16-byte aligned (strides multiples of 8 elements)");
-      (i == 0 ? ap.q : ap.v) = ref_of(x);
+    if (!s.active) {   // pv=fp16: V as given; _qf: Q as given (checked above)
+      (i == 0 ? ap.q : ap.v) = ref_of(inputs[i]);
       continue;
     }
     const long long heads = s.problem.heads, seq = s.problem.seq_pad;
@@ -195,18 +198,26 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
                     rt::Dim3{128, 1, 1}, 0, cu_stream, fix);
     out->lse_add = impl_->load_source(rt::add_scaled_source(spec.arch));
   }
+  if (tiling.tma) out->tma = out->kernel_->tma_params(ap);
   return out;
 }
 
 void Runtime::run(const PreparedAttention& prepared_in, TensorView o, float softmax_scale, float* lse, void* stream) {
   const auto& prepared = dynamic_cast<const Prepared&>(prepared_in);
   if (!o.data) throw_bad_input("attention output tensor is null; pass a device pointer for o");
+  if (const std::string why = rt::output_layout_problem(prepared.kernel().spec(), o); !why.empty()) throw_bad_input(why);
   AttentionParams p = prepared.params;
   p.o = ref_of(o);
   p.lse = lse;
   const int d = prepared.kernel().spec().head_dim;
   p.softmax_scale = softmax_scale > 0 ? softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  prepared.kernel().launch(p, prepared.problem(), stream);
+  if (prepared.tma) {
+    TmaAttentionParams tp = *prepared.tma;
+    tp.a = p;
+    prepared.kernel_->launch(tp, prepared.problem(), stream);
+  } else {
+    prepared.kernel_->launch(p, prepared.problem(), stream);
+  }
   if (lse && prepared.lse_add) {
     LseCorrectionParams fix = prepared.lse_fix;
     fix.lse = lse;
@@ -220,6 +231,8 @@ void Runtime::run(const PreparedAttention& prepared_in, TensorView o, float soft
 void Runtime::attention(const AttentionCall& call, void* stream) {
   const Spec spec = resolve(call.spec);
   validate_call(call, spec);
+  // Before the quantization passes are queued: a refused output must leave nothing half done.
+  if (const std::string why = rt::output_layout_problem(spec, call.o); !why.empty()) throw_bad_input(why);
   const Tiling tiling = launch_form(spec, kernel(spec, call.problem).tiling());
   // Work on one stream is ordered, so one workspace per stream serves every call on it without a sync;
   // a stream gets a new (larger) one only when a call needs more.

@@ -20,20 +20,34 @@ namespace qattn {
 
 std::string LoadedKernel::kernel_name(const Spec& s, const Tiling& t) { return qattn::kernel_name(s, t); }
 
-void LoadedKernel::launch(const AttentionParams& params, const Problem& problem, void* stream) const {
-  const LaunchShape l = attention_launch(spec_, tiling_, problem, params.band_heads);
+namespace {
+
+// The launch shape of (spec, tiling) for `problem`, after the check that its grid fits the hardware's.
+LaunchShape checked_shape(const Spec& spec, const Tiling& tiling, const Problem& problem, int band_heads) {
+  const LaunchShape l = attention_launch(spec, tiling, problem, band_heads);
   if (l.grid[1] > tile_order::kMaxGridYz || l.grid[2] > tile_order::kMaxGridYz)
-    require(grid_fits(spec_, tiling_, problem));   // says which size
-  const rt::Dim3 grid{l.grid[0], l.grid[1], l.grid[2]}, block{l.block, 1, 1};
-  if (tiling_.tma) {
-    const TmaAttentionParams tp = [&] {
-      rt::ContextGuard guard(fn_.device());   // the driver encodes tensor maps in a current context
-      return rt::tma_params(spec_, tiling_, params);
-    }();
-    fn_.launch(grid, block, l.smem_bytes, static_cast<CUstream>(stream), tp);
-  } else {
-    fn_.launch(grid, block, l.smem_bytes, static_cast<CUstream>(stream), params);
-  }
+    require(grid_fits(spec, tiling, problem));   // says which size
+  return l;
+}
+
+}  // namespace
+
+void LoadedKernel::launch(const AttentionParams& params, const Problem& problem, void* stream) const {
+  if (tiling_.tma) return launch(tma_params(params), problem, stream);
+  const LaunchShape l = checked_shape(spec_, tiling_, problem, params.band_heads);
+  fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
+             static_cast<CUstream>(stream), params);
+}
+
+TmaAttentionParams LoadedKernel::tma_params(const AttentionParams& params) const {
+  rt::ContextGuard guard(fn_.device());   // the driver encodes tensor maps in a current context
+  return rt::tma_params(spec_, tiling_, params);
+}
+
+void LoadedKernel::launch(const TmaAttentionParams& params, const Problem& problem, void* stream) const {
+  const LaunchShape l = checked_shape(spec_, tiling_, problem, params.a.band_heads);
+  fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
+             static_cast<CUstream>(stream), params);
 }
 
 namespace {

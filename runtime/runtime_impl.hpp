@@ -29,6 +29,10 @@ class LoadedKernel final : public Kernel {
   const Spec& spec() const override { return spec_; }
   const Tiling& tiling() const override { return tiling_; }
   void launch(const AttentionParams& params, const Problem& problem, void* stream) const override;
+  // _tma kernels: `params` with its K and V^T tensor maps encoded (in this kernel's context), and the
+  // launch of such a parameter block, so that a prepared call encodes its maps once, not per launch.
+  TmaAttentionParams tma_params(const AttentionParams& params) const;
+  void launch(const TmaAttentionParams& params, const Problem& problem, void* stream) const;
   const rt::Kernel& function() const { return fn_; }
 
  private:

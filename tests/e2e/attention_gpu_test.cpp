@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 
+#include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/search_space.hpp"
@@ -299,9 +300,71 @@ TEST_F(AttentionTma, SameBitsAsTheCpAsyncLoads) {
                     to_string(cp_async).c_str());
         EXPECT_EQ(differ, 0u) << to_string(tma_form_) << " against " << to_string(cp_async);
         EXPECT_EQ(m.nonfinite, 0) << to_string(tma_form_);
-        if (spec.qk.fmt == Fmt::int8) EXPECT_GE(m.cosine, 0.999) << to_string(tma_form_) << " " << m.report();
+        if (spec.qk.fmt == Fmt::int8) {
+          EXPECT_GE(m.cosine, 0.999) << to_string(tma_form_) << " " << m.report();
+        }
       }
     }
+  }
+}
+
+// Tensors whose rows the kernel cannot access are refused with a bad-input error before anything is
+// queued (a misaligned access would end the CUDA context): the output of attention() and run() (4-byte
+// pairs for the int8 kernel, 16-byte chunks for the FP16 kernel) and the FP16 kernel's inputs. The poisoned
+// output stays untouched, and the same runtime then serves an aligned call.
+class AttentionLayout : public test::GpuTest {};
+
+TEST_F(AttentionLayout, MisalignedTensorsAreRefusedBeforeLaunching) {
+  RuntimeOptions options;
+  options.use_cache = false;
+  options.tune = false;
+  Runtime runtime(options);
+  const Problem p{1, 2, 2, 65, 65};
+  rt::Stream stream;
+  for (const char* text : {"prefill qk=fp16 pv=fp16 out=fp16 d=64", "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv"}) {
+    const Spec spec = runtime.resolve(parse_spec(text));
+    SCOPED_TRACE(text);
+    const std::uint64_t seed = test::fresh_seed();
+    const test::AttentionCase data = test::attention_case(p, 64, false, Layout::bshd, spec.out, seed);
+    const Uploaded in = upload_call(spec, p, data.q, data.k, data.v);
+    // One spare row of room, so that a shifted view stays inside the buffer.
+    std::vector<std::uint16_t> poison(static_cast<size_t>(test::storage_size(data.ref.shape, data.ref.strides)) + 128);
+    test::fill_nan(poison, spec.out);
+    rt::DeviceBuffer dout = rt::DeviceBuffer::from(poison);
+    AttentionCall call = in.call;
+    call.o = view_of(dout, data.ref);
+    TensorView bad = call.o;
+    bad.data = static_cast<char*>(bad.data) + 2;   // every row starts 2 bytes off
+    auto expect_refused = [&](auto&& f, const std::string& needle) {
+      try {
+        f();
+        ADD_FAILURE() << "no error; expected bad_input mentioning '" << needle << "'";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::bad_input) << e.what();
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      }
+    };
+    AttentionCall shifted = call;
+    shifted.o = bad;
+    const std::string o_rule = spec.quantized() ? "4-byte aligned" : "16-byte aligned";
+    expect_refused([&] { runtime.attention(shifted, stream.get()); }, o_rule);
+    const auto prepared = runtime.prepare(call, stream.get());
+    expect_refused([&] { runtime.run(*prepared, bad, 0.f, nullptr, stream.get()); }, o_rule);
+    if (!spec.quantized()) {
+      AttentionCall k_off = call;
+      k_off.k.data = static_cast<char*>(k_off.k.data) + 2;
+      expect_refused([&] { runtime.prepare(k_off, stream.get()); }, "reads k in 16-byte chunks");
+    }
+    stream.synchronize();
+    EXPECT_EQ(dout.to_vector<std::uint16_t>(), poison) << "a refused call wrote to the output";
+    // The context is fine: the aligned call runs and matches the reference.
+    runtime.run(*prepared, call.o, 0.f, nullptr, stream.get());
+    stream.synchronize();
+    const HostTensor got = test::decode(dout.to_vector<std::uint16_t>().data(), data.ref.shape, data.ref.strides, spec.out);
+    const test::ErrorMetrics m = test::compare(data.ref, got);
+    std::printf("[ metrics ] layout %-60s %s\n", text, m.report().c_str());
+    EXPECT_EQ(m.nonfinite, 0);
+    EXPECT_GE(m.cosine, 0.999) << m.report();
   }
 }
 
