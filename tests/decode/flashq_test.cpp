@@ -21,6 +21,7 @@
 #include "qattn/render.hpp"
 #include "qattn/runtime.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "tests/common/expect_error.hpp"
 #include "tests/common/flashq_reference.hpp"
 #include "tests/common/metrics.hpp"
 #include "tests/common/random_data.hpp"
@@ -58,18 +59,6 @@ std::vector<float> random_tokens(size_t count, std::mt19937_64& rng, double scal
   std::vector<float> x(count);
   for (float& v : x) v = static_cast<float>(fp16_bits_to_double(to_fp16_bits(normal(rng))));
   return x;
-}
-
-template <class F>
-void expect_bad_input(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected bad_input mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::bad_input) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line: " << e.what();
-  }
 }
 
 // ---- layout

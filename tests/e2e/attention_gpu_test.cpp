@@ -11,7 +11,6 @@
 #include <limits>
 #include <optional>
 
-#include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/search_space.hpp"
@@ -20,6 +19,7 @@
 #include "runtime/device_buffer.hpp"
 #include "tests/common/attention_case.hpp"
 #include "tests/common/device_tensor.hpp"
+#include "tests/common/expect_error.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/kernel_forms.hpp"
 #include "tests/common/metrics.hpp"
@@ -335,25 +335,16 @@ TEST_F(AttentionLayout, MisalignedTensorsAreRefusedBeforeLaunching) {
     call.o = view_of(dout, data.ref);
     TensorView bad = call.o;
     bad.data = static_cast<char*>(bad.data) + 2;   // every row starts 2 bytes off
-    auto expect_refused = [&](auto&& f, const std::string& needle) {
-      try {
-        f();
-        ADD_FAILURE() << "no error; expected bad_input mentioning '" << needle << "'";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.kind(), ErrorKind::bad_input) << e.what();
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-      }
-    };
     AttentionCall shifted = call;
     shifted.o = bad;
     const std::string o_rule = spec.quantized() ? "4-byte aligned" : "16-byte aligned";
-    expect_refused([&] { runtime.attention(shifted, stream.get()); }, o_rule);
+    test::expect_bad_input([&] { runtime.attention(shifted, stream.get()); }, o_rule);
     const auto prepared = runtime.prepare(call, stream.get());
-    expect_refused([&] { runtime.run(*prepared, bad, 0.f, nullptr, stream.get()); }, o_rule);
+    test::expect_bad_input([&] { runtime.run(*prepared, bad, 0.f, nullptr, stream.get()); }, o_rule);
     if (!spec.quantized()) {
       AttentionCall k_off = call;
       k_off.k.data = static_cast<char*>(k_off.k.data) + 2;
-      expect_refused([&] { runtime.prepare(k_off, stream.get()); }, "reads k in 16-byte chunks");
+      test::expect_bad_input([&] { runtime.prepare(k_off, stream.get()); }, "reads k in 16-byte chunks");
     }
     stream.synchronize();
     EXPECT_EQ(dout.to_vector<std::uint16_t>(), poison) << "a refused call wrote to the output";
