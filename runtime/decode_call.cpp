@@ -302,7 +302,7 @@ void Runtime::decode(const DecodeCall& call, void* stream) {
     // The cache itself (row formats) or the flashq blocks: split over the CTAs.
     const Spec part_spec = blocks_spec(first);
     const Runtime::Impl::DecodePlan plan = impl_->plan_decode(part_spec, p, route.tiling, route.splits);
-    DecodePart part{part_spec, plan.tiling, plan.kernel, common, plan.splits.splits};
+    DecodePart part{part_spec, plan.tiling, plan.kernel, common, plan.splits.splits, nullptr};
     DecodeParams& dp = part.dp;
     dp.split_tokens = plan.splits.split_tokens;
     if (flashq) {
@@ -336,7 +336,7 @@ void Runtime::decode(const DecodeCall& call, void* stream) {
     Problem bp = p;
     bp.kv_len = kv::kFlashQBufferRows;
     const Runtime::Impl::DecodePlan plan = impl_->plan_decode(part_spec, bp, Tiling{0, 0, 0, 0}, 1);
-    DecodePart part{part_spec, plan.tiling, plan.kernel, common, 1};
+    DecodePart part{part_spec, plan.tiling, plan.kernel, common, 1, nullptr};
     DecodeParams& dp = part.dp;
     dp.split_tokens = plan.splits.split_tokens;
     dp.split_base = slots;
