@@ -26,7 +26,8 @@ struct Tiling {
   // there is no Q quantization pass (see the "fused Q" notes in prefill_int8.cuh).
   bool q_fused = false;
   // Quantized prefill on wgmma: one thread loads each K / V^T tile with TMA boxes completed on an
-  // mbarrier (token _tma) instead of every thread's cp.async; the launch encodes the tensor maps.
+  // mbarrier (token _tma) instead of every thread's cp.async; the launch (or prepare(), once per
+  // prepared call) encodes the tensor maps.
   bool tma = false;
   bool operator==(const Tiling& o) const {
     return block_m == o.block_m && block_n == o.block_n && warps == o.warps && stages == o.stages &&
