@@ -120,7 +120,7 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   const int resident = impl_->options.quant_one_pass ? quant::kOnePassMinBlocks * impl_->device().sm_count : 0;
   std::array<rt::QuantSlot, 3> slots =
       rt::quant_slots(spec, p, tiling.int4_mma, resident, impl_->options.k_mean_sample_tokens, tiling.q_fused, tiling.tma);
-  size_t bytes = 0, scratch_floats = 0;
+  size_t bytes = 0;
   for (rt::QuantSlot& s : slots) {
     if (!s.active) continue;
     const long long rows = static_cast<long long>(s.problem.batch) * s.problem.heads;
@@ -131,10 +131,9 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
     bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(s.plan.scale_floats));
     s.mean = bytes;
     bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(s.plan.mean_floats));
-    scratch_floats = std::max(scratch_floats, static_cast<size_t>(s.plan.scratch_floats));
+    s.scratch = bytes;   // each operand its own: V's passes may run beside K's (concurrent_passes)
+    bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(s.plan.scratch_floats));
   }
-  const size_t scratch = bytes;
-  bytes = align_up(bytes + sizeof(float) * scratch_floats);
   const bool lse_fix = slots[1].request.smooth && (!lent || call.lse != nullptr);
   const size_t dot = bytes;
   if (lse_fix) bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(p.batch) * p.heads_q * p.q_len);
@@ -148,8 +147,29 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   }
   const TensorView inputs[3] = {call.q, call.k, call.v};
   const CUstream cu_stream = static_cast<CUstream>(stream);
-  for (int i = 0; i < 3; ++i) {
+  // concurrent_passes: the side streams' passes (pass_lanes) are queued first; the caller's stream then
+  // waits for them before anything that reads their output.
+  static const bool concurrent_off = [] {
+    const char* v = std::getenv("QATTN_CONCURRENT_PASSES");
+    return v && std::string(v) == "0";
+  }();
+  const std::array<int, 3> lane = rt::pass_lanes(slots, impl_->options.concurrent_passes && !concurrent_off);
+  const bool fork = lane[2] >= 0;
+  std::unique_lock<std::mutex> fork_lock(impl_->fork_mutex, std::defer_lock);
+  Runtime::Impl::PassFork* pf = nullptr;
+  if (fork) {
+    fork_lock.lock();   // the events are per caller stream: one fork at a time records them
+    auto& slot = impl_->pass_forks[stream];
+    if (!slot) slot = std::make_unique<Runtime::Impl::PassFork>(impl_->options.device);
+    pf = slot.get();
+    pf->forked.record(cu_stream);
+    for (int l : {0, 1})
+      if (lane[0] == l || lane[2] == l) pf->forked.make_wait(pf->side[l].get());
+  }
+  for (int i : fork ? std::array<int, 3>{2, 0, 1} : std::array<int, 3>{0, 1, 2}) {
     rt::QuantSlot& s = slots[static_cast<size_t>(i)];
+    const int l = lane[static_cast<size_t>(i)];
+    const CUstream pass_stream = l < 0 ? cu_stream : pf->side[l].get();
     if (!s.active) {   // pv=fp16: V as given; _qf: Q as given (checked above)
       (i == 0 ? ap.q : ap.v) = ref_of(inputs[i]);
       continue;
@@ -163,7 +183,7 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
     qp.y = s.y;
     qp.scale = quant::dense_scale_ref(s.request, s.problem, reinterpret_cast<float*>(base + s.scales));
     qp.mean = s.plan.mean_floats ? reinterpret_cast<float*>(base + s.mean) : nullptr;
-    qp.amax_scratch = scratch_floats ? reinterpret_cast<float*>(base + scratch) : nullptr;
+    qp.amax_scratch = s.plan.scratch_floats ? reinterpret_cast<float*>(base + s.scratch) : nullptr;
     qp.batch = s.problem.batch;
     qp.heads = s.problem.heads;
     qp.seq_len = s.problem.seq_len;
@@ -175,13 +195,21 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
     for (const quant::QuantLaunch& l : s.plan.launches) {
       if (l.zero_scratch_floats > 0)
         rt::fill_bytes_async(reinterpret_cast<CUdeviceptr>(qp.amax_scratch), 0,
-                             sizeof(float) * static_cast<size_t>(l.zero_scratch_floats), cu_stream, impl_->options.device);
+                             sizeof(float) * static_cast<size_t>(l.zero_scratch_floats), pass_stream, impl_->options.device);
       auto fn = impl_->load_source(rt::quant_source(s.request, l, spec.arch));
-      fn->launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes, cu_stream, qp);
+      fn->launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes, pass_stream, qp);
     }
     if (i == 0) { ap.q = s.y; ap.q_scale = qp.scale; ap.q_mean = qp.mean; }   // mean: Q block means (smooth=q)
     if (i == 1) { ap.k = s.y; ap.k_scale = qp.scale; }
     if (i == 2) { ap.v = s.y; ap.v_scale = qp.scale; ap.v_mean = qp.mean; }   // mean: V smoothing, added back to O
+  }
+  if (pf) {   // the caller's stream goes on only when the side streams' passes are done
+    for (int l : {0, 1}) {
+      if (lane[0] != l && lane[2] != l) continue;
+      pf->joined[l].record(pf->side[l].get());
+      pf->joined[l].make_wait(cu_stream);
+    }
+    fork_lock.unlock();
   }
   if (lse_fix) {
     LseCorrectionParams& fix = out->lse_fix;

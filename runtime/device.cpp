@@ -151,9 +151,9 @@ void Stream::reset() noexcept {
 
 void Stream::synchronize() const { QATTN_CU(cuStreamSynchronize, stream_); }
 
-Event::Event(int ordinal) : ordinal_(ordinal) {
+Event::Event(int ordinal, bool timing) : ordinal_(ordinal) {
   ContextGuard guard(ordinal);
-  QATTN_CU(cuEventCreate, &event_, CU_EVENT_DEFAULT);
+  QATTN_CU(cuEventCreate, &event_, timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING);
 }
 
 Event::~Event() { reset(); }
@@ -183,6 +183,11 @@ void Event::reset() noexcept {
 void Event::record(CUstream stream) {
   ContextGuard guard(ordinal_);
   QATTN_CU(cuEventRecord, event_, stream);
+}
+
+void Event::make_wait(CUstream stream) const {
+  ContextGuard guard(ordinal_);
+  QATTN_CU(cuStreamWaitEvent, stream, event_, 0);
 }
 
 void Event::synchronize() const { QATTN_CU(cuEventSynchronize, event_); }

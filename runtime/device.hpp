@@ -85,10 +85,11 @@ class Stream {
   int ordinal_ = 0;
 };
 
-// An owned event with timing enabled.
+// An owned event: with timing (the default), or only for ordering work across streams (cheaper to
+// record: no timestamp).
 class Event {
  public:
-  explicit Event(int ordinal = 0);
+  explicit Event(int ordinal = 0, bool timing = true);
   ~Event();
   Event(Event&& other) noexcept;
   Event& operator=(Event&& other) noexcept;
@@ -96,6 +97,8 @@ class Event {
   Event& operator=(const Event&) = delete;
   CUevent get() const { return event_; }
   void record(CUstream stream = nullptr);   // null: the legacy default stream
+  // Work queued on `stream` after this call waits for the work before the event's last record.
+  void make_wait(CUstream stream) const;
   void synchronize() const;
   float elapsed_ms_since(const Event& start) const;   // both recorded and complete
 

@@ -38,7 +38,7 @@ class DriverError : public std::runtime_error {
   X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)                                                   \
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)                                    \
   X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD32) X(cuMemsetD32Async)                               \
-  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)                      \
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent) \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventQuery)         \
   X(cuEventElapsedTime)
 // Newer than the oldest driver qattn runs on (12.0), or only needed by tests.

@@ -28,6 +28,14 @@ std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLa
 
 }  // namespace
 
+std::array<int, 3> pass_lanes(const std::array<QuantSlot, 3>& slots, bool concurrent) {
+  std::array<int, 3> lane{-1, -1, -1};
+  if (!concurrent || !slots[2].active || !(slots[0].active || slots[1].active)) return lane;
+  lane[2] = 0;
+  if (slots[0].active && slots[1].active) lane[0] = 1;
+  return lane;
+}
+
 std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool int4_mma, int resident_blocks,
                                      int k_mean_sample_tokens, bool q_fused, bool tma) {
   const int d = spec.head_dim;

@@ -17,7 +17,7 @@ struct QuantSlot {
   quant::QuantRequest request;
   quant::QuantProblem problem;
   quant::QuantPlan plan;
-  size_t codes = 0, scales = 0, mean = 0;
+  size_t codes = 0, scales = 0, mean = 0, scratch = 0;   // workspace offsets (scratch: the plan's own)
   int row_bytes = 0;   // bytes per row of codes (packed int4: d/2), filled in by the caller
   TensorRef y{};
   bool active = true;   // false: the operand is used as given (V of pv=fp16): no passes, no workspace
@@ -35,6 +35,12 @@ struct QuantSlot {
 // tma (tiling _tma): the kernel loads K in groups of 16 rows, so K's rows per head are padded to 16.
 std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem, bool int4_mma, int resident_blocks,
                                      int k_mean_sample_tokens, bool q_fused = false, bool tma = false);
+
+// Which stream runs each operand's passes (RuntimeOptions::concurrent_passes): -1 the caller's, 0 / 1 the
+// runtime's side streams. Concurrent: V's passes on side stream 0 whenever another operand has passes too,
+// and Q's on side stream 1 when K's run on the caller's; K's always on the caller's (the LSE correction
+// after them reads K's mean). Not concurrent, or a single operand with passes: all -1.
+std::array<int, 3> pass_lanes(const std::array<QuantSlot, 3>& slots, bool concurrent);
 
 Source quant_source(const quant::QuantRequest& request, const quant::QuantLaunch& launch, Arch arch);
 Source row_dot_source(const Spec& spec);   // q · mean_k per row (K smoothing)

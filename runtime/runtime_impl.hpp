@@ -97,6 +97,18 @@ struct Runtime::Impl {
   std::mutex workspace_mutex;
   std::map<void*, rt::DeviceBuffer> workspaces;   // attention()'s workspace per stream
   std::map<void*, rt::DeviceBuffer> decode_workspaces;   // decode()'s split partials per stream
+  // Quantized prefill: V's passes (and Q's, when K's run too) on side streams beside the caller's
+  // (RuntimeOptions::concurrent_passes); per caller stream, two side streams and their fork / join events.
+  struct PassFork {
+    rt::Stream side[2];
+    rt::Event forked, joined[2];
+    explicit PassFork(int device)
+        : side{rt::Stream(device), rt::Stream(device)},
+          forked(device, false),
+          joined{rt::Event(device, false), rt::Event(device, false)} {}
+  };
+  std::mutex fork_mutex;
+  std::map<void*, std::unique_ptr<PassFork>> pass_forks;
   // decode()'s tuned choices (decode_dispatch.cpp): the family's stored inflection and split tables,
   // read from the cache once per family (null: none stored), then O(1) array lookups per call.
   struct DecodeRoute {

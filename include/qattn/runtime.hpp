@@ -66,6 +66,14 @@ struct RuntimeOptions {
   // fit half of the device's L2 (attention_band_heads, render.hpp); 1: head by head. QATTN_CAUSAL_BAND=<n>
   // sets it for the process. Any value gives the same output bits: it only reorders the CTAs.
   int causal_band_heads = 0;
+  // Quantized prefill (attention(), prepare()): V's quantization passes run on a side stream of the
+  // runtime's (and Q's, where Q has passes and K too, on a second one), concurrently with K's on the
+  // caller's stream, which waits for them (events) before the attention kernel. The passes are memory
+  // bound and each one's first and last blocks leave the GPU part idle; side by side they fill each
+  // other's gaps (measured on the H100: README "Concurrent quantization passes"). The side streams wait
+  // for everything queued on the caller's stream before the call, so the caller sees the ordering of
+  // one stream. Same output bits either way. QATTN_CONCURRENT_PASSES=0 turns it off for the process.
+  bool concurrent_passes = true;
 };
 
 // A compiled binary (compile-only path; no GPU involved).

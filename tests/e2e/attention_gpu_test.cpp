@@ -17,6 +17,7 @@
 #include "qattn/validate.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/driver.hpp"
 #include "tests/common/attention_case.hpp"
 #include "tests/common/device_tensor.hpp"
 #include "tests/common/expect_error.hpp"
@@ -305,6 +306,70 @@ TEST_F(AttentionTma, SameBitsAsTheCpAsyncLoads) {
         }
       }
     }
+  }
+}
+
+// V's quantization passes on the runtime's side stream (and Q's on a second one where Q has a pass:
+// smooth=q) (RuntimeOptions::concurrent_passes, the default) give the same bits as every pass on the
+// caller's stream, also where K and V both use the scratch of a per_tensor scale; and the side streams
+// are ordered after the caller's earlier work: V is rewritten on the
+// caller's stream (a device-to-device copy) behind a slow fill just before the call, so passes that did
+// not wait would read the old V (measured on the H100: a build without that wait fails here), and an
+// attention kernel that did not wait for them would read codes still being written.
+class AttentionConcurrentPasses : public test::GpuTest {};
+
+TEST_F(AttentionConcurrentPasses, SameBitsAsOneStreamAndOrderedAfterTheCallersWork) {
+  const char* specs[] = {
+      "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=2 smooth=kv",
+      "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=bf16 d=64 smooth=kv",
+      "prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=128 causal",
+      "prefill qk=int4:per_thread pv=int8:per_channel out=fp16 d=128 smooth=k",
+      "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal smooth=qkv",   // Q, K and V passes
+  };
+  rt::DeviceBuffer slow(size_t{512} << 20);   // a fill of 512 MiB queued before the new V: ~0.2 ms
+  for (const char* text : specs) {
+    const Spec request = parse_spec(text);
+    const Problem p{2, 4 * request.gqa, 4, 1000, 4097};
+    const std::uint64_t seed = test::fresh_seed();   // the same data for both runtimes
+    SCOPED_TRACE(std::string(text) + " " + test::seed_note(seed));
+    const test::AttentionCase data = test::attention_case(p, request.head_dim, request.causal, Layout::bshd, request.out, seed);
+    HostTensor old_v = test::random_tensor(data.v.shape, Layout::bshd, test::v_like(), seed + 1);
+    test::round_to(old_v, request.out);
+    std::vector<HostTensor> outs;
+    for (bool concurrent : {false, true}) {
+      RuntimeOptions options;
+      options.use_cache = false;
+      options.tune = false;
+      options.concurrent_passes = concurrent;
+      Runtime runtime(options);
+      const Spec spec = runtime.resolve(request);
+      Uploaded in = upload_call(spec, p, data.q, data.k, old_v);
+      rt::Stream stream;
+      // A first call on the old V, then the new V behind the slow fill, then the checked call.
+      std::vector<std::uint16_t> poison(static_cast<size_t>(test::storage_size(data.ref.shape, data.ref.strides)));
+      test::fill_nan(poison, spec.out);
+      rt::DeviceBuffer dout = rt::DeviceBuffer::from(poison);
+      AttentionCall call = in.call;
+      call.o = view_of(dout, data.ref);
+      runtime.attention(call, stream.get());
+      const rt::DeviceBuffer new_v = upload(data.v, spec.out);
+      stream.synchronize();
+      dout.upload(poison.data(), poison.size() * sizeof(std::uint16_t));
+      slow.fill_async(0x5a, stream.get());
+      rt::check(rt::driver().cuMemcpyDtoDAsync(in.v.ptr(), new_v.ptr(), new_v.size(), stream.get()), "cuMemcpyDtoDAsync");
+      runtime.attention(call, stream.get());
+      stream.synchronize();
+      outs.push_back(test::decode(dout.to_vector<std::uint16_t>().data(), data.ref.shape, data.ref.strides, spec.out));
+      const test::ErrorMetrics m = test::compare(data.ref, outs.back());
+      std::printf("[ metrics ] concurrent passes %d %-72s %s\n", concurrent, text, m.report().c_str());
+      EXPECT_EQ(m.nonfinite, 0);
+      // Against the reference of the new V: the quantization's own floors (int4 QK: a sanity bound).
+      EXPECT_GE(m.cosine, spec.qk.fmt == Fmt::int4 ? 0.95 : 0.999) << m.report();
+    }
+    ASSERT_EQ(outs[0].data.size(), outs[1].data.size());
+    size_t differ = 0;
+    for (size_t j = 0; j < outs[0].data.size(); ++j) differ += !(outs[0].data[j] == outs[1].data[j]);
+    EXPECT_EQ(differ, 0u) << text << ": the side stream's passes against one stream's";
   }
 }
 

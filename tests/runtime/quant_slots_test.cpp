@@ -1,6 +1,6 @@
-// The quantization plans attention() launches (quant_slots) and the helper kernels compiled for a spec
-// (helper_sources), on the CPU: RuntimeOptions::k_mean_sample_tokens reaches K's plan only, and the
-// compile-only list holds K's sampled statistics passes.
+// The quantization plans attention() launches (quant_slots), the streams their passes go on (pass_lanes)
+// and the helper kernels compiled for a spec (helper_sources), on the CPU: RuntimeOptions::
+// k_mean_sample_tokens reaches K's plan only, and the compile-only list holds K's sampled statistics passes.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -54,6 +54,33 @@ TEST(HelperSources, ListKsSampledStatisticsPasses) {
   // per_tensor K and unsmoothed K have no sampled pass.
   EXPECT_EQ(sampled_passes("prefill qk=int8:per_tensor pv=int8:per_channel out=fp16 d=128 smooth=kv arch=sm_90a", 1024).size(), 0u);
   EXPECT_EQ(sampled_passes("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 arch=sm_90a", 1024).size(), 0u);
+}
+
+// Which operands' passes leave the caller's stream (RuntimeOptions::concurrent_passes), from the slots
+// quant_slots gives each form: V's whenever another operand has passes too, Q's only beside K's.
+TEST(PassLanes, VBesideKAndQBesideKWhereTheyHavePasses) {
+  const Problem p{1, 4, 2, 4096, 4096};
+  struct Row {
+    const char* spec;
+    bool q_fused;
+    std::array<int, 3> lanes;
+  };
+  const Row rows[] = {
+      // fused Q (_qf): K on the caller's stream, V beside it
+      {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=kv arch=sm_90a", true, {-1, -1, 0}},
+      // a Q pass too: Q on the second side stream
+      {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=kv arch=sm_90a", false, {1, -1, 0}},
+      {"prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal smooth=qkv arch=sm_90a", false, {1, -1, 0}},
+      // pv=fp16: V is read as given, no passes: nothing to run beside Q and K, no fork
+      {"prefill qk=int8:per_warp pv=fp16 out=fp16 d=128 smooth=k arch=sm_90a", false, {-1, -1, -1}},
+      {"prefill qk=int8:per_warp pv=fp16 out=fp16 d=128 smooth=k arch=sm_90a", true, {-1, -1, -1}},
+  };
+  for (const Row& r : rows) {
+    SCOPED_TRACE(std::string(r.spec) + (r.q_fused ? " _qf" : ""));
+    const auto slots = rt::quant_slots(parse_spec(r.spec), p, false, 0, 1024, r.q_fused);
+    EXPECT_EQ(rt::pass_lanes(slots, true), r.lanes);
+    EXPECT_EQ(rt::pass_lanes(slots, false), (std::array<int, 3>{-1, -1, -1}));
+  }
 }
 
 }  // namespace
