@@ -122,6 +122,14 @@ HostTensor run_poisoned(Runtime& runtime, AttentionCall call, const HostTensor& 
   return test::decode(dout.to_vector<std::uint16_t>().data(), ref.shape, ref.strides, io);
 }
 
+// How many values of two outputs of the same shape differ (bit-level equality of the decoded values).
+size_t values_differ(const HostTensor& a, const HostTensor& b) {
+  EXPECT_EQ(a.data.size(), b.data.size());
+  size_t differ = 0;
+  for (size_t j = 0; j < a.data.size() && j < b.data.size(); ++j) differ += !(a.data[j] == b.data[j]);
+  return differ;
+}
+
 TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
   RuntimeOptions options;
   options.use_cache = false;
@@ -243,12 +251,8 @@ TEST_F(AttentionCausalBands, EveryBandWidthGivesTheSameOutput) {
       EXPECT_EQ(m.nonfinite, 0) << "band " << band;
       EXPECT_GE(m.cosine, 0.999) << "band " << band << " " << m.report();
     }
-    for (size_t i = 1; i < outs.size(); ++i) {
-      ASSERT_EQ(outs[i].data.size(), outs[0].data.size());
-      size_t differ = 0;
-      for (size_t j = 0; j < outs[0].data.size(); ++j) differ += !(outs[i].data[j] == outs[0].data[j]);
-      EXPECT_EQ(differ, 0u) << "band run " << i << " against the automatic width";
-    }
+    for (size_t i = 1; i < outs.size(); ++i)
+      EXPECT_EQ(values_differ(outs[i], outs[0]), 0u) << "band run " << i << " against the automatic width";
   }
 }
 
@@ -292,9 +296,7 @@ TEST_F(AttentionTma, SameBitsAsTheCpAsyncLoads) {
       for (const auto& [cp_async, tma_form_] : pairs) {
         const HostTensor a = run_poisoned(runtime, in.call, data.ref, cp_async, stream);
         const HostTensor b = run_poisoned(runtime, in.call, data.ref, tma_form_, stream);
-        ASSERT_EQ(a.data.size(), b.data.size());
-        size_t differ = 0;
-        for (size_t j = 0; j < a.data.size(); ++j) differ += !(a.data[j] == b.data[j]);
+        const size_t differ = values_differ(a, b);
         const test::ErrorMetrics m = test::compare(data.ref, b);
         std::printf("[ metrics ] %-34s %-26s %s, %zu values differ from %s\n", to_string(tma_form_).c_str(),
                     (to_string(p) + " " + test::to_string(c.layout)).c_str(), m.report().c_str(), differ,
@@ -366,10 +368,7 @@ TEST_F(AttentionConcurrentPasses, SameBitsAsOneStreamAndOrderedAfterTheCallersWo
       // Against the reference of the new V: the quantization's own floors (int4 QK: a sanity bound).
       EXPECT_GE(m.cosine, spec.qk.fmt == Fmt::int4 ? 0.95 : 0.999) << m.report();
     }
-    ASSERT_EQ(outs[0].data.size(), outs[1].data.size());
-    size_t differ = 0;
-    for (size_t j = 0; j < outs[0].data.size(); ++j) differ += !(outs[0].data[j] == outs[1].data[j]);
-    EXPECT_EQ(differ, 0u) << text << ": the side stream's passes against one stream's";
+    EXPECT_EQ(values_differ(outs[0], outs[1]), 0u) << text << ": the side stream's passes against one stream's";
   }
 }
 
