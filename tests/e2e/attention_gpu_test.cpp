@@ -311,13 +311,13 @@ TEST_F(AttentionTma, SameBitsAsTheCpAsyncLoads) {
   }
 }
 
-// V's quantization passes on the runtime's side stream (and Q's on a second one where Q has a pass:
-// smooth=q) (RuntimeOptions::concurrent_passes, the default) give the same bits as every pass on the
-// caller's stream, also where K and V both use the scratch of a per_tensor scale; and the side streams
-// are ordered after the caller's earlier work: V is rewritten on the
-// caller's stream (a device-to-device copy) behind a slow fill just before the call, so passes that did
-// not wait would read the old V (measured on the H100: a build without that wait fails here), and an
-// attention kernel that did not wait for them would read codes still being written.
+// RuntimeOptions::concurrent_passes (the default): V's quantization passes on a side stream of the
+// runtime's, and Q's on a second one where Q has passes (smooth=q), give the same bits as every pass on
+// the caller's stream, also where K and V both use the scratch of a per_tensor scale. And the side
+// streams are ordered after the caller's earlier work: V is rewritten on the caller's stream (a
+// device-to-device copy behind a slow fill) just before the call, so passes that did not wait would read
+// the old V, and an attention kernel that did not wait for them would read codes still being written
+// (measured on the H100: builds without either wait fail here).
 class AttentionConcurrentPasses : public test::GpuTest {};
 
 TEST_F(AttentionConcurrentPasses, SameBitsAsOneStreamAndOrderedAfterTheCallersWork) {
