@@ -38,7 +38,7 @@ struct FqCase {
   bool gemv = false;
   int splits = 0;
   double softmax_scale = 0;   // 0: 1/sqrt(d)
-  UnifiedMax unified_max;     // softmax=unified_max
+  UnifiedMax unified_max{};   // softmax=unified_max
 };
 
 struct FqResult {

@@ -107,7 +107,9 @@ TEST_F(RegistryGpu, WinnerFromAnotherDriverIsRevalidatedThenUsed) {
 }
 
 TEST_F(RegistryGpu, SpecForAnotherArchIsRefusedWithTheReason) {
-  Runtime rt(RuntimeOptions{"", false});
+  RuntimeOptions options;
+  options.use_cache = false;
+  Runtime rt(options);
   try {
     rt.kernel(parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=128 arch=sm_80"), Problem{});
     FAIL() << "an sm_80 spec was accepted on this device";
