@@ -20,6 +20,13 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 TensorRef ref_of(const TensorView& t) { return TensorRef{t.data, t.sb, t.sh, t.ss, 1}; }
 
+// True when the environment variable `name` is "0": QATTN_FUSE_Q, QATTN_TMA and QATTN_CONCURRENT_PASSES
+// turn an option off for the process (A/B measurements without rebuilding the caller).
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "0";
+}
+
 class Prepared final : public PreparedAttention {
  public:
   const Kernel& kernel() const override { return *kernel_; }
@@ -57,10 +64,6 @@ TensorView bhsd(void* data, int seq, int heads, int d) {
 // the options and the spec allow them (RuntimeOptions::fuse_q_quant, tma_loads).
 // QATTN_FUSE_Q=0 / QATTN_TMA=0 turn them off for the process (A/B measurements without rebuilding the caller).
 Tiling Runtime::launch_form(const Spec& spec, const Tiling& tiling) {
-  const auto env_off = [](const char* name) {
-    const char* v = std::getenv(name);
-    return v && std::string(v) == "0";
-  };
   static const bool fuse_off = env_off("QATTN_FUSE_Q"), tma_off = env_off("QATTN_TMA");
   if (!spec.quantized()) return tiling;
   Tiling t = tiling;
@@ -149,12 +152,10 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   const CUstream cu_stream = static_cast<CUstream>(stream);
   // concurrent_passes: the side streams' passes (pass_lanes) are queued first; the caller's stream then
   // waits for them before anything that reads their output.
-  static const bool concurrent_off = [] {
-    const char* v = std::getenv("QATTN_CONCURRENT_PASSES");
-    return v && std::string(v) == "0";
-  }();
+  static const bool concurrent_off = env_off("QATTN_CONCURRENT_PASSES");
   const std::array<int, 3> lane = rt::pass_lanes(slots, impl_->options.concurrent_passes && !concurrent_off);
   const bool fork = lane[2] >= 0;
+  const int sides = lane[0] == 1 ? 2 : 1;   // side streams in use when forking (pass_lanes: V on 0, Q on 1)
   std::unique_lock<std::mutex> fork_lock(impl_->fork_mutex, std::defer_lock);
   Runtime::Impl::PassFork* pf = nullptr;
   if (fork) {
@@ -163,8 +164,7 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
     if (!slot) slot = std::make_unique<Runtime::Impl::PassFork>(impl_->options.device);
     pf = slot.get();
     pf->forked.record(cu_stream);
-    for (int l : {0, 1})
-      if (lane[0] == l || lane[2] == l) pf->forked.make_wait(pf->side[l].get());
+    for (int l = 0; l < sides; ++l) pf->forked.make_wait(pf->side[l].get());
   }
   for (int i : fork ? std::array<int, 3>{2, 0, 1} : std::array<int, 3>{0, 1, 2}) {
     rt::QuantSlot& s = slots[static_cast<size_t>(i)];
@@ -204,8 +204,7 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
     if (i == 2) { ap.v = s.y; ap.v_scale = qp.scale; ap.v_mean = qp.mean; }   // mean: V smoothing, added back to O
   }
   if (pf) {   // the caller's stream goes on only when the side streams' passes are done
-    for (int l : {0, 1}) {
-      if (lane[0] != l && lane[2] != l) continue;
+    for (int l = 0; l < sides; ++l) {
       pf->joined[l].record(pf->side[l].get());
       pf->joined[l].make_wait(cu_stream);
     }
