@@ -27,7 +27,7 @@ struct Row {
   std::string name, arch, error;
   int registers = -1, spills = -1, smem = 0;
   double ms = 0;
-  bool cached = false;
+  bool cached = false, serialized = false;
 };
 
 int compile_grid(const Args& args) {
@@ -58,6 +58,7 @@ int compile_grid(const Args& args) {
           r.smem = k.smem_bytes;
           r.ms = k.compile_ms;
           r.cached = k.from_cache;
+          r.serialized = k.wgmma_serialized;
         } catch (const std::exception& e) {
           r.error = e.what();
         }
@@ -69,16 +70,21 @@ int compile_grid(const Args& args) {
   for (const Row& r : rows) {
     failures += !r.error.empty();
     out.push_back({{"kernel", r.name}, {"arch", r.arch}, {"registers", r.registers}, {"spill_bytes", r.spills},
-                   {"smem_bytes", r.smem}, {"compile_ms", r.ms}, {"cached", r.cached}, {"ok", r.error.empty()},
+                   {"smem_bytes", r.smem}, {"compile_ms", r.ms}, {"cached", r.cached},
+                   {"wgmma_serialized", r.serialized}, {"ok", r.error.empty()},
                    {"error", r.error}});
   }
   if (args.has("json")) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("%-86s %-7s %5s %6s %7s %9s %s\n", "kernel", "arch", "regs", "spills", "smem", "compile", "");
-    for (const Row& r : rows)
+    for (const Row& r : rows) {
+      std::string note = r.cached ? "cached" : "";
+      if (r.serialized) note += std::string(note.empty() ? "" : ", ") + "wgmma serialized";
+      if (!r.error.empty()) note = "FAILED: " + r.error.substr(0, 200);
       std::printf("%-86s %-7s %5d %6d %7d %7.0fms %s\n", r.name.c_str(), r.arch.c_str(), r.registers, r.spills, r.smem,
-                  r.ms, r.error.empty() ? (r.cached ? "cached" : "") : ("FAILED: " + r.error.substr(0, 200)).c_str());
+                  r.ms, note.c_str());
+    }
     std::printf("%zu kernels, %d failed\n", rows.size(), failures);
   }
   return failures ? 1 : 0;
@@ -110,6 +116,9 @@ int compile(int argc, char** argv) {
   std::fprintf(emit.empty() || args.has("out") ? stdout : stderr,
                "%s  regs %d  spills %d  smem %d  %s %.0f ms  (%zu bytes of cubin)\n", k.kernel_name.c_str(), k.registers,
                k.spill_bytes, k.smem_bytes, k.from_cache ? "cached, compiled in" : "compiled in", k.compile_ms, k.cubin.size());
+  if (k.wgmma_serialized)
+    std::fprintf(emit.empty() || args.has("out") ? stdout : stderr,
+                 "note: ptxas serialized the wgmma pipeline (its C75xx line in the log): correct, possibly slower\n");
   // How the spec runs when its text does not say it (e.g. qk=int4 as int8 compute on sm_90a).
   if (const std::string note = dispatch_note(spec, tiling); !note.empty())
     std::fprintf(emit.empty() || args.has("out") ? stdout : stderr, "note: %s\n", note.c_str());

@@ -51,6 +51,7 @@ std::vector<Binary> BinaryProvider::get(const std::vector<Source>& sources, bool
     b.log = r.log;
     b.registers = r.registers;
     b.spill_bytes = r.spill_store_bytes;
+    b.wgmma_serialized = r.wgmma_serialized;
     b.compile_ms = r.compile_ms;
     if (store_ && writable_) {
       cache::BinaryRecord rec;

@@ -15,6 +15,7 @@ struct Binary {
   std::vector<unsigned char> cubin;
   std::string ptx, log;
   int registers = -1, spill_bytes = -1, smem_bytes = 0;
+  bool wgmma_serialized = false;   // fresh compiles only (see rt::KernelUsage)
   double compile_ms = 0;
   bool from_cache = false;
   std::string error;   // non-empty: compilation failed (the NVRTC log or the exception)

@@ -92,21 +92,28 @@ std::vector<KernelUsage> parse_ptxas_report(const std::string& log) {
   //   ptxas info    : Function properties for <name>
   //   ptxas         .     8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
   //   ptxas info    : Used 40 registers, used 1 barriers, 1024 bytes smem, 368 bytes cmem[0]
-  // (device functions also get "Function properties" blocks; only entry functions are kept).
+  // (device functions also get "Function properties" blocks; only entry functions are kept), and
+  // where it had to serialize a kernel's wgmma pipeline, a line naming it:
+  //   ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized
+  //                   due to insufficient register resources for the wgmma pipeline in the function '<name>'
   static const std::regex entry(R"(Compiling entry function '([^']+)')");
   static const std::regex properties(R"(Function properties for (\S+))");
   static const std::regex frame(
       R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
   static const std::regex used(R"(Used (\d+) registers)");
   static const std::regex smem(R"((\d+) bytes smem)");
+  static const std::regex serialized(R"(wgmma\.mma_async instructions are serialized.* in the function '([^']+)')");
   std::vector<KernelUsage> kernels;
+  std::vector<std::string> serialized_names;   // matched after the loop: the line may precede its entry
   KernelUsage* current = nullptr;        // the entry whose "Used" line comes next
   bool properties_of_current = false;    // whether a stack-frame line belongs to it
   std::istringstream lines(log);
   std::string line;
   std::smatch m;
   while (std::getline(lines, line)) {
-    if (std::regex_search(line, m, entry)) {
+    if (std::regex_search(line, m, serialized)) {
+      serialized_names.push_back(m[1].str());
+    } else if (std::regex_search(line, m, entry)) {
       kernels.push_back(KernelUsage{m[1].str()});
       current = &kernels.back();
       properties_of_current = false;
@@ -126,6 +133,8 @@ std::vector<KernelUsage> parse_ptxas_report(const std::string& log) {
       properties_of_current = false;
     }
   }
+  for (KernelUsage& k : kernels)
+    k.wgmma_serialized = std::find(serialized_names.begin(), serialized_names.end(), k.name) != serialized_names.end();
   return kernels;
 }
 
@@ -275,8 +284,10 @@ CompileResult compile(const CompileRequest& request) {
         if (r.name == k.name) {
           k.spill_store_bytes = r.spill_store_bytes;
           k.spill_load_bytes = r.spill_load_bytes;
+          k.wgmma_serialized = r.wgmma_serialized;
           if (k.registers < 0) k.registers = r.registers;
         }
+    for (const KernelUsage& k : result.kernels) result.wgmma_serialized = result.wgmma_serialized || k.wgmma_serialized;
     result.registers = max_of(result.kernels, &KernelUsage::registers);
     result.spill_store_bytes = max_of(result.kernels, &KernelUsage::spill_store_bytes);
     result.spill_load_bytes = max_of(result.kernels, &KernelUsage::spill_load_bytes);

@@ -27,6 +27,11 @@ struct KernelUsage {
   std::string name;   // as ptxas names it (mangled unless extern "C")
   int registers = -1, spill_store_bytes = -1, spill_load_bytes = -1, static_smem_bytes = -1,
       stack_bytes = -1;
+  // ptxas said "wgmma.mma_async instructions are serialized" (C75xx: e.g. C7511, too few registers for
+  // the wgmma pipeline): it then waits for a wgmma before issuing the next, which cost the d 64 INT8
+  // kernel 4.5-5.6% on the H100 where it hit the tile loop (bench/results/session21). From the report,
+  // so false without one.
+  bool wgmma_serialized = false;
 };
 
 struct CompileResult {
@@ -38,6 +43,7 @@ struct CompileResult {
   // The maximum over the kernels of the unit (-1 if unknown); see KernelUsage.
   int registers = -1, spill_store_bytes = -1, spill_load_bytes = -1, static_smem_bytes = -1,
       stack_bytes = -1;
+  bool wgmma_serialized = false;            // any kernel's (see KernelUsage)
   std::vector<KernelUsage> kernels;         // per kernel (__global__ function), in cubin order
   std::map<std::string, std::string> lowered_names;   // name expression -> mangled name
   double compile_ms = 0.0;

@@ -281,6 +281,7 @@ CompiledKernel Runtime::compile(const Spec& spec, const Tiling& tiling, bool wan
   k.log = std::move(bin.log);
   k.registers = bin.registers;
   k.spill_bytes = bin.spill_bytes;
+  k.wgmma_serialized = bin.wgmma_serialized;
   k.smem_bytes = kernel_smem_bytes(spec, tiling);
   k.compile_ms = bin.compile_ms;
   k.from_cache = bin.from_cache;
@@ -302,6 +303,7 @@ std::vector<CompiledKernel> Runtime::compile_helpers(const Spec& spec) {
     k.source = sources[i].text;
     k.registers = bins[i].registers;
     k.spill_bytes = bins[i].spill_bytes;
+    k.wgmma_serialized = bins[i].wgmma_serialized;
     k.compile_ms = bins[i].compile_ms;
     k.from_cache = bins[i].from_cache;
     out.push_back(std::move(k));

@@ -86,6 +86,9 @@ struct CompiledKernel {
   std::string source;    // the rendered translation unit
   std::string log;       // NVRTC + ptxas report
   int registers = -1, spill_bytes = -1, smem_bytes = 0;
+  // ptxas serialized the kernel's wgmma pipeline (too few registers, ...): slower, still correct.
+  // Known only from a fresh compile's ptxas report (false from the cache).
+  bool wgmma_serialized = false;
   double compile_ms = 0;
   bool from_cache = false;
 };

@@ -200,6 +200,8 @@ TEST(PtxasReport, ParsesEntriesAndIgnoresDeviceFunctions) {
       "ptxas         .     16 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
       "ptxas info    : Used 168 registers, used 1 barriers, 16 bytes stack, 2048 bytes smem, "
       "368 bytes cmem[0]\n"
+      "ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+      "insufficient register resources for the wgmma pipeline in the function 'second'\n"
       "ptxas info    : Compiling entry function 'second' for 'sm_90a'\n"
       "ptxas info    : Function properties for second\n"
       "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
@@ -216,6 +218,8 @@ TEST(PtxasReport, ParsesEntriesAndIgnoresDeviceFunctions) {
   EXPECT_EQ(k[1].registers, 40);
   EXPECT_EQ(k[1].spill_load_bytes, 0);
   EXPECT_EQ(k[1].static_smem_bytes, 0);
+  EXPECT_FALSE(k[0].wgmma_serialized);
+  EXPECT_TRUE(k[1].wgmma_serialized);
   EXPECT_TRUE(parse_ptxas_report("").empty());
 }
 
