@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "qattn/error.hpp"
+#include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
 
 int main() {
@@ -14,7 +15,8 @@ int main() {
     const qattn::Problem problem = qattn::parse_problem("b=1,hq=32,hkv=8,q=2048,kv=2048");
     // The first request tunes (or loads the cached winner); later ones are an in-process lookup.
     const qattn::Kernel& kernel = runtime.kernel(spec, problem);
-    std::printf("kernel: %s\n", kernel.name().c_str());
+    // attention() launches the tuned tiling's fused-Q / TMA twin where there is one (sm_90a, int8 Q).
+    std::printf("kernel: %s\n", qattn::kernel_name(spec, runtime.launch_form(runtime.resolve(spec), kernel.tiling())).c_str());
     // Accuracy against a float64 reference on random data with outliers, and kernel-only timing.
     const auto acc = runtime.check(spec, problem, 42);
     const double us = qattn::median(runtime.benchmark(spec, problem));

@@ -212,7 +212,7 @@ std::vector<double> Runtime::benchmark(const Spec& spec_in, const Problem& probl
   const Spec spec = resolve(spec_in);
   const Kernel& k = kernel(spec, problem);
   rt::GpuCandidateRunner runner(*impl_);
-  return runner.time(spec, k.tiling(), problem, timing);
+  return runner.time(spec, launch_form(spec, k.tiling()), problem, timing);
 }
 
 Runtime::Accuracy Runtime::check(const Spec& spec, const Problem& problem, unsigned long long seed, bool bhsd_layout) {

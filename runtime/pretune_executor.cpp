@@ -130,6 +130,7 @@ ItemResult GpuPretuneWorker::tune_prefill(const PretuneItem& item) {
   }
   const TuningResult result = qattn::tune(spec, item.problem, candidates, *runner_, rt.options.timing);
   ++rt.counters.tunings;
+  rt.cache_launch_form(spec, result.winner);   // the binary an application launches, for the shipped file
   rt.counters.compiles = rt.binaries->compiles();
   rt.counters.binary_db_hits = rt.binaries->cache_hits();
 

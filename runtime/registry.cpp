@@ -253,7 +253,18 @@ TuningResult Runtime::Impl::tune(const Spec& spec, const Problem& problem) {
     rec.candidates_json = result.candidates_json();
     store->put_tuned(rec);
   }
+  cache_launch_form(spec, result.winner);
   return result;
+}
+
+void Runtime::Impl::cache_launch_form(const Spec& spec, const Tiling& winner) {
+  if (!store || options.read_only) return;   // no file to keep it in: attention() compiles it when it runs
+  const Tiling launched = self->launch_form(spec, winner);
+  if (launched == winner) return;
+  const rt::Binary bin = binaries->get({render_attention(spec, launched)}).front();
+  if (!bin.error.empty()) cache::log_once("qattn: " + bin.error);
+  counters.compiles = binaries->compiles();
+  counters.binary_db_hits = binaries->cache_hits();
 }
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) { impl_->self = this; }

@@ -64,6 +64,11 @@ struct Runtime::Impl {
   // A loaded quantization pass by its rendered source (see quant_pipeline.cpp).
   std::shared_ptr<rt::Kernel> load_source(const Source& source);
   TuningResult tune(const Spec& spec, const Problem& problem);
+  // Compiles into the binary cache the form attention() and prepare() launch for a tuned winner (its
+  // _qf / _tma twin, Runtime::launch_form), so that a cache pretuned and shipped holds the binaries an
+  // application runs, not only the ones the tuner timed. Nothing without a writable cache or when the
+  // winner is its own launch form; a twin that does not compile is logged once (attention() reports it).
+  void cache_launch_form(const Spec& spec, const Tiling& winner);
   // The stored winner's tiling for (spec, bucket) on this device, if the cache has a usable one: an
   // exact hit, or another driver's entry whose tiling passes verification here (then stored under this
   // driver). Every other outcome but "absent" is recorded as a cache warning.

@@ -53,8 +53,9 @@ struct RuntimeOptions {
   // Quantized prefill with token-local Q scales (per_token, per_warp, per_thread, per_block; no smooth=q,
   // rotate or packed int4): run the chosen tiling's fused-Q form (_qf), whose kernel quantizes its own
   // Q tile from the fp16/bf16 Q, instead of a Q quantization pass before it. The tuner times the plain
-  // form (kernel only); attention() and prepare() launch its _qf twin. prepare_with() runs the tiling
-  // it is given. Measured on the H100: see README "Fused Q".
+  // form (kernel only) and compiles the winner's twin into the cache too (a pretuned file holds what
+  // runs); attention() and prepare() launch its _qf twin. prepare_with() runs the tiling it is given.
+  // Measured on the H100: see README "Fused Q".
   bool fuse_q_quant = true;
   // Quantized prefill in the wgmma form (sm_90a) at d 64 / 128: run the chosen tiling's TMA form (_tma),
   // whose K / V^T tiles one thread loads as tensor-map boxes on an mbarrier, instead of every thread's
@@ -213,9 +214,13 @@ class Runtime {
   FlashQPrefillInfo flashq_prefill(const FlashQPrefillCall& call, void* stream);
   void flashq_append(const FlashQAppendCall& call, void* stream);
 
-  // Kernel-only timing of kernel(spec, problem) on random inputs rotated through L2: microseconds per
-  // launch, one sample per timed launch (warm-up excluded).
+  // Kernel-only timing of what attention() launches for (spec, problem): kernel(spec, problem)'s tiling
+  // in its launch_form(), on random inputs rotated through L2; microseconds per launch, one sample per
+  // timed launch (warm-up excluded).
   std::vector<double> benchmark(const Spec& spec, const Problem& problem, const TimingOptions& timing = {});
+  // The tiling attention() and prepare() launch for a chosen one: its fused-Q (_qf) and TMA (_tma) twins
+  // where RuntimeOptions::fuse_q_quant / tma_loads and the spec allow them, else the tiling itself.
+  Tiling launch_form(const Spec& spec, const Tiling& tiling);
   // Runs kernel(spec, problem) on fresh random data with outliers (seeded by `seed`), poisoned output,
   // in [b, s, h, d] (or [b, h, s, d]) layout, and compares it with a float64 host reference on up to
   // 4 heads x 256 rows spread over the problem (every output element must be finite).
@@ -242,7 +247,6 @@ class Runtime {
   friend struct RuntimeAccess;   // the library's own parts outside this class (runtime/runtime_impl.hpp)
   std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
                                                 void* stream, rt::DeviceBuffer* lent);
-  Tiling launch_form(const Spec& spec, const Tiling& tiling);   // the _qf / _tma twins per fuse_q_quant, tma_loads
   std::unique_ptr<Impl> impl_;
 };
 

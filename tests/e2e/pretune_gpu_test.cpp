@@ -1,14 +1,20 @@
 // `qattn pretune` on a real GPU (issue 5): a small grid (one prefill spec, one decode family) tuned by
 // the GPU worker, then the same grid again (everything resumed, nothing run), then a new Runtime on the
-// same file (a restarted application): the same winners and decode decisions with zero compiles and
-// zero tuning.
+// same file (a restarted application): the same winners and decode decisions, and attention() calls
+// on every prefill bucket (which launch the winners' fused-Q / TMA twins), with zero compiles and zero
+// tuning.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
+#include <vector>
 
 #include "qattn/pretune.hpp"
 #include "qattn/pretune_executor.hpp"
 #include "qattn/runtime.hpp"
+#include "runtime/device.hpp"
+#include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/random_data.hpp"
 
@@ -51,9 +57,31 @@ TEST_F(PretuneGpu, SmallGridThenResumeThenRestartWithZeroCompiles) {
   RuntimeOptions ro;
   ro.cache_path = o.cache_path;
   Runtime rt(ro);
+  rt::Stream stream;
   for (const PretuneItem& item : items) {
     if (item.kind == Phase::prefill) {
-      rt.kernel(item.spec, item.problem);
+      // What an application calls: attention() on fp16/bf16 tensors, output poisoned first.
+      const Problem& p = item.problem;
+      const Spec spec = rt.resolve(item.spec);
+      const std::uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(to_string(p) + " " + test::seed_note(seed));
+      const auto tensor = [&](int heads, int seq, const test::RandomSpec& r, std::uint64_t s) {
+        return test::random_tensor({p.batch, heads, seq, spec.head_dim}, test::Layout::bshd, r, s);
+      };
+      const test::HostTensor q = tensor(p.heads_q, p.q_len, test::q_like(), seed),
+                       k = tensor(p.heads_kv, p.kv_len, test::k_like(), seed + 1),
+                       v = tensor(p.heads_kv, p.kv_len, test::v_like(), seed + 2);
+      test::Uploaded in = test::upload_call(spec, p, q, k, v);
+      std::vector<std::uint16_t> out(static_cast<size_t>(q.shape.numel()));
+      test::fill_nan(out, spec.out);
+      rt::DeviceBuffer o_dev = rt::DeviceBuffer::from(out);
+      in.call.o = test::view_of(o_dev, q);
+      rt.attention(in.call, stream.get());
+      stream.synchronize();
+      o_dev.download(out.data(), out.size() * sizeof(std::uint16_t));
+      long long non_finite = 0;
+      for (std::uint16_t x : out) non_finite += !std::isfinite(test::half_bits_to_double(x, spec.out));
+      EXPECT_EQ(non_finite, 0);
       continue;
     }
     EXPECT_TRUE(rt.decode_tuned(item.spec));

@@ -38,9 +38,12 @@ TEST_F(RegistryGpu, TuneOnceThenServeFromMemoryThenFromSqliteWithoutCompiling) {
     rt.kernel(spec, parse_problem("b=1,hq=8,hkv=2,q=1000,kv=1000"));
     EXPECT_EQ(rt.counters().memory_hits, 2);
     EXPECT_TRUE(rt.check(spec, problem, test::fresh_seed()).passed);
+    const long long compiled = rt.counters().compiles;
     const std::vector<double> samples = rt.benchmark(spec, problem);
     ASSERT_FALSE(samples.empty());
     for (double us : samples) EXPECT_GT(us, 0);
+    // benchmark() times the launched form (here the fused-Q / TMA twin), which tuning already compiled.
+    EXPECT_EQ(rt.counters().compiles, compiled);
   }
   {
     Runtime rt(o);
