@@ -16,7 +16,8 @@ int main() {
     // The first request tunes (or loads the cached winner); later ones are an in-process lookup.
     const qattn::Kernel& kernel = runtime.kernel(spec, problem);
     // attention() launches the tuned tiling's fused-Q / TMA twin where there is one (sm_90a, int8 Q).
-    std::printf("kernel: %s\n", qattn::kernel_name(spec, runtime.launch_form(runtime.resolve(spec), kernel.tiling())).c_str());
+    const qattn::Spec resolved = runtime.resolve(spec);   // the arch filled in from the device
+    std::printf("kernel: %s\n", qattn::kernel_name(resolved, runtime.launch_form(resolved, kernel.tiling())).c_str());
     // Accuracy against a float64 reference on random data with outliers, and kernel-only timing.
     const auto acc = runtime.check(spec, problem, 42);
     const double us = qattn::median(runtime.benchmark(spec, problem));

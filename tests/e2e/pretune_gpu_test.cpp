@@ -69,8 +69,8 @@ TEST_F(PretuneGpu, SmallGridThenResumeThenRestartWithZeroCompiles) {
         return test::random_tensor({p.batch, heads, seq, spec.head_dim}, test::Layout::bshd, r, s);
       };
       const test::HostTensor q = tensor(p.heads_q, p.q_len, test::q_like(), seed),
-                       k = tensor(p.heads_kv, p.kv_len, test::k_like(), seed + 1),
-                       v = tensor(p.heads_kv, p.kv_len, test::v_like(), seed + 2);
+                             k = tensor(p.heads_kv, p.kv_len, test::k_like(), seed + 1),
+                             v = tensor(p.heads_kv, p.kv_len, test::v_like(), seed + 2);
       test::Uploaded in = test::upload_call(spec, p, q, k, v);
       std::vector<std::uint16_t> out(static_cast<size_t>(q.shape.numel()));
       test::fill_nan(out, spec.out);
