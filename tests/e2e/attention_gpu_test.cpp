@@ -6,10 +6,12 @@
 // sm_90a), the mma.sync form (what every other arch runs) is checked too, through prepare_with().
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
@@ -189,36 +191,83 @@ TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
   }
 }
 
-// Past 32768 keys a row's 8-bit probabilities can sum past what the int32 accumulators hold, and the
-// int8 kernel then halves O and the row sum (kLRescale in prefill_int8.cuh). Query row 0 of every head
-// is zero, so its softmax is uniform over all 40000 keys: every P̂ is 255 and the halving must happen;
-// the other rows are random. Both forms of the kernel where the device has both.
-class AttentionLongKeys : public test::GpuTest {};
+// AttentionLongKeys: the smooth=kv per-token INT8 spec at d 64 and 128 on rows of tens of thousands of
+// keys, every form of the kernel where the device has several, against the float64 reference.
+class AttentionLongKeys : public test::GpuTest {
+ protected:
+  struct Data {
+    HostTensor q, k, v;
+  };
+  static Data random_data(const Problem& p, int d, std::uint64_t seed) {
+    return {test::random_tensor({1, p.heads_q, p.q_len, d}, Layout::bhsd, test::q_like(), seed),
+            test::random_tensor({1, p.heads_kv, p.kv_len, d}, Layout::bhsd, test::k_like(), seed + 1),
+            test::random_tensor({1, p.heads_kv, p.kv_len, d}, Layout::bhsd, test::v_like(), seed + 2)};
+  }
+  // Checks every form on `data`; channel0_max >= 0 also bounds channel 0's largest error.
+  static void expect_every_form_matches(int d, const Problem& p, Data data, const char* label, double channel0_max) {
+    RuntimeOptions options;
+    options.use_cache = false;
+    options.tune = false;
+    Runtime runtime(options);
+    const Spec spec = runtime.resolve(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=" +
+                                                 std::to_string(d) + " smooth=kv"));
+    for (HostTensor* t : {&data.q, &data.k, &data.v}) test::round_to(*t, Fmt::fp16);
+    const HostTensor ref = test::reference_attention(data.q, data.k, data.v, {false, 0.0}, nullptr, Layout::bhsd);
+    const Uploaded in = upload_call(spec, p, data.q, data.k, data.v);
+    rt::Stream stream;
+    for (const std::optional<Tiling>& form : forms_to_check(spec)) {
+      const HostTensor got = run_poisoned(runtime, in.call, ref, form, stream);
+      const test::ErrorMetrics m = test::compare(ref, got);
+      double channel0 = 0.0;
+      for (int h = 0; h < p.heads_q; ++h)
+        for (int i = 0; i < p.q_len; ++i) channel0 = std::max(channel0, std::fabs(got.at(0, h, i, 0) - ref.at(0, h, i, 0)));
+      std::printf("[ metrics ] %s d %d %-24s %s channel 0 max error %.3e\n", label, d, form_name(form).c_str(),
+                  m.report().c_str(), channel0);
+      EXPECT_EQ(m.nonfinite, 0) << "d " << d << " " << form_name(form);
+      EXPECT_GE(m.cosine, 0.999) << "d " << d << " " << form_name(form) << " " << m.report();
+      if (channel0_max >= 0) {
+        EXPECT_LE(channel0, channel0_max) << "d " << d << " " << form_name(form);
+      }
+    }
+  }
+};
 
+// Past 32768 keys a row's 8-bit probabilities can sum past what the int32 accumulators hold, and the
+// int8 kernel then halves O and the row sum (kLRescale / kLxRescale in prefill_int8.cuh; with smooth=kv
+// the guard reads the exact row sum). Query row 0 of every head is zero, so its softmax is uniform over
+// all 40000 keys: every P̂ is 255 and the halving must happen; the other rows are random.
 TEST_F(AttentionLongKeys, UniformRowsPastTheRowSumLimit) {
-  RuntimeOptions options;
-  options.use_cache = false;
-  options.tune = false;
-  Runtime runtime(options);
-  const Spec spec = runtime.resolve(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=kv"));
-  const Problem p{1, 2, 2, 8, 40000};
-  const std::uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
-  HostTensor q = test::random_tensor({1, 2, p.q_len, 128}, Layout::bhsd, test::q_like(), seed);
-  HostTensor k = test::random_tensor({1, 2, p.kv_len, 128}, Layout::bhsd, test::k_like(), seed + 1);
-  HostTensor v = test::random_tensor({1, 2, p.kv_len, 128}, Layout::bhsd, test::v_like(), seed + 2);
-  for (int h = 0; h < 2; ++h)
-    for (int c = 0; c < 128; ++c) q.at(0, h, 0, c) = 0.0;
-  for (HostTensor* t : {&q, &k, &v}) test::round_to(*t, Fmt::fp16);
-  const HostTensor ref = test::reference_attention(q, k, v, {false, 0.0}, nullptr, Layout::bhsd);
-  const Uploaded in = upload_call(spec, p, q, k, v);
-  rt::Stream stream;
-  for (const std::optional<Tiling>& form : forms_to_check(spec)) {
-    const HostTensor got = run_poisoned(runtime, in.call, ref, form, stream);
-    const test::ErrorMetrics m = test::compare(ref, got);
-    std::printf("[ metrics ] long keys %-24s %s\n", form_name(form).c_str(), m.report().c_str());
-    EXPECT_EQ(m.nonfinite, 0) << form_name(form);
-    EXPECT_GE(m.cosine, 0.999) << form_name(form) << " " << m.report();
+  for (const int d : {64, 128}) {
+    const Problem p{1, 2, 2, 8, 40000};
+    const std::uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(test::seed_note(seed));
+    Data data = random_data(p, d, seed);
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < d; ++c) data.q.at(0, h, 0, c) = 0.0;
+    expect_every_form_matches(d, p, std::move(data), "long keys", -1.0);
+  }
+}
+
+// What the guard is for: rows whose int32 O would pass 2^31 without it. 140000 keys, half of them (+)
+// with K = +e0 and V channel 0 = +1, the other half K = -e0 and -1 (the means are 0, so smoothing leaves
+// them; K and V's channel 0 quantize to +-127); every query is 64 in channel 0 alone, so each row attends
+// to the + keys only (logits +-8), all at one logit: the first tile sets R for good (a raise of R would
+// halve O on its own), every P̂ is 255, and 70000 · 255 · 127 = 2.27e9 > 2^31. Channel 0 of the output
+// is then +1; an overflowed O wraps it to about -0.9. (The uniform rows above never pass 2^31: random V.)
+TEST_F(AttentionLongKeys, AccumulatorPastTwoToThe31IsHalvedInRange) {
+  for (const int d : {64, 128}) {
+    const Problem p{1, 1, 1, 8, 140000};
+    const std::uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(test::seed_note(seed));
+    Data data = random_data(p, d, seed);
+    for (int i = 0; i < p.q_len; ++i)
+      for (int c = 0; c < d; ++c) data.q.at(0, 0, i, c) = c == 0 ? 64.0 : 0.0;
+    for (int t = 0; t < p.kv_len; ++t) {
+      const double sign = t < p.kv_len / 2 ? 1.0 : -1.0;
+      for (int c = 0; c < d; ++c) data.k.at(0, 0, t, c) = c == 0 ? sign : 0.0;
+      data.v.at(0, 0, t, 0) = sign;
+    }
+    expect_every_form_matches(d, p, std::move(data), "int32 range", 0.05);
   }
 }
 

@@ -26,7 +26,8 @@
 // otherwise; on outlier-heavy data this halves the error with smoothing. The exact sum (an fp16 pair add
 // per two probabilities) is always kept: the LSE needs it (Σ P̂ drops the mass of the flushed keys,
 // which on a flat row of 4k keys moves the LSE by up to 0.2). Σ P̂ (a byte dot product per four codes)
-// is counted only where it is l, or where a row is long enough (cx.check_lq) for the overflow guard.
+// is counted only where it is l; with the exact sum, the overflow guard of long rows reads that instead
+// (kLxRescale), so those kernels keep no Σ P̂ at all (two registers and its shifts fewer).
 //
 // Schedule per tile: wait for the tile, one barrier, issue the load of tile t + STAGES - 1, then
 // Q·K^T, logits, softmax and P·V. (Issuing the Q·K^T of tile t+1 before the softmax of tile t was
@@ -37,7 +38,8 @@
 // the outputs bit for bit); TMA measured 0.5-2.5% faster at d 64 and 2-7% at d 128 on the H100.
 //
 // Overflow: |S| <= d · 128² < 2^22 (the bias trick); a thread's share of Σ P̂ is kept <= 2^21 by an
-// extra halving, so |O| <= 127 · 4 · (2^21 + 255 · bn / 4) < 2^31.
+// extra halving, so |O| <= 127 · 4 · (2^21 + 255 · bn / 4) < 2^31. With the exact sum the guard reads
+// that sum's share instead (kLxRescale), which bounds Σ P̂'s share by 1.9 · 2^21: |O| < 2^31 still.
 //
 // Masking: keys >= kv_len and, when CAUSAL, keys > row + (kv_len - q_len) get P̂ = 0 exactly; rows that
 // see no key write zeros (lse = -inf). Tiles that need no mask take a mask-free path.
@@ -148,6 +150,10 @@ namespace prefill_int8 {
 constexpr float kPScale = 254.51f;
 constexpr float kLog2PScale = 7.9915785f;   // log2(kPScale)
 constexpr dev::u32 kLRescale = 1u << 21;    // a thread's share of Σ P̂ above this halves O and l
+// The same guard on the exact sum's share (kernels that keep no Σ P̂). round(y) <= 2y for every y >= 0
+// and the fp16 pair sums err by under 1%, so a share of the exact sum under 15/16 · 2^21 keeps Σ P̂'s
+// under 1.9 · 2^21.
+constexpr float kLxRescale = static_cast<float>(kLRescale) * (15.f / 16.f);
 // Least distance (log2 units) from a raised R down to the max that raised it: more headroom, fewer
 // rescales, coarser P̂. Measured on H100 (d 128, N 4k / 16k): 0.5 is 1-5% faster than 0 and raises
 // the error of un-smoothed V by ~20%; 1.0 is 2-6% faster and fails cos >= 0.999 on un-smoothed V.
@@ -282,7 +288,7 @@ struct Kernel {
     const float* k_scale;   // K scales of (b, h_kv)
     long long k_ss, v_sc;
     int k_group, kv_len, q_len, causal_offset;
-    bool check_lq;          // a thread's share of Σ P̂ can pass kLRescale (more than 32768 keys)
+    bool check_lq;          // a row can reach the overflow guard (more than 30720 or 32768 keys)
     int row0;               // first query row of this warp
     const dev::u16* vh;     // pv=fp16: V (type OUT) of (b, h_kv), rows of v_ss elements
     long long v_ss;
@@ -298,7 +304,7 @@ struct Kernel {
     // O: the P·V mma accumulators. int8: int32 in units of P̂ · V codes; fp16 / fp8: fp32 (in units
     // of P · V, resp. P̃ · V codes); accum=fp16: half2 pairs (row g, row g + 8 of each m16 tile).
     typename Pick<kHalfO, u32[kMT][kON][2], typename Pick<kIntPV, int[kMT][kON][4], float[kMT][kON][4]>::type>::type o;
-    u32 l_q[kMT][2];            // this thread's share of Σ P̂
+    u32 l_q[kMT][2];            // this thread's share of Σ P̂ (not kept with the exact sum)
     float l_x[kMT][2];          // this thread's share of the same sum before rounding
     float r[kMT][2];            // reference max R
     float qs[kMT][2];           // q_scale · softmax_scale · log2(e)
@@ -376,6 +382,19 @@ struct Kernel {
     load_k_scales<true>(cx, sbase, slot, k0);
   }
 
+  // The K scales of (b, h_kv). TMA: read from shared memory each tile (stored there at the start): at
+  // the 128-register cap of the d 64 forms ptxas would otherwise spill the pointer (to local memory).
+  static __device__ __forceinline__ u32 k_scales_slot(u32 sbase) { return stage_barrier(sbase, STAGES); }
+  static __device__ __forceinline__ const float* k_scales(const Ctx& cx, u32 sbase) {
+    if constexpr (TMA) {
+      unsigned long long ptr;
+      asm("ld.shared.u64 %0, [%1];" : "=l"(ptr) : "r"(k_scales_slot(sbase)));
+      return reinterpret_cast<const float*>(ptr);
+    } else {
+      return cx.k_scale;
+    }
+  }
+
   template <bool CHECKED>
   static __device__ __forceinline__ void load_k_scales(const Ctx& cx, u32 sbase, int slot, int k0) {
     const int tid = threadIdx.x;
@@ -383,7 +402,7 @@ struct Kernel {
       const int key = k0 + tid;
       const bool ok = !CHECKED || key < cx.kv_len;
       const int idx = cx.k_group == 1 ? key : (cx.k_group > 0 ? key / cx.k_group : 0);
-      dev::cp_async_ca<4>(sbase + scale_off(slot) + 4 * tid, cx.k_scale + (ok ? idx : 0), ok);
+      dev::cp_async_ca<4>(sbase + scale_off(slot) + 4 * tid, k_scales(cx, sbase) + (ok ? idx : 0), ok);
     }
   }
   template <bool CHECKED>
@@ -698,34 +717,68 @@ struct Kernel {
             for (int j = 0; j + w < 4 * NPS; j += 2 * w) mx[j] = fmaxf(mx[j], mx[j + w]);
         }
         m_tile[mt][hf] = dev::quad_max(mx[0]) * st.qs[mt][hf];   // qs > 0: -inf stays -inf
-        raise |= m_tile[mt][hf] > st.r[mt][hf] || (cx.check_lq && st.l_q[mt][hf] > kLRescale) ||
-                 (kHalfO && st.l_x[mt][hf] > kHalfLShare);
+        raise |= m_tile[mt][hf] > st.r[mt][hf];
       }
+    // The guards apart from the max test: they rarely apply (cx.check_lq is uniform, false up to ~31k
+    // keys), and folded into its expression they cost every tile a chain of selects.
+    if (cx.check_lq) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) raise |= long_row_share(st, mt, 0) || long_row_share(st, mt, 1);
+    }
+    if constexpr (kHalfO) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) raise |= st.l_x[mt][0] > kHalfLShare || st.l_x[mt][1] > kHalfLShare;
+    }
     return raise;
   }
 
   // Raises R of the rows whose tile max exceeds it, or whose Σ P̂ grew large, by whole steps k and
   // divides O and l by 2^k. The first keys of a row set R to their max (+ kHeadroom).
   // The work is per warp (any of its rows); within it, each half of the rows (hf) skips the O shifts
-  // when none of its 8 rows rises, and the Σ P̂ check (two shuffles) runs only where a row's sum can
-  // reach kLRescale at all (cx.check_lq).
+  // when none of its 8 rows rises, and the long-row guard (two shuffles) runs only where a row's sum
+  // can reach it at all (cx.check_lq).
   static __device__ __forceinline__ void raise_reference(State& st, const RowVals& m_tile, const Ctx& cx) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        u32 lq = st.l_q[mt][hf];
+        // The row's largest share decides (the guard), so its 4 threads agree.
+        bool halve = false;
         if (cx.check_lq) {
-          u32 other = dev::shfl_xor(lq, 1);
-          lq = lq > other ? lq : other;
-          other = dev::shfl_xor(lq, 2);
-          lq = lq > other ? lq : other;
+          if constexpr (kExactSum) {
+            float lx = st.l_x[mt][hf];
+            lx = fmaxf(lx, __shfl_xor_sync(0xffffffffu, lx, 1));
+            lx = fmaxf(lx, __shfl_xor_sync(0xffffffffu, lx, 2));
+            halve = lx > kLxRescale;
+          } else {
+            u32 lq = st.l_q[mt][hf];
+            u32 other = dev::shfl_xor(lq, 1);
+            lq = lq > other ? lq : other;
+            other = dev::shfl_xor(lq, 2);
+            lq = lq > other ? lq : other;
+            halve = lq > kLRescale;
+          }
         }
         const float r_old = st.r[mt][hf], m = m_tile[mt][hf];
         int k = 0;
         float r_new = r_old;
         if (m > r_old) {
-          if (r_old == dev::neg_inf()) {
+          if constexpr (WG) {
+            // The steps as a biased float (ceil_biased) rather than FRND.CEIL and F2I: two conversions
+            // (the pipe of the exponentials) and an add fewer in most tiles of a short row; with the
+            // lighter raise check, 1.5% off the d 64 kernel on the H100 (bench/results/session22). The
+            // mma.sync form keeps the code below: this one costs it 4 bytes of spills on sm_89 (d 64,
+            // smooth=qk / qkv).
+            const float d = plus_headroom(m - r_old);   // +inf while O and l are still 0 (r_old = -inf)
+            if (d > 64.f) {   // R becomes the max: O >> 64 is nothing, so R needs no whole step
+              k = r_old == dev::neg_inf() ? 0 : 64;
+              r_new = plus_headroom(m);
+            } else {
+              const float biased = ceil_biased(d);
+              k = __float_as_int(biased) - int8::kMagicBits;
+              r_new = r_old + (biased - int8::kMagic);
+            }
+          } else if (r_old == dev::neg_inf()) {
             r_new = m + kHeadroom;   // O and l are still 0
           } else {
             const float steps = ceilf(m - r_old + kHeadroom);
@@ -733,7 +786,7 @@ struct Kernel {
             r_new = r_old + steps;
           }
         }
-        if (cx.check_lq && lq > kLRescale) {
+        if (halve) {
           k += 1;
           r_new += 1.f;
         }
@@ -755,9 +808,27 @@ struct Kernel {
         } else {
           scale_o(st, mt, hf, k);
         }
-        st.l_q[mt][hf] = int8::shift_floor(st.l_q[mt][hf], k);
+        if constexpr (!kExactSum) st.l_q[mt][hf] = int8::shift_floor(st.l_q[mt][hf], k);
         st.l_x[mt][hf] *= pow2_neg(k);
       }
+  }
+
+  // x + kHeadroom, with no add when it is 0 (x + 0.f is an add: x may be -0).
+  static __device__ __forceinline__ float plus_headroom(float x) { return kHeadroom != 0.f ? x + kHeadroom : x; }
+
+  // 1.5 * 2^23 + ceil(x) for x in [0, 64], without a conversion instruction: the sum is rounded up at a
+  // spacing of 1, so its float bits minus the bias's are ceil(x) as an int, and its value minus the
+  // bias is ceil(x) as a float (both exact).
+  static __device__ __forceinline__ float ceil_biased(float x) {
+    float y;
+    asm("add.rp.f32 %0, %1, %2;" : "=f"(y) : "f"(x), "f"(int8::kMagic));
+    return y;
+  }
+
+  // Whether this thread's share of row half hf's sum passed the overflow guard (long rows only).
+  static __device__ __forceinline__ bool long_row_share(const State& st, int mt, int hf) {
+    if constexpr (kExactSum) return st.l_x[mt][hf] > kLxRescale;
+    else return st.l_q[mt][hf] > kLRescale;
   }
 
   // 2^-k from its exponent bits (k <= 65 here: a raise is clamped to 64 steps, plus one halving).
@@ -950,19 +1021,16 @@ struct Kernel {
 
   // P from the logits and O += P·V with the V tile at vtile, by P·V format.
   template <int NPS = kPVSteps>
-  static __device__ __forceinline__ void softmax_pv(State& st, const Logits& u, const RowFac& fac, u32 vtile,
-                                                    bool count_codes) {
+  static __device__ __forceinline__ void softmax_pv(State& st, const Logits& u, const RowFac& fac, u32 vtile) {
     static_assert(NPS == kPVSteps || (WG && !kHalfV), "prefill_int8: a half KV tile exists in the wgmma form only");
-    if constexpr (kIntPV) softmax_pv_int8<NPS>(st, u, fac, vtile, count_codes);
+    if constexpr (kIntPV) softmax_pv_int8<NPS>(st, u, fac, vtile);
     else softmax_pv_float<NPS>(st, u, fac, vtile);
   }
 
   // P̂ = round(kPScale · 2^(L - R)) packed straight into the A fragments of P·V, the row sums (the exact
-  // one always; Σ P̂ where it is l, and where count_codes: the overflow guard of long rows), and
-  // O += P̂·V̂ with the V^T tile at vtile.
+  // one always; Σ P̂ where it is l), and O += P̂·V̂ with the V^T tile at vtile.
   template <int NPS = kPVSteps>
-  static __device__ __forceinline__ void softmax_pv_int8(State& st, const Logits& u, const RowFac& fac, u32 vtile,
-                                                         bool count_codes) {
+  static __device__ __forceinline__ void softmax_pv_int8(State& st, const Logits& u, const RowFac& fac, u32 vtile) {
     const int lane = threadIdx.x & 31;
     u32 pf[kMT][kPVSteps][4];
 #pragma unroll
@@ -999,7 +1067,7 @@ struct Kernel {
         pf[mt][ps][2] = int8::pack_even_bytes(int8::round_f16x2(h[2][0]), int8::round_f16x2(h[3][0]));
         pf[mt][ps][3] = int8::pack_even_bytes(int8::round_f16x2(h[2][1]), int8::round_f16x2(h[3][1]));
       }
-      if (!kExactSum || count_codes) {
+      if constexpr (!kExactSum) {
 #pragma unroll
         for (int ps = 0; ps < NPS; ++ps) {
           st.l_q[mt][0] = int8::byte_sum(pf[mt][ps][0], int8::byte_sum(pf[mt][ps][2], st.l_q[mt][0]));
@@ -1183,7 +1251,7 @@ struct Kernel {
                                       reinterpret_cast<const float*>(smem + scale_off(slot)), t * BN,
                                       reinterpret_cast<const float*>(smem + kDsOff));
     if (__any_sync(0xffffffffu, raise)) raise_reference(st, m_tile, cx);
-    softmax_pv<NPS>(st, u, fac, sbase + v_off(slot), cx.check_lq);
+    softmax_pv<NPS>(st, u, fac, sbase + v_off(slot));
     if constexpr (WG) {
       dev::wgmma_wait<0>();
       dev::fence_operands(st.o[0]);
@@ -1191,7 +1259,11 @@ struct Kernel {
   }
 
   // This warpgroup's 64 rows of the first Q atom (the others follow BM * kAtomBytes apart).
-  static __device__ __forceinline__ u32 q_tile_addr(u32 sbase) { return sbase + (threadIdx.x / 128) * 64 * kAtomBytes; }
+  // One warpgroup (bm 64): the address is the same for every thread, which the compiler then keeps in a
+  // uniform register with the Q descriptor instead of rebuilding both from threadIdx in every tile.
+  static __device__ __forceinline__ u32 q_tile_addr(u32 sbase) {
+    return kThreads == 128 ? sbase : sbase + (threadIdx.x / 128) * 64 * kAtomBytes;
+  }
 
   static constexpr float kPScaleOf = kIntPV ? kPScale : (kHalfV ? 1.f : kFp8PScale);   // P per unit 2^(L - R)
 
@@ -1379,8 +1451,9 @@ struct Kernel {
       n_full = n_full < full_by_row ? n_full : full_by_row;
     }
     const int n_tiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
-    // Each thread holds bn / 4 keys of a row per tile, each P̂ <= 255: 255 · 32768 / 4 < kLRescale.
-    cx.check_lq = kIntPV && n_tiles * BN > 32768;   // float O has no integer range to keep
+    // Each thread holds bn / 4 keys of a row per tile, each P̂ <= 255 (and y < 255): 255 · 32768 / 4 <
+    // kLRescale, 255 · 30720 / 4 < kLxRescale. Float O has no integer range to keep.
+    cx.check_lq = kIntPV && n_tiles * BN > (kExactSum ? 30720 : 32768);
 
     State st;
     const signed char* qg = static_cast<const signed char*>(p.q.ptr) + b * p.q.sb + h * p.q.sh;
@@ -1429,6 +1502,8 @@ struct Kernel {
         if (tid == 0) {
           for (int s = 0; s < STAGES; ++s) dev::mbar_init(stage_barrier(sbase, s), 1);
           dev::fence_mbar_init();
+          asm volatile("st.shared.u64 [%0], %1;" ::"r"(k_scales_slot(sbase)),
+                       "l"(reinterpret_cast<unsigned long long>(cx.k_scale)) : "memory");
         }
         __syncthreads();
       }

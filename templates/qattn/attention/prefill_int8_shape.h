@@ -72,8 +72,9 @@ QATTN_INT8_SHAPE_FN int qsmooth_bytes(int d, int bm, int bn) { return 16 * d + 4
 // The fused-Q form's two floats per Q row (abs-max, then scale), after everything else.
 QATTN_INT8_SHAPE_FN int fused_q_bytes(int bm) { return 8 * bm; }
 
-// TMA loads (_tma): one 8-byte mbarrier per stage, after everything else.
-QATTN_INT8_SHAPE_FN int tma_barrier_bytes(int stages) { return 8 * stages; }
+// TMA loads (_tma): one 8-byte mbarrier per stage, then the K scales' address (8 bytes), after
+// everything else.
+QATTN_INT8_SHAPE_FN int tma_barrier_bytes(int stages) { return 8 * stages + 8; }
 
 QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = false, int v_bytes = 1,
                                    bool s4 = false, bool qsmooth = false, bool q_fused = false, bool tma = false) {
