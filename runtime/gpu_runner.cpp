@@ -88,11 +88,21 @@ std::vector<float> download_output(const DeviceInputs& in, Fmt fmt, const Proble
 // digits of accuracy, which the test suite and bench/ measure. On this check's data (Q with x10 channels,
 // K with a +-5..20 channel bias, zero-mean V: harder than real V) correct INT8 kernels score 0.998-0.9995.
 constexpr double kQuantizedMinCosine = 0.995;
+// One scale for a whole Q, K or V tensor (per_tensor) is the coarsest INT8 format: correct kernels scored
+// 0.9946-0.9961 on such data (the main job's per_tensor row, sessions 19-22: one run of seven under
+// 0.995), so 0.995 rejected them now and then.
+constexpr double kPerTensorMinCosine = 0.99;
 // INT4 Q/K ([-7, 7] codes) cost more by themselves: simulated on such data (bench/results/accuracy_table_*,
 // table 1, Q x10) cos 0.992-0.993 without smoothing, 0.9966-0.998 with smooth K; a broken kernel still
 // lands far below this.
 constexpr double kInt4MinCosine = 0.98;
 constexpr double kFloatMaxRelL2 = 1e-2;
+
+double min_cosine(const Spec& spec) {
+  if (spec.qk.fmt == Fmt::int4) return kInt4MinCosine;
+  if (spec.qk.gran == Gran::per_tensor || spec.pv.gran == Gran::per_tensor) return kPerTensorMinCosine;
+  return kQuantizedMinCosine;
+}
 
 std::string CheckResult::summary() const {
   char buf[160];
@@ -129,8 +139,7 @@ CheckResult check_against_reference(Runtime& runtime, const Spec& spec_in, const
   r.rel_l2 = a.rel_l2;
   r.max_abs = a.max_abs;
   r.non_finite = a.non_finite;
-  const double min_cosine = spec.qk.fmt == Fmt::int4 ? kInt4MinCosine : kQuantizedMinCosine;
-  r.passed = a.non_finite == 0 && (spec.quantized() ? a.cosine >= min_cosine : a.rel_l2 <= kFloatMaxRelL2);
+  r.passed = a.non_finite == 0 && (spec.quantized() ? a.cosine >= min_cosine(spec) : a.rel_l2 <= kFloatMaxRelL2);
   return r;
 }
 
