@@ -113,15 +113,17 @@ int compile(int argc, char** argv) {
   if (emit == "cubin") payload.assign(k.cubin.begin(), k.cubin.end());
   if (!emit.empty() && args.has("out")) write_file_atomically(args.get("out"), payload);
   else if (!emit.empty()) std::fwrite(payload.data(), 1, payload.size(), stdout);
-  std::fprintf(emit.empty() || args.has("out") ? stdout : stderr,
+  // The report goes to stdout unless the payload does (then to stderr, to keep the payload clean).
+  FILE* report = emit.empty() || args.has("out") ? stdout : stderr;
+  std::fprintf(report,
                "%s  regs %d  spills %d  smem %d  %s %.0f ms  (%zu bytes of cubin)\n", k.kernel_name.c_str(), k.registers,
                k.spill_bytes, k.smem_bytes, k.from_cache ? "cached, compiled in" : "compiled in", k.compile_ms, k.cubin.size());
   if (k.wgmma_serialized)
-    std::fprintf(emit.empty() || args.has("out") ? stdout : stderr,
-                 "note: ptxas serialized the wgmma pipeline (its C75xx line in the log): correct, possibly slower\n");
+    std::fprintf(report, "note: ptxas serialized the wgmma pipeline (its C75xx line in the log): correct, "
+                         "possibly slower\n");
   // How the spec runs when its text does not say it (e.g. qk=int4 as int8 compute on sm_90a).
   if (const std::string note = dispatch_note(spec, tiling); !note.empty())
-    std::fprintf(emit.empty() || args.has("out") ? stdout : stderr, "note: %s\n", note.c_str());
+    std::fprintf(report, "note: %s\n", note.c_str());
   return 0;
 }
 
