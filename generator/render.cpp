@@ -141,7 +141,7 @@ Source render_attention(const Spec& spec, const Tiling& tiling) {
   os << "// qattn generated: " << to_string(spec) << " | " << to_string(tiling) << "\n"
      << "#include \"" << body.header << "\"\n"
      // Minimum blocks only when the tiling asks (_mb<k>): a hint of 1 would let ptxas spend registers
-     // for one block per SM, costing the int8 wgmma kernel a resident block (docs/perf.md).
+     // for one block per SM, costing the int8 wgmma kernel a resident block.
      << "extern \"C\" __global__ void __launch_bounds__(" << tiling.warps * 32
      << (tiling.min_blocks > 0 ? ", " + std::to_string(tiling.min_blocks) : std::string()) << ")\n"
      // _tma: the tensor maps are read by the TMA unit from parameter space, so the parameter is

@@ -77,7 +77,7 @@ std::vector<Tiling> preferred(const Spec& s) {
   }
   // int8: on sm_90a the wgmma form first (warpgroup tensor cores, Q·K^T from shared memory, P from
   // registers: faster than the mma.sync form at every head dim). The first entry of each list is the
-  // fastest of its list on the H100 at N = 4k and 16k, causal or not (docs/perf.md).
+  // fastest of its list on the H100 at N = 4k and 16k, causal or not.
   // At d = 64, 4 blocks per SM (128 registers) beat the 3 that ptxas picks unasked: the tile's
   // dependent phases overlap across more CTAs.
   // d = 96 and 256 are ordered by ptxas's report alone: d = 96 follows d = 128; at d = 256 the int32 O is 128

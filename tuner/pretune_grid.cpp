@@ -226,7 +226,7 @@ std::string default_pretune_grid_json() {
   for (int i : {1, 2, 3}) decode.push_back(family(kv_formats[i][0], kv_formats[i][1], 128, 1, "exact"));
   for (int d : {64, 256}) decode.push_back(family("int4:per_token", "bf16", d, 4, "exact"));
   // Prefill: 32 query heads (one sequence of a 7-8B model's layer), every power of two from 1k to 16k
-  // tokens. Most of the time goes to timing the ~28 int8 candidates at 8k and 16k (docs/perf.md).
+  // tokens. Most of the time goes to timing the ~28 int8 candidates at 8k and 16k (docs/design/tuning.md).
   const json grid = {
       {"version", 1},
       {"description", "qattn's built-in pretune grid: the shipped prefill formats and the row-cache decode families"},

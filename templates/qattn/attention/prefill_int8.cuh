@@ -80,7 +80,7 @@
 //                      operands in shared memory, P·V with P straight from registers. The smem tiles
 //                      are already in the hardware's swizzled K-major layout (wgmma.cuh), and the
 //                      accumulator / A-operand fragments equal the mma.sync ones, so the softmax code
-//                      is shared. It is the faster form on sm_90a (docs/perf.md). d = 96 and 256 keep Q and K
+//                      is shared. It is the faster form, so the default, on sm_90a. d = 96 and 256 keep Q and K
 //                      as column blocks of one swizzle atom (kAtomBytes) and split P·V's n (wgmma.cuh).
 // Not in the wgmma form either, because slower: issuing the Q·K^T of tile t + 1 before the softmax of
 // tile t (two S tiles need 237+ registers: 2 CTAs per SM), and the exponentials as ex2.approx.f16x2
@@ -104,8 +104,8 @@
 //                    wgmma m64n<d>k32 .e4m3 (QGMMA, pv_fp8_wgmma); out = O · δ_V[c] / l (+ mean).
 //     accum=fp32     straight into the fp32 O, in the mma's own accumulate. sm_89's FP8 mma keeps only
 //                    ~FP22 there (SageAttention2), and so does the sm_90a wgmma: long rows lose low
-//                    bits of O (H100, 32768 keys, V offset +8, smooth=k: rel L2 0.26 against 3.4e-3
-//                    for two_level; with smooth=kv the partial sums stay small and it holds). On
+//                    bits of O (the AccumulationModes GPU test shows it on 32768-key rows against
+//                    two_level; with smooth=kv the partial sums stay small and it holds). On
 //                    sm_90 ptxas turns the mma.sync form into FP16 conversions + HMMA.16816.F32
 //                    (in SASS): full fp32, so two_level gives the same accuracy there.
 //     accum=two_level  a zeroed accumulator per (n8 block, KV tile) — wgmma: per KV tile, up to 128
@@ -155,8 +155,8 @@ constexpr dev::u32 kLRescale = 1u << 21;    // a thread's share of Σ P̂ above 
 // under 1.9 · 2^21.
 constexpr float kLxRescale = static_cast<float>(kLRescale) * (15.f / 16.f);
 // Least distance (log2 units) from a raised R down to the max that raised it: more headroom, fewer
-// rescales, coarser P̂. 0 by default: a headroom of 0.5 or 1.0 buys a few percent of speed with ~20%
-// more error on un-smoothed V, and 1.0 fails cos >= 0.999 there (docs/design/prefill-kernels.md).
+// rescales, coarser P̂. 0 by default: a headroom buys fewer rescales with more error on un-smoothed V,
+// and 1.0 fails the cos >= 0.999 bound there.
 #ifndef QATTN_INT8_HEADROOM
 #define QATTN_INT8_HEADROOM 0.0f
 #endif

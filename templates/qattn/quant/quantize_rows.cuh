@@ -147,8 +147,8 @@ struct QuantizeRows {
     // x' of quant_shape.h is row(j) - offset(j, i), formed where used from the loaded bytes (forming the
     // rows once as floats and keeping them made ptxas hold all of them: d 256 per_block 128 spilled on
     // sm_80). Rotate: row(j) is the rotated x' (offset 0), rotated once here for the whole pass (8 floats
-    // per row held; rotating again at each use doubled the pass's time on H100: 78 against 41 us for Q,
-    // 4 x 16 x 4096 x 128), and here because every lane of a row takes part in the shuffles.
+    // per row held; rotating again at each use would about double the pass's time), and here because
+    // every lane of a row takes part in the shuffles.
     Vec8 rotated[kRotate ? kSweeps : 1];
     if constexpr (kRotate) {
       const unsigned signs = rotation_sign_bits<D>(c0);
