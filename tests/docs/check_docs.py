@@ -2,7 +2,9 @@
 """Checks the user documentation against the tree it describes.
 
   check_docs.py links --repo DIR
-      every relative link in README.md, docs/**/*.md and bench/**/*.md names an existing file or folder.
+      every relative link in README.md, docs/**/*.md and bench/**/*.md names an existing file or folder;
+      README.md is at most 300 lines and the docs carry no "session N" / "issue N" history; every
+      bench/results/ folder is dated and has a manifest.md (command, commit, device, date, a committed script).
   check_docs.py quickstarts --repo DIR --lib LIBQATTN --cli QATTN --work DIR
       extracts README.md's fenced blocks tagged `quickstart` (cpp, c, python, sh), builds the C and C++ ones
       against the library, runs each, and checks its exit code: 0, or 3 (no GPU) where none can be used.
@@ -43,6 +45,52 @@ def check_links(repo):
             if not os.path.exists(resolved):
                 problems.append(f"{os.path.relpath(path, repo)}: link to {target}: no such file")
     return problems, checked
+
+
+def check_manual(repo):
+    """README.md stays a short manual, and the docs carry no work-log history."""
+    problems = []
+    lines = open(os.path.join(repo, "README.md"), encoding="utf-8").read().count("\n")
+    if lines > 300:
+        problems.append(f"README.md: {lines} lines; a user's manual stays within 300 (move detail to docs/)")
+    history = re.compile(r"\b(session \d+|issue #?\d+)\b", re.I)
+    for path in doc_files(repo):
+        if os.sep + "results" + os.sep in path:
+            continue   # result files quote their own commands
+        for n, line in enumerate(open(path, encoding="utf-8"), 1):
+            m = history.search(line)
+            if m:
+                problems.append(f"{os.path.relpath(path, repo)}:{n}: '{m.group(0)}': history belongs in git, not the docs")
+    return problems
+
+
+def check_results(repo):
+    """Every folder of bench/results/ has a manifest naming its command, commit, device, date and a
+    committed script (a link the link check resolves)."""
+    problems = []
+    results = os.path.join(repo, "bench", "results")
+    for name in sorted(os.listdir(results)):
+        folder = os.path.join(results, name)
+        if not os.path.isdir(folder):
+            continue
+        if not re.match(r"^\d{4}-\d{2}-\d{2}_", name):
+            problems.append(f"bench/results/{name}: not a dated folder (YYYY-MM-DD_<what>)")
+        manifest = os.path.join(folder, "manifest.md")
+        if not os.path.exists(manifest):
+            problems.append(f"bench/results/{name}: no manifest.md")
+            continue
+        text = open(manifest, encoding="utf-8").read()
+        for field in ("command", "commit", "device", "date"):
+            if not re.search(r"^\|\s*" + field + r"s?\s*\|", text, re.M):
+                problems.append(f"bench/results/{name}/manifest.md: no '{field}' row")
+        targets = [os.path.relpath(os.path.normpath(os.path.join(folder, t.split("#", 1)[0])), repo)
+                   for t in LINK.findall(text) if not re.match(r"^[a-z]+:", t)]
+        scripts = [t for t in targets if re.match(r"^(bench|scripts|examples|cli)/", t) and
+                   not t.startswith("bench/results")]
+        if not scripts:
+            problems.append(f"bench/results/{name}/manifest.md: names no committed script (a link into bench/, "
+                            "scripts/, examples/ or cli/)")
+    return problems
 
 
 def driver_present():
@@ -131,6 +179,7 @@ def main():
     if args.mode == "links":
         problems, checked = check_links(args.repo)
         print(f"{checked} relative links checked")
+        problems += check_manual(args.repo) + check_results(args.repo)
     else:
         if not (args.lib and args.cli and args.work):
             ap.error("quickstarts needs --lib, --cli and --work")
