@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Condenses bench_prefill.py result files (--grid formats) into the issue-3 summary: per shape, cuDNN's
+"""Condenses bench_prefill.py result files (--grid formats) into a summary: per shape, cuDNN's
 TFLOPS, every qattn format's kernel-only ratio to cuDNN and to flash, its quantization overhead and its
 cosine similarity. Reads only the JSON files it is given; prints Markdown.
 
-    python3 bench/summarize_formats.py bench/results/session11/prefill_formats_d*_h100_2026-11-22.json
+    python3 bench/summarize_formats.py <out>/prefill_formats_d*_h100_<date>.json
 """
 import json
 import sys

@@ -1,5 +1,5 @@
 // qattn cache list|stats|clear|export|import|merge|verify|prune: inspect, move and maintain the SQLite
-// kernel cache (formats and rules: cache/maintenance.hpp; README "Caches: layers, shipping, maintenance").
+// kernel cache (formats and rules: cache/maintenance.hpp; docs/design/cache.md).
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>

@@ -102,8 +102,8 @@ Body attention_body(const Spec& s, const Tiling& t) {
   if (int_qk) {
     const bool qsmooth = (s.smooth & kSmoothQ) != 0, qf = t.q_fused;
     const bool vsmooth = s.pv.fmt == Fmt::int8 && (s.smooth & kSmoothV) != 0;
-    // KBLOCK in the wgmma form only, where it was measured (H100); in the mma.sync form it costs ptxas
-    // 10 more registers at d 64 (138 on sm_80: 3 blocks per SM instead of 4), unmeasured there.
+    // KBLOCK in the wgmma form only: in the mma.sync form it costs ptxas 10 more registers at d 64
+    // (138 on sm_80: 3 blocks per SM instead of 4), for a gain not shown on those archs.
     const bool kblock = t.wgmma && !qsmooth &&
                         (s.qk.gran == Gran::per_warp || s.qk.gran == Gran::per_block || s.qk.gran == Gran::per_tensor);
     const auto b = [](bool v) { return std::string(v ? "true" : "false"); };
@@ -140,9 +140,8 @@ Source render_attention(const Spec& spec, const Tiling& tiling) {
   std::ostringstream os;
   os << "// qattn generated: " << to_string(spec) << " | " << to_string(tiling) << "\n"
      << "#include \"" << body.header << "\"\n"
-     // Minimum blocks only when the tiling asks (_mb<k>): a hint of 1 lets ptxas spend registers for one
-     // block per SM (measured on H100: the int8 wgmma kernel went from 168 to 190 registers, 3 to 2
-     // blocks per SM, 20% slower).
+     // Minimum blocks only when the tiling asks (_mb<k>): a hint of 1 would let ptxas spend registers
+     // for one block per SM, costing the int8 wgmma kernel a resident block.
      << "extern \"C\" __global__ void __launch_bounds__(" << tiling.warps * 32
      << (tiling.min_blocks > 0 ? ", " + std::to_string(tiling.min_blocks) : std::string()) << ")\n"
      // _tma: the tensor maps are read by the TMA unit from parameter space, so the parameter is

@@ -9,18 +9,18 @@
 namespace qattn {
 namespace {
 
-// Hand-ordered: the tilings that measured fastest on the H100 first (dev notes in the kernel headers),
-// so that default_tiling() is a good untuned choice.
+// Hand-ordered: the tilings fastest on the H100 first (the reasons are in the kernel headers), so that
+// default_tiling() is a good untuned choice.
 // Decode (decode_shape.h: bm = query rows per CTA, bn = tokens per warp chunk). ~150-170 registers
-// per thread allow 3 CTAs of 4 warps per SM; within that, larger chunks win for the quantized caches.
-// Measured on the H100 (b 8, 32/8 heads, 128k tokens; bench/results/decode_*): int4 bn64 w4 s2
-// 533 us (bn32 s2 595, bn16 s4 652), per_group bn32 w4 s2 574 us; int8 bn32 w4 s3 775 us; bf16 bn16 w4 s4 1412 us (bn32 w2 s3
-// 1441). Rows beyond 16 (GQA x new tokens > 16) take bm 32.
+// per thread allow 3 CTAs of 4 warps per SM; within that, larger chunks win for the quantized caches
+// (fewer, longer copies per byte of cache: the smaller the row, the more a chunk amortizes its fixed
+// cost), and bf16 rows, already 256 bytes, take the smallest chunk with the deepest pipeline.
+// Rows beyond 16 (GQA x new tokens > 16) take bm 32.
 std::vector<Tiling> preferred_decode(const Spec& s) {
   std::vector<Tiling> out;
   for (int bm : {16, 32}) {
-    // int4 per_group: bn 64 (542 us at d 128 on sm_90a, contiguous) spills on sm_80 / sm_89 (8 bytes),
-    // at d 64 (4) and when paged (12) on sm_90a, so there bn 32 (574 us) comes first.
+    // int4 per_group: bn 64 (the faster chunk at d 128 on sm_90a, contiguous) spills on sm_80 / sm_89
+    // (8 bytes), at d 64 (4) and when paged (12) on sm_90a, so there bn 32 comes first.
     const bool bn64_fits = (s.arch == Arch::sm_90 || s.arch == Arch::sm_90a) && s.head_dim == 128 && !s.paged;
     if (s.qk.fmt == Fmt::int4 && s.qk.gran == Gran::per_group && !bn64_fits)
       out.insert(out.end(), {{bm, 32, 4, 2}, {bm, 32, 4, 3}, {bm, 64, 4, 2}});
@@ -39,10 +39,9 @@ std::vector<Tiling> preferred_decode(const Spec& s) {
 
 // GEMV decode (decode_gemv_shape.h: bm = query rows per CTA, 1..8, no padding). With one new token a
 // KV head has gqa rows, so the smallest bm holding them comes first; larger chunks for the smaller rows
-// of the quantized caches, as in the mma kernel. Measured on the H100 (b 8, 8 KV heads, 32k tokens,
-// d 128; us, gemv vs the mma default): int4 per token bm1 bn64/bn32 w4 s2 122-124 (mma 139), bm2 134
-// (139), bm4 177 (141); int4 per group bm1 157 (162), bm4 198 (163); int8 bm1 bn32 w4 s3 206 (209),
-// bm4 bn16 w8 s2 223 (211); bf16 bm1 and bm4 within 2% of the mma kernel's 370.
+// of the quantized caches, as in the mma kernel. GEMV beats the tensor cores only at 1-2 rows per KV
+// head (no padding to 16 rows); from 4 rows on the mma kernel wins, which is what flow=auto's tuned
+// inflection table decides per device (docs/design/tuning.md).
 std::vector<Tiling> preferred_gemv(const Spec& s) {
   int rows_bm = 1;
   while (rows_bm < s.gqa && rows_bm < 8) rows_bm *= 2;
@@ -76,14 +75,15 @@ std::vector<Tiling> preferred(const Spec& s) {
     else take(prefill_fp16::kTilingsD256);
     return out;
   }
-  // int8: on sm_90a the wgmma form first (H100: 1.3-1.4x the mma.sync form at d = 128, 1.1-1.2x at
-  // d = 64 before the other changes; bench/results/dev_int8_*). The first entry of each list was the
-  // fastest of its list on every measured shape (N = 4k, 16k, causal or not).
-  // At d = 64, 4 blocks per SM (128 registers) beat the 3 that ptxas picks unasked by 8-10%.
-  // d = 96 and 256 are not measured yet: d = 96 follows d = 128; at d = 256 the int32 O is 128
+  // int8: on sm_90a the wgmma form first (warpgroup tensor cores, Q·K^T from shared memory, P from
+  // registers: faster than the mma.sync form at every head dim). The first entry of each list is the
+  // fastest of its list on the H100 at N = 4k and 16k, causal or not.
+  // At d = 64, 4 blocks per SM (128 registers) beat the 3 that ptxas picks unasked: the tile's
+  // dependent phases overlap across more CTAs.
+  // d = 96 and 256 are ordered by ptxas's report alone: d = 96 follows d = 128; at d = 256 the int32 O is 128
   // registers, so the register rule of prefill_int8_shape.h leaves bn 64 to wgmma and bn 32 to mma.sync.
-  // qk=int4 (issue #3): on sm_80 / sm_86 / sm_89 the packed-int4 form (_i4mma) with the int8 lists'
-  // shapes (its smaller Q/K tiles fit the same ones; not measured yet); on sm_90 / sm_90a the int8
+  // qk=int4: on sm_80 / sm_86 / sm_89 the packed-int4 form (_i4mma) with the int8 lists' shapes (its
+  // smaller Q/K tiles fit the same ones; the tuner orders them per device); on sm_90 / sm_90a the int8
   // compute form, i.e. exactly the int8 lists (the s4 mma is emulated there: never offered).
   if (s.qk.fmt == Fmt::int4 && int4_mma_by_default(s)) {
     Spec as_int8 = s;
@@ -146,7 +146,7 @@ void add_unique(std::vector<Tiling>& out, const Tiling& t) {
 
 std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limits) {
   std::vector<Tiling> all = preferred(spec);
-  // The fp16/bf16 list is the measured shortlist; the int8 kernel's space is swept.
+  // The fp16/bf16 list is a shortlist of the shapes that fit; the int8 kernel's space is swept.
   // The wgmma forms also with a minimum of 4 blocks per SM (validate() drops those that cannot fit).
   const bool i4mma = int4_mma_by_default(spec);   // see preferred()
   if (spec.quantized() && spec.phase == Phase::prefill)
@@ -203,17 +203,17 @@ std::vector<Spec> default_grid(Arch arch) {
               vg == Gran::per_channel ? kSmoothK | kSmoothV : kSmoothK);
       add({Fmt::int8, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, d, causal, kSmoothK | kSmoothV);
     }
-  // per_warp / per_thread Q/K (issue #3): the per_token kernel with group scales expanded per row
+  // per_warp / per_thread Q/K: the per_token kernel with group scales expanded per row
   // (quant_shape.h), so these points add only their quantization passes and kernel names.
   for (Gran qg : {Gran::per_warp, Gran::per_thread}) {
     add({Fmt::int8, qg}, {Fmt::int8, Gran::per_tensor}, Fmt::fp16, 128, false, kSmoothK);
     add({Fmt::int8, qg}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, 128, true, kSmoothK | kSmoothV);
   }
-  // qk=int4 (issue #3): packed int4 Q·K^T (_i4mma) on sm_80 .. sm_89, int8 compute on sm_90 / sm_90a
+  // qk=int4: packed int4 Q·K^T (_i4mma) on sm_80 .. sm_89, int8 compute on sm_90 / sm_90a
   // (validate.hpp, dispatch_note); once per mask with the int8 P·V of the main job.
   for (bool causal : {false, true})
     add({Fmt::int4, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::fp16, 128, causal, kSmoothK | kSmoothV);
-  // d 96 and 256 (issue #3): each kernel family once per mask: fp16, bf16, and int8 with per-channel V
+  // d 96 and 256: each kernel family once per mask: fp16, bf16, and int8 with per-channel V
   // (fp16 out) and per-tensor V (bf16 out), whose Q/K granularities pick different quantization passes.
   for (int d : {96, 256})
     for (bool causal : {false, true}) {
@@ -222,7 +222,7 @@ std::vector<Spec> default_grid(Arch arch) {
       add({Fmt::int8, causal ? Gran::per_block : Gran::per_tensor}, {Fmt::int8, Gran::per_tensor}, Fmt::bf16, d, causal,
           kSmoothK);
     }
-  // Quantized Q·K^T with fp16 / fp8 P·V (issue #3, mma.sync form): every head dim, each accumulation
+  // Quantized Q·K^T with fp16 / fp8 P·V (mma.sync form): every head dim, each accumulation
   // mode, both masks (spread over the points), V smoothing with fp8 V. sm_80 / sm_86 have no FP8 mma.
   const bool fp8_mma = arch == Arch::sm_89 || arch == Arch::sm_90 || arch == Arch::sm_90a;
   for (int d : {64, 96, 128, 256}) {
@@ -239,7 +239,7 @@ std::vector<Spec> default_grid(Arch arch) {
     // SageAttention2-4b: int4 Q/K (int8 compute with Q smoothing), fp8 P·V, every smoothing.
     add({Fmt::int4, Gran::per_warp}, {Fmt::fp8e4m3, Gran::per_channel}, Fmt::fp16, d, !c, kSmoothQ | kSmoothK | kSmoothV);
   }
-  // Q smoothing (smooth=q with k, and v where V is per-channel; issue #3): the mma.sync kernel with the
+  // Q smoothing (smooth=q with k, and v where V is per-channel): the mma.sync kernel with the
   // ΔS product, every head dim and mask, and the quantizer's block-mean passes for every Q granularity.
   for (int d : {64, 96, 128, 256})
     for (bool causal : {false, true}) {

@@ -28,7 +28,7 @@ Verdict validate_float(const Spec& s) {
   return Verdict::yes();
 }
 
-// The P·V side of qk=int8 (issue #3): int8 (INT-FlashAttention), fp16 (P rounded to the V type, V as
+// The P·V side of qk=int8: int8 (INT-FlashAttention), fp16 (P rounded to the V type, V as
 // given) or fp8e4m3 (SageAttention2), and the accumulation modes each of them has.
 Verdict validate_pv(const Spec& s) {
   const std::string pv = std::string("pv=") + to_string(s.pv.fmt);

@@ -131,9 +131,8 @@ int resident_ctas(const DeviceLimits& limits, int sm_count, int smem, int warps,
   return sm_count * std::max(1, std::min({by_regs, by_smem, by_threads}));
 }
 
-// Measured on the H100 (int4, 32/8 heads): per-CTA fixed cost dominates short splits (b 1, 128k
-// tokens: 256 splits 230 us, 32 splits 88 us; b 8, 4k tokens: 16 splits 50 us, 4 splits 33 us), and
-// a last wave that is mostly empty doubles the time (old kernel, b 8, 128k: 5 splits over 1.2 waves).
+// Each CTA pays a fixed cost (its pipeline fill, its partial's write), which dominates short splits: so at least kMinChunksPerWarp chunks per warp. And a last wave that is mostly
+// empty costs a whole wave: so the split count keeps the resident CTAs at least kMinBusy busy.
 constexpr int kMinChunksPerWarp = 4;
 constexpr double kMinBusy = 0.95;
 

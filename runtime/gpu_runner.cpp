@@ -88,13 +88,13 @@ std::vector<float> download_output(const DeviceInputs& in, Fmt fmt, const Proble
 // digits of accuracy, which the test suite and bench/ measure. On this check's data (Q with x10 channels,
 // K with a +-5..20 channel bias, zero-mean V: harder than real V) correct INT8 kernels score 0.998-0.9995.
 constexpr double kQuantizedMinCosine = 0.995;
-// One scale for a whole Q, K or V tensor (per_tensor) is the coarsest INT8 format: correct kernels scored
-// 0.9946-0.9961 on such data (the main job's per_tensor row, sessions 19-22: one run of seven under
-// 0.995), so 0.995 rejected them now and then.
+// One scale for a whole Q, K or V tensor (per_tensor) is the coarsest INT8 format: a correct kernel lands
+// just around 0.995 on such data (docs/perf.md, the main job's per_tensor row), so 0.995 would reject
+// correct kernels now and then, while a broken one lands far below 0.99.
 constexpr double kPerTensorMinCosine = 0.99;
-// INT4 Q/K ([-7, 7] codes) cost more by themselves: simulated on such data (bench/results/accuracy_table_*,
-// table 1, Q x10) cos 0.992-0.993 without smoothing, 0.9966-0.998 with smooth K; a broken kernel still
-// lands far below this.
+// INT4 Q/K ([-7, 7] codes) cost more by themselves: in the float64 simulation of such data (the accuracy
+// table in docs/perf.md, Q x10) they stay under 0.995 without smoothing; a broken kernel still lands far
+// below this.
 constexpr double kInt4MinCosine = 0.98;
 constexpr double kFloatMaxRelL2 = 1e-2;
 

@@ -28,9 +28,8 @@ struct KernelUsage {
   int registers = -1, spill_store_bytes = -1, spill_load_bytes = -1, static_smem_bytes = -1,
       stack_bytes = -1;
   // ptxas said "wgmma.mma_async instructions are serialized" (C75xx: e.g. C7511, too few registers for
-  // the wgmma pipeline): it then waits for a wgmma before issuing the next, which cost the d 64 INT8
-  // kernel 4.5-5.6% on the H100 where it hit the tile loop (bench/results/session21). From the report,
-  // so false without one.
+  // the wgmma pipeline): it then waits for a wgmma before issuing the next, which is correct but slower
+  // where it hits the tile loop (docs/cli.md, `qattn compile`). From the report, so false without one.
   bool wgmma_serialized = false;
 };
 

@@ -205,7 +205,7 @@ std::string default_pretune_grid_json() {
     // not): tuning them again would only spend the budget. So do qk=int4 (on the H100 it runs the int8
     // kernel over [-7, 7] codes; a model on sm_80 .. sm_89 that wants the packed form tuned lists it).
     const bool fragment_scales = s.qk.gran == Gran::per_warp || s.qk.gran == Gran::per_thread;
-    // fp16 / fp8 P·V after int8 Q·K^T (issue #3) stay out too for now: the 10-minute budget has no room
+    // fp16 / fp8 P·V after int8 Q·K^T stay out too: the 10-minute budget has no room
     // for them (a grid that needs them lists them); so does Q smoothing (smooth=q, mma.sync form only).
     const bool float_pv = s.quantized() && s.pv.fmt != Fmt::int8;
     if (s.phase == Phase::prefill && (s.head_dim == 64 || s.head_dim == 128) && !fragment_scales && !float_pv &&
@@ -226,7 +226,7 @@ std::string default_pretune_grid_json() {
   for (int i : {1, 2, 3}) decode.push_back(family(kv_formats[i][0], kv_formats[i][1], 128, 1, "exact"));
   for (int d : {64, 256}) decode.push_back(family("int4:per_token", "bf16", d, 4, "exact"));
   // Prefill: 32 query heads (one sequence of a 7-8B model's layer), every power of two from 1k to 16k
-  // tokens. Measured cost on one H100: mostly timing the ~28 int8 candidates at 8k and 16k.
+  // tokens. Most of the time goes to timing the ~28 int8 candidates at 8k and 16k (docs/design/tuning.md).
   const json grid = {
       {"version", 1},
       {"description", "qattn's built-in pretune grid: the shipped prefill formats and the row-cache decode families"},

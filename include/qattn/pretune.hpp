@@ -58,7 +58,7 @@ PretuneGrid load_pretune_grid(const std::string& name_or_path);
 // The built-in grid as a grid document (`qattn pretune --print-grid`): the shipped prefill formats of
 // default_grid() (d 64 and 128, causal and not) at 32 heads and 1k..16k tokens (every power of two, so
 // no prefill bucket in that range is left to tune at run time), and the row-cache decode families at
-// d 128, GQA 4. Sized for about 10 minutes of prefill tuning on one H100 (README, "Pretuning").
+// d 128, GQA 4. Sized for about 10 minutes of prefill tuning on one H100 (docs/design/tuning.md, "Pretuning a device").
 std::string default_pretune_grid_json();
 
 // ---- Work items ---------------------------------------------------------------------------------------

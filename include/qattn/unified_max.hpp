@@ -15,7 +15,7 @@
 // maximum (those weigh < e^(lo - hi) of it either way). Both conditions depend on the row's maximum
 // alone, which is what calibrate_unified_max() places inside the window.
 //
-// How a decode call uses it (include/qattn/decode.hpp, README "Decode"):
+// How a decode call uses it (include/qattn/decode.hpp, docs/design/decode-kernels.md):
 //   1. offline: calibrate_unified_max(row maxima or LSEs of exact runs) -> UnifiedMaxCalibration;
 //   2. DecodeCall::unified_max = calibration.params with a `softmax=unified_max` spec;
 //   3. decode() runs the unified-max kernel, then the exact kernel of the same tiling on the flagged

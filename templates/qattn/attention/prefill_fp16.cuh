@@ -60,9 +60,9 @@ struct Kernel {
 
   // Copies `ROWS` rows of D elements starting at global row `row0` into a swizzled smem tile; rows
   // at or past `row_limit` become zeros. The source pointer advances one pass of rows at a time
-  // rather than being recomputed per row. Unrolled by 4 (measured on H100): fully unrolled, ptxas
+  // rather than being recomputed per row. Unrolled by 4: fully unrolled, ptxas
   // keeps every row's 64-bit address live and the main loop, at the 255-register cap, spills on
-  // some tilings; rolled, the loop overhead costs 5-10% of throughput. With kLoadsPerPass > 1 (d = 96)
+  // some tilings; rolled, the loop overhead costs throughput. With kLoadsPerPass > 1 (d = 96)
   // each of a thread's chunks of a pass gets its own sweep over the passes.
   template <int ROWS>
   static __device__ __forceinline__ void load_rows(u32 dst, const u16* base, long long row_stride,

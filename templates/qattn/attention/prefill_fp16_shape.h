@@ -70,12 +70,12 @@ struct Tiling {
 };
 
 // Tuning candidates per head dim, fastest first on H100 SXM (fp16, B*N = 16k tokens, hidden 2048,
-// N = 1k..16k, causal and not; numbers in dev/a1/README.md). All but the 8-warp one fit the 99 KiB
+// N = 1k..16k, causal and not). All but the 8-warp one fit the 99 KiB
 // of sm_86 / sm_89. Host-only: NVRTC never needs these lists.
 #if !defined(__CUDACC_RTC__)
 inline constexpr Tiling kTilingsD64[] = {{128, 128, 4, 1}, {128, 128, 4, 2}, {128, 64, 4, 1}, {64, 64, 4, 2}, {64, 128, 4, 2}};
 inline constexpr Tiling kTilingsD128[] = {{128, 64, 4, 1}, {128, 64, 4, 2}, {256, 64, 8, 2} /* 128 KiB */, {128, 32, 4, 2}, {64, 64, 4, 2}};
-// d = 96 and 256: not measured yet (no GPU at hand), ordered by ptxas alone. d = 96 starts from the
+// d = 96 and 256: ordered by ptxas's report alone (not timed). d = 96 starts from the
 // d = 128 favourite (254 registers, no spill on sm_80 / sm_89; 48 KiB leaves 2 CTAs per SM on sm_89);
 // on sm_90 it spills 12 bytes (non-causal), so there search_space.cpp takes the 2-stage form first
 // (253-255 registers, no spill; 72 KiB is no limit there). At d = 256

@@ -1,4 +1,4 @@
-// Quantized prefill attention, every Q/K and P·V format of issue 3 in one template. The base case is
+// Quantized prefill attention, every Q/K and P·V format in one template. The base case is
 // INT8 (INT-FlashAttention): both Q·K^T and P·V run on int8 tensor cores (mma.sync m16n8k32, int32
 // accumulate), FlashAttention-2 style: one CTA per (query tile, head, batch), each warp owns 16 or 32
 // query rows, K / V^T tiles stream through a cp.async ring. The other formats (fp16 / fp8 P·V, packed
@@ -30,12 +30,13 @@
 // (kLxRescale), so those kernels keep no Σ P̂ at all (two registers and its shifts fewer).
 //
 // Schedule per tile: wait for the tile, one barrier, issue the load of tile t + STAGES - 1, then
-// Q·K^T, logits, softmax and P·V. (Issuing the Q·K^T of tile t+1 before the softmax of tile t was
-// measured: no faster on H100, and its second S tile costs the registers of a second row tile.)
+// Q·K^T, logits, softmax and P·V. (Not issuing the Q·K^T of tile t+1 before the softmax of tile t: its
+// second S tile costs the registers of a second row tile, and the overlap gains nothing back.)
 // Loads: every thread's cp.async (waited per thread, then the barrier), or (TMA, wgmma form at d 64 /
 // 128) one thread's tensor-map boxes of K and V^T on the stage's mbarrier, which every thread waits on;
 // the K scales stay a cp.async per thread. Same bytes, same shared-memory layout (the GPU test compares
-// the outputs bit for bit); TMA measured 0.5-2.5% faster at d 64 and 2-7% at d 128 on the H100.
+// the outputs bit for bit); TMA frees the threads' issue slots and registers that cp.async addressing
+// takes.
 //
 // Overflow: |S| <= d · 128² < 2^22 (the bias trick); a thread's share of Σ P̂ is kept <= 2^21 by an
 // extra halving, so |O| <= 127 · 4 · (2^21 + 255 · bn / 4) < 2^31. With the exact sum the guard reads
@@ -79,14 +80,13 @@
 //                      operands in shared memory, P·V with P straight from registers. The smem tiles
 //                      are already in the hardware's swizzled K-major layout (wgmma.cuh), and the
 //                      accumulator / A-operand fragments equal the mma.sync ones, so the softmax code
-//                      is shared. Measured on H100 (bench/results/): 1.68-2.03x the flash backend at
-//                      d = 128, where the mma.sync form reached 1.19-1.42x. d = 96 and 256 keep Q and K
+//                      is shared. It is the faster form, so the default, on sm_90a. d = 96 and 256 keep Q and K
 //                      as column blocks of one swizzle atom (kAtomBytes) and split P·V's n (wgmma.cuh).
-// Tried on the wgmma form and measured slower on H100 (so not here): issuing the Q·K^T of tile t + 1
-// before the softmax of tile t (two S tiles: 237+ registers, 2 CTAs per SM; 15-30% slower), and the
-// exponentials as ex2.approx.f16x2 pairs (1-3% slower: the exponentials are not the limit).
+// Not in the wgmma form either, because slower: issuing the Q·K^T of tile t + 1 before the softmax of
+// tile t (two S tiles need 237+ registers: 2 CTAs per SM), and the exponentials as ex2.approx.f16x2
+// pairs (the exponentials are not the limit).
 //
-// P·V formats other than int8 (template parameters PV and ACC, last; issue #3). pv=fp16 runs in the
+// P·V formats other than int8 (template parameters PV and ACC, last). pv=fp16 runs in the
 // mma.sync form only, pv=fp8e4m3 in both forms:
 //   pv=fp16          P = 2^(L - R) rounded to the V type (fp16, or bf16 for bf16 inputs: the loader
 //                    copies V as given with cp.async, no conversion pass, and bf16 P's 8-bit mantissa
@@ -104,13 +104,13 @@
 //                    wgmma m64n<d>k32 .e4m3 (QGMMA, pv_fp8_wgmma); out = O · δ_V[c] / l (+ mean).
 //     accum=fp32     straight into the fp32 O, in the mma's own accumulate. sm_89's FP8 mma keeps only
 //                    ~FP22 there (SageAttention2), and so does the sm_90a wgmma: long rows lose low
-//                    bits of O (H100, 32768 keys, V offset +8, smooth=k: rel L2 0.26 against 3.4e-3
-//                    for two_level; with smooth=kv the partial sums stay small and it holds). On
+//                    bits of O (the AccumulationModes GPU test shows it on 32768-key rows against
+//                    two_level; with smooth=kv the partial sums stay small and it holds). On
 //                    sm_90 ptxas turns the mma.sync form into FP16 conversions + HMMA.16816.F32
-//                    (SASS, bench/results/session11): full fp32, two_level measured equal there.
+//                    (in SASS): full fp32, so two_level gives the same accuracy there.
 //     accum=two_level  a zeroed accumulator per (n8 block, KV tile) — wgmma: per KV tile, up to 128
 //                    columns of O — added to O after the tile: the reduced-precision sums cover bn
-//                    keys, the row's sum is true fp32. Measured on H100 (d 128, wgmma): 5-7% slower.
+//                    keys, the row's sum is true fp32; the extra adds per tile make it a little slower.
 //   Both keep the integer-step reference max R (O *= 2^-k when R rises by k, an exact power-of-two
 //   scale) rather than FA2's exp(m_old - m_new) per tile: the softmax code stays one path for all
 //   formats, rescales stay rare (whole steps), and P's range is fixed ([0, 1] or [0, 448]), which e4m3
@@ -155,8 +155,8 @@ constexpr dev::u32 kLRescale = 1u << 21;    // a thread's share of Σ P̂ above 
 // under 1.9 · 2^21.
 constexpr float kLxRescale = static_cast<float>(kLRescale) * (15.f / 16.f);
 // Least distance (log2 units) from a raised R down to the max that raised it: more headroom, fewer
-// rescales, coarser P̂. Measured on H100 (d 128, N 4k / 16k): 0.5 is 1-5% faster than 0 and raises
-// the error of un-smoothed V by ~20%; 1.0 is 2-6% faster and fails cos >= 0.999 on un-smoothed V.
+// rescales, coarser P̂. 0 by default: a headroom buys fewer rescales with more error on un-smoothed V,
+// and 1.0 fails the cos >= 0.999 bound there.
 #ifndef QATTN_INT8_HEADROOM
 #define QATTN_INT8_HEADROOM 0.0f
 #endif
@@ -229,9 +229,8 @@ struct Kernel {
   static constexpr int kPVSteps = BN / 32;        // k32 steps of P·V
   // The last KV tile of a CTA whose keys all lie in its first half (causal: every other query tile's
   // diagonal at bm 64, bn 128; ragged kv_len) runs as a half tile: n64 products, half the softmax. Its
-  // other half would add exact zeros, so the output is the same. Measured on the H100 (d 64 / 128, 4k,
-  // causal, same-run A/B): int8 P·V at d 64 1.5% faster, d 128 3-6% slower (int8 and fp8: the second
-  // copy of the tile step costs more than it saves there). So: the TMA form, bn 128, d 64, int8 P·V
+  // other half would add exact zeros, so the output is the same. Only where it pays: at d 128 (int8 and
+  // fp8) the second copy of the tile step costs more than it saves. So: the TMA form, bn 128, d 64, int8 P·V
   // (the cp.async form and fp8 P·V at d 64 would spill 8 bytes at the 128-register cap with it).
   static constexpr bool kHalfTile = TMA && BN == 128 && D == 64 && kIntPV;
   static constexpr int kDChunks = kQB / 16;       // 16-byte chunks per Q / K row
@@ -268,12 +267,12 @@ struct Kernel {
   // S accumulators. mma.sync form: biased (they start at kMagicBits, so the int32 reads as a float
   // with no conversion: sm_80's I2F is a quarter-rate op). wgmma form: raw (the first product ignores
   // the old values, so no per-tile initialisation) and converted with I2FP, which sm_90 runs at the
-  // rate of plain ALU ops (measured: 5-7% faster than the biased start).
+  // rate of plain ALU ops (so cheaper there than the biased start's extra initialisation).
   using Scores = int[kMT][kSN][4];
   // qk=int4 (INT4, either form) takes raw S too, zeroed before the first mma.sync and converted with
   // I2F: the biased start's -kMagic · k_scale bias rounds in fp32 by up to ~0.75 · k_scale, a code
   // product's worth of error that is nothing next to int8's 127² range but a third of a step with int4's
-  // 7² (measured on H100: LSE errors of 0.1 - 0.35 past the quantization's own bound on causal rows).
+  // 7² (enough to push causal rows' LSE past the quantization's own bound).
   static constexpr bool kRawS = WG || INT4;
   using Logits = float[kMT][kSN][4];    // u = S · k_scale (KBLOCK: u = S, k_scale is in RowFac)
   using RowVals = float[kMT][2];        // one value per row: rows g and g + 8 of each m16 tile
@@ -354,7 +353,7 @@ struct Kernel {
   }
 
   // wgmma form with int8 P·V: tiles wholly inside kv_len (all but the last) skip the per-row bounds
-  // checks (CHECKED = false; measured on the H100). The other kernels keep one checked loader: the second
+  // checks (CHECKED = false: fewer instructions per tile). The other kernels keep one checked loader: the second
   // copy costs ptxas registers there (4 spill bytes: pv=fp16 accum=fp16 d 96 on sm_80, pv=fp8 two_level
   // d 64 on sm_90a at 4 blocks per SM).
   static __device__ __forceinline__ void load_kv_tile(const Ctx& cx, Loader& ld, u32 sbase, int slot, int k0) {
@@ -765,8 +764,8 @@ struct Kernel {
         if (m > r_old) {
           if constexpr (WG) {
             // The steps as a biased float (ceil_biased) rather than FRND.CEIL and F2I: two conversions
-            // (the pipe of the exponentials) and an add fewer in most tiles of a short row; with the
-            // lighter raise check, 1.5% off the d 64 kernel on the H100 (bench/results/session22). The
+            // (the pipe of the exponentials) and an add fewer in most tiles of a short row, where the
+            // raises are frequent. The
             // mma.sync form keeps the code below: this one costs it 4 bytes of spills on sm_89 (d 64,
             // smooth=qk / qkv).
             const float d = plus_headroom(m - r_old);   // +inf while O and l are still 0 (r_old = -inf)
@@ -938,7 +937,7 @@ struct Kernel {
       pv_fp8_wgmma<NPS>(st, pf, vtile);
     } else {
       // One n8 block of O at a time (x2 V loads): two_level's fresh accumulator is then 4 registers per
-      // m16 tile (and, measured with ptxas, this order also keeps fp32 at d = 256 on sm_90a from spilling).
+      // m16 tile (and this order also keeps fp32 at d = 256 on sm_90a from spilling, per ptxas's report).
 #pragma unroll
       for (int n = 0; n < kON; ++n) {
         float t[kMT][4];
@@ -1325,8 +1324,8 @@ struct Kernel {
   // chunks), its abs-max is a shuffle reduction and per_token needs no barrier at all; d = 96 (6 chunks)
   // gathers it with shared-memory atomics. The codes come from one fma with 1.5 · 2^23 (int8_ptx.cuh's
   // kMagic: the float's low byte is then the rounded code), no float-to-int conversions; |x · qmax /
-  // amax| <= qmax, so no clamp. (Measured on H100 with conversions and atomics for every d: the
-  // prologue cost about half of the Q pass it saves.)
+  // amax| <= qmax, so no clamp. (With conversions and atomics for every d the prologue would cost
+  // about half of the Q pass it saves.)
   static constexpr int kFusedQOff = smem_bytes(D, BM, BN, STAGES, false, kVBytes, S4, QSMOOTH);   // after the tiles
   static constexpr int kQMax = INT4 ? 7 : 127;
   static constexpr bool kRowShuffle = kDChunks == 4 || kDChunks == 8 || kDChunks == 16;

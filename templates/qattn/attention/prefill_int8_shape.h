@@ -21,7 +21,7 @@
 //                                    d 128 bn 64 3 stages (8 bytes, sm_80), d 128 bn 128 3 stages (4, sm_90a),
 //                                    d 96 bn 64 2 stages (4, sm_90a); d 64 bm 128 bn 64 8 warps 2 stages
 //                                    (8, sm_80). Swept: every tiling at d 64 / 96 / 128 / 256 causal on
-//                                    sm_80 and sm_90a, d 128 on sm_89 (dev/notes/qsmooth.md).
+//                                    sm_80 and sm_90a, d 128 on sm_89.
 //   d 256                            the int32 O alone is 128 registers: one row tile per warp, and the
 //                                    register rule leaves bn 32 to the mma.sync form (its Q fragments
 //                                    are another 32), bn 64 to the wgmma form.
@@ -111,7 +111,7 @@ QATTN_INT8_SHAPE_FN bool tiling_ok(int d, int bm, int bn, int warps, int stages,
   if (wg && (row_tiles_per_warp(bm, warps) != 1 || bn == 32)) return false;
   if (s4 && wg) return false;   // the packed-int4 products exist in the mma.sync form only
   // Packed int4 at d 96, bm 128 / bn 64 / 4 warps / 3 stages: ptxas spills 16 bytes on sm_80 and sm_89
-  // once S is raw (zeroed) rather than biased (measured with prefill_int4_compile_test).
+  // once S is raw (zeroed) rather than biased (prefill_int4_compile_test catches it).
   if (s4 && d == 96 && bm == 128 && bn == 64 && warps == 4 && stages == 3) return false;
   if (qsmooth && (wg || s4 || qsmooth_spills(d, bm, bn, warps, stages))) return false;
   return (d == 64 || d == 96 || d == 128 || d == 256) && (warps == 4 || warps == 8) &&

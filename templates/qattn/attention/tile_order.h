@@ -10,10 +10,10 @@
 //   banded          causal, the INT8 kernel's wgmma form (sm_90a): longest processing time first over many
 //                   heads, so that only light CTAs are left for the tail. Over all heads at once that
 //                   would run every head's long tiles together, and their K/V need not fit in L2 (d 64, 4k
-//                   keys, 128 heads of int8 K and V: 64 MB; the H100's L2 is 50 MB; measured as slow as
+//                   keys, 128 heads of int8 K and V: 64 MB; the H100's L2 is 50 MB; then no faster than
 //                   head by head). So the heads go in bands whose K/V fit a share of L2 (band_heads, from
 //                   the host: attention_band_heads in render.hpp), and within a band the tiles go
-//                   heaviest first, the heads varying fastest (bench/results/session16).
+//                   heaviest first, the heads varying fastest (docs/design/prefill-kernels.md).
 //                   Grid (band width, query tiles, bands): CTA (x, y, z) computes query tile
 //                   (tiles - 1 - y) of head bh = x + width * z, bh = batch * heads_q + h. Bands have equal
 //                   widths; the last band may hold fewer than `bands` CTAs per tile past the last head,
@@ -24,7 +24,7 @@
 // there spilled 8 bytes. The FP16 kernel and the INT8 mma.sync form stay by_head: near 255 registers,
 // deriving head and batch by division spilled (FP16: 8-112 bytes at d 64-128 on sm_80 and sm_90a; INT8
 // mma.sync: 4 and 24 bytes at d 64 Q smoothing and d 256 fp8 P·V on sm_89; ptxas, CUDA 13.0), and
-// the banded order is measured on the H100 only.
+// the banded order is tuned for the wgmma form (sm_90a) only.
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)

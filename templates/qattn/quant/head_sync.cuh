@@ -20,9 +20,8 @@
 // kOnePassMinBlocks per SM), so a head's tiles are resident together and the next head's loads overlap
 // the wait.
 //
-// Measured on the H100 (bench/results/session12, qattn_bench_quant, d 128, N 1k-16k): up to 35 us slower
-// per operand than the statistics pass plus the quantizer (one case, per_warp K at 1k, 2 us faster),
-// because waiting blocks hold slots that loads need; the
+// On the H100 this form is slower per operand than the statistics pass plus the quantizer
+// (qattn_bench_quant), because waiting blocks hold slots that loads need; the
 // runtime takes this form only with RuntimeOptions::quant_one_pass.
 //
 // Determinism: a tile's partials are fp32 sums in a fixed order. Their float64 total is the same in any

@@ -67,9 +67,9 @@ struct QuantizeRows {
   static_assert(kTileTokens % kRowsPerSweep == 0, "tile must be a whole number of sweeps");
   static_assert(!kFragment || kTileTokens % 64 == 0, "a tile must hold whole per_warp / per_thread groups");
   // Blocks run in reverse: after a statistics pass, its last chunks (the highest heads and tokens) are
-  // still in L2, so the first tiles quantized here read them from there (3-7 us less per plan on H100,
-  // 32 heads x 16k x 128). Measured exception: 32 KiB tiles (per_block 128 at d=128, per_block 64 at
-  // d=256) ran 4-14 us slower reversed, so tiles above 16 KiB keep the launch order.
+  // still in L2, so the first tiles quantized here read them from there. Except 32 KiB tiles (per_block
+  // 128 at d=128, per_block 64 at d=256), which run slower reversed on the H100: tiles above 16 KiB keep
+  // the launch order.
   static constexpr bool kReverse = kTileTokens * D * 2 <= 16 * 1024 && !OnePass;
   static_assert(!OnePass || ((Smooth || G == Gran::per_channel) && G != Gran::per_tensor && !BlockMean),
                 "one pass gathers head statistics: a smoothing mean or per_channel scales (per_tensor needs "
@@ -147,8 +147,8 @@ struct QuantizeRows {
     // x' of quant_shape.h is row(j) - offset(j, i), formed where used from the loaded bytes (forming the
     // rows once as floats and keeping them made ptxas hold all of them: d 256 per_block 128 spilled on
     // sm_80). Rotate: row(j) is the rotated x' (offset 0), rotated once here for the whole pass (8 floats
-    // per row held; rotating again at each use doubled the pass's time on H100: 78 against 41 us for Q,
-    // 4 x 16 x 4096 x 128), and here because every lane of a row takes part in the shuffles.
+    // per row held; rotating again at each use would about double the pass's time), and here because
+    // every lane of a row takes part in the shuffles.
     Vec8 rotated[kRotate ? kSweeps : 1];
     if constexpr (kRotate) {
       const unsigned signs = rotation_sign_bits<D>(c0);
