@@ -46,22 +46,37 @@ std::string action_names(const Verb& group) {
   return names;
 }
 
+// An option word before the action that no action has: named as unknown, like any verb does.
+void refuse_unknown_options(const Verb& group, const std::vector<std::string>& words, size_t end) {
+  for (size_t i = 0; i < end; ++i) {
+    const std::string& w = words[i];
+    if (w.size() < 2 || w[0] != '-') continue;
+    const std::string name = w.substr(0, w.find('='));
+    bool known = false;
+    for (const Verb* a : actions_of(group)) {
+      for (const Option& o : a->options) known |= name == "--" + o.name;
+      for (const Alias& al : a->aliases) known |= name == al.word;
+    }
+    if (!known) throw_bad_input("unknown option " + name + " (see qattn " + group.name + " --help)");
+  }
+}
+
 int dispatch(const Verb*& verb, std::vector<std::string> words) {
   if (!actions_of(*verb).empty()) {
     const size_t at = find_action(*verb, words);
-    if (at == words.size()) {
-      for (const std::string& w : words)
-        if (is_help(w)) {
-          std::fputs(verb_help(*verb).c_str(), stdout);
-          return 0;
-        }
-      throw_bad_input("an action is needed; accepted: " + action_names(*verb) + " (see qattn " +
-                      verb->name + " --help)");
-    }
-    const Verb* action = action_named(*verb, words[at]);
+    for (size_t i = 0; i < at; ++i)
+      if (is_help(words[i])) {
+        std::fputs(verb_help(*verb).c_str(), stdout);
+        return 0;
+      }
+    const Verb* action = at < words.size() ? action_named(*verb, words[at]) : nullptr;
+    if (!action) refuse_unknown_options(*verb, words, at);
+    if (at == words.size())
+      throw_bad_input("an action is needed; accepted: " + action_names(*verb) + " (see qattn " + verb->name +
+                      " --help)");
     if (!action)
       throw_bad_input("unknown " + verb->name + " action '" + words[at] + "'; accepted: " + action_names(*verb));
-    verb = action;
+  verb = action;
     words.erase(words.begin() + static_cast<std::ptrdiff_t>(at));
   }
   const Args args(words, *verb);

@@ -43,7 +43,8 @@ const Verb& version_verb() {
       "checkout; \"-dirty\" when tracked files had changes), the NVRTC version it compiles with, the cache "
       "schema version it writes, and the digest of the kernel templates built into it. No GPU needed.",
       {json_option("the versions")},
-      {{"qattn --version", "four lines of versions"}, {"qattn version --json", "the same as JSON"}},
+      {{"qattn version", "four lines of versions (qattn --version prints the same)"},
+       {"qattn version --json", "the same as JSON"}},
       0,
       {},
       version};
