@@ -152,8 +152,9 @@ const Verb& calibrate_verb() {
   static const Verb verb{
       "calibrate",
       "choose the cheapest quantized format of one layer that stays accurate on sample data (GPU)",
-      {"calibrate --spec-family F --layer KEY --shape SHAPE [--random-outliers] [--seed N] [thresholds] [--force] [--json]",
-       "calibrate --spec-family F --layer KEY --inputs FILE [thresholds] [--force] [--json]"},
+      {"calibrate --spec-family F --layer KEY --shape SHAPE [--random-outliers] [--seed N] [--min-cos X] [--max-rel-l1 X] "
+       "[--force] [--device N] [--db FILE | --no-cache] [--no-tune] [--json]",
+       "calibrate --spec-family F --layer KEY --inputs FILE [--min-cos X] [--max-rel-l1 X] [--force] [...] [--json]"},
       "Runs the family's fp16/bf16 kernel and a ladder of quantized candidates (cheapest first: coarser scale "
       "groups, then smoothing; INT4 and FP8 where the GPU runs them fast) on sample data, measures each against the reference kernel, and keeps "
       "the cheapest candidate within the thresholds as the layer's decision in the cache (falling back to the "

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <map>
 
 #include "cli/verbs.hpp"
@@ -103,6 +105,24 @@ TEST(CliExamples, UseTheVerbsOptionsAndValidSpecsAndShapes) {
       for (const Example& e : a->examples) check_example(*a, e), ++checked;
   }
   EXPECT_GE(checked, 20);
+}
+
+// docs/cli.md is the overview a reader finds from the README: it names every verb and every option.
+TEST(CliDocs, NameEveryVerbAndOption) {
+  std::ifstream f(std::string(QATTN_SOURCE_DIR) + "/docs/cli.md");
+  ASSERT_TRUE(f) << "docs/cli.md is missing";
+  const std::string doc((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<const Verb*> verbs;
+  for (const Verb* v : all_verbs()) {
+    verbs.push_back(v);
+    for (const Verb* a : actions_of(*v)) verbs.push_back(a);
+  }
+  for (const Verb* v : verbs) {
+    EXPECT_NE(doc.find("| `" + v->name + "`"), std::string::npos) << v->name << " has no row in the verb table";
+    EXPECT_NE(doc.find("\nqattn " + v->name), std::string::npos) << v->name << " has no synopsis";
+    for (const Option& o : v->options) EXPECT_NE(doc.find("--" + o.name), std::string::npos) << v->name << " --" << o.name;
+  }
+  for (const char* code : {"| 0 |", "| 1 |", "| 2 |", "| 3 |"}) EXPECT_NE(doc.find(code), std::string::npos) << code;
 }
 
 }  // namespace

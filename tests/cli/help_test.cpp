@@ -70,7 +70,7 @@ TEST(CliHelp, HelpWinsOverOtherOptionsOfTheVerb) {
 }
 
 TEST(CliHelp, TopLevelHelpListsEveryVerbAndTheExitCodes) {
-  for (const std::string& how : {"--help", "-h", "help"}) {
+  for (const char* how : {"--help", "-h", "help"}) {
     SCOPED_TRACE(how);
     const Outcome o = run_cli(how);
     EXPECT_EQ(o.code, 0) << o.err;
