@@ -72,7 +72,9 @@ int tune(const Args& args) {
   const std::string stored_in = runtime.cache_path().empty() ? "memory only" : runtime.cache_path();
   if (args.has("json")) {
     nlohmann::json j = {{"spec", to_string(spec)}, {"shape", to_string(problem)}, {"bucket", problem_bucket(problem)},
-                        {"winner", r.winner_name}, {"time_us", r.time_us}, {"stored_in", stored_in}};
+                        {"winner", r.winner_name}, {"time_us", r.time_us}};
+    // null: kept in memory only (--no-cache)
+    j["stored_in"] = runtime.cache_path().empty() ? nlohmann::json(nullptr) : nlohmann::json(runtime.cache_path());
     j["candidates"] = nlohmann::json::array();
     for (const CandidateOutcome& c : r.candidates)
       j["candidates"].push_back({{"tiling", to_string(c.tiling)}, {"status", to_string(c.status)},
