@@ -7,25 +7,75 @@
 #include "qattn/error.hpp"
 
 namespace qattn::cli {
+namespace {
 
-Args::Args(int argc, char** argv, int first, const std::set<std::string>& keys, const std::set<std::string>& flags) {
-  for (int i = first; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) {
-      positional_.push_back(a);
+const Option* find_option(const Verb& verb, const std::string& name) {
+  for (const Option& o : verb.options)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+std::string see_help(const Verb& verb) { return "see qattn " + verb.name + " --help"; }
+
+[[noreturn]] void unknown_option(const Verb& verb, const std::string& word) {
+  std::vector<std::string> names;
+  for (const Option& o : verb.options) names.push_back("--" + o.name);
+  for (const Alias& a : verb.aliases) names.push_back(a.word);
+  const std::string accepted = names.empty() ? "none" : text::join(names, " ");
+  throw_bad_input("unknown option " + word + "; accepted here: " + accepted + " (" + see_help(verb) + ")");
+}
+
+}  // namespace
+
+Args::Args(int argc, char** argv, int first, const Verb& verb) : verb_(&verb) {
+  std::vector<std::string> words;
+  for (int i = first; i < argc; ++i) words.emplace_back(argv[i]);
+  read(words);
+}
+
+Args::Args(const std::vector<std::string>& words, const Verb& verb) : verb_(&verb) { read(words); }
+
+void Args::read(const std::vector<std::string>& words) {
+  const Verb& verb = *verb_;
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& word = words[i];
+    if (word == "--help" || word == "-h") {
+      help_ = true;
+      return;
+    }
+    if (word.size() < 2 || word[0] != '-') {
+      positional_.push_back(word);
+      if (static_cast<int>(positional_.size()) > verb.max_positional)
+        throw_bad_input("unexpected argument '" + word + "' (" + see_help(verb) + ")");
       continue;
     }
-    const std::string key = a.substr(2);
-    if (flags.count(key)) {
-      flags_.insert(key);
-    } else if (keys.count(key)) {
-      if (i + 1 >= argc) throw_bad_input("option " + a + " needs a value");
-      values_[key] = argv[++i];
+    std::string key;
+    std::string inline_value;
+    bool has_inline_value = false;
+    if (word.rfind("--", 0) == 0) {
+      key = word.substr(2);
+      if (const size_t eq = key.find('='); eq != std::string::npos) {
+        inline_value = key.substr(eq + 1);
+        key = key.substr(0, eq);
+        has_inline_value = true;
+      }
     } else {
-      std::vector<std::string> all(keys.begin(), keys.end());
-      all.insert(all.end(), flags.begin(), flags.end());
-      for (auto& k : all) k = "--" + k;
-      throw_bad_input("unknown option " + a + "; accepted here: " + text::join(all, " "));
+      for (const Alias& a : verb.aliases)
+        if (a.word == word) key = a.option;
+      if (key.empty()) unknown_option(verb, word);
+    }
+    const Option* option = find_option(verb, key);
+    if (!option) unknown_option(verb, has_inline_value ? "--" + key : word);
+    if (option->value.empty()) {
+      if (has_inline_value) throw_bad_input("option --" + key + " takes no value (" + see_help(verb) + ")");
+      flags_.insert(key);
+    } else if (has_inline_value) {
+      values_[key] = inline_value;
+    } else {
+      // The next word is the value whatever it looks like: --max-rel-l1 -1 and --filter '-x' keep working.
+      if (i + 1 >= words.size())
+        throw_bad_input("option " + word + " needs a value: " + word + " " + option->value + " (" + see_help(verb) + ")");
+      values_[key] = words[++i];
     }
   }
 }

@@ -1,25 +1,38 @@
-// Command-line arguments of the qattn tool: "--key value", "--flag" and positional words.
+// Command-line arguments of the qattn tool, read against one table per verb (cli/verb.hpp): "--key value",
+// "--key=value", "--flag", the verb's short aliases, and positional words. Anything the table does not
+// name is refused, so a mistyped option can never be ignored silently.
 #pragma once
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "cli/verb.hpp"
 #include "qattn/runtime.hpp"
 
 namespace qattn::cli {
 
 class Args {
  public:
-  // `flags` take no value; every other --key takes the next word. Throws bad_input for an unknown key.
-  Args(int argc, char** argv, int first, const std::set<std::string>& keys, const std::set<std::string>& flags);
+  // Reads argv[first..argc). Throws bad_input (one line naming the word and pointing at
+  // `qattn <verb> --help`) for an option the verb does not have, a missing value, or more positional words
+  // than the verb takes. --help / -h anywhere sets help() and stops reading.
+  Args(int argc, char** argv, int first, const Verb& verb);
+  // The same from a list of words (the words after the verb's name).
+  Args(const std::vector<std::string>& words, const Verb& verb);
+
+  bool help() const { return help_; }
   bool has(const std::string& key) const { return values_.count(key) || flags_.count(key); }
   std::string get(const std::string& key, const std::string& fallback = "") const;
   std::string require(const std::string& key, const std::string& what) const;
   int get_int(const std::string& key, int fallback, int lo, int hi) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  const Verb& verb() const { return *verb_; }
 
  private:
+  void read(const std::vector<std::string>& words);
+  const Verb* verb_;
+  bool help_ = false;
   std::map<std::string, std::string> values_;
   std::set<std::string> flags_;
   std::vector<std::string> positional_;

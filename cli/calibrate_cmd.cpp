@@ -11,6 +11,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/verbs.hpp"
 #include "qattn/calibrate.hpp"
 #include "qattn/error.hpp"
 #include "qattn/runtime.hpp"
@@ -69,13 +70,7 @@ void print_decision(const QuantDecision& d) {
               d.fallback ? "  (FALLBACK to the reference)" : "", d.reason.c_str(), d.cache_note.c_str());
 }
 
-}  // namespace
-
-int calibrate(int argc, char** argv) {
-  const Args args(argc, argv, 2,
-                  {"spec-family", "shape", "layer", "min-cos", "max-rel-l1", "inputs", "seed", "db", "device"},
-                  {"random-outliers", "force", "no-cache", "no-tune", "json"});
-  if (!args.positional().empty()) throw_bad_input("unexpected argument '" + args.positional().front() + "'");
+int calibrate(const Args& args) {
   const Spec reference = parse_spec_family(
       args.require("spec-family", "<prefill spec without qk/pv>, e.g. --spec-family \"prefill out=fp16 d=128 causal gqa=4\""));
   const std::string layer = args.require("layer", "<layer key>, e.g. --layer model.layers.7.self_attn");
@@ -149,6 +144,49 @@ int calibrate(int argc, char** argv) {
   if (args.has("json")) std::printf("%s\n", decision_to_json(decision).c_str());
   else print_decision(decision);
   return 0;
+}
+
+}  // namespace
+
+const Verb& calibrate_verb() {
+  static const Verb verb{
+      "calibrate",
+      "choose the cheapest quantized format of one layer that stays accurate on sample data (GPU)",
+      {"calibrate --spec-family F --layer KEY --shape SHAPE [--random-outliers] [--seed N] [--min-cos X] [--max-rel-l1 X] "
+       "[--force] [--device N] [--db FILE | --no-cache] [--no-tune] [--json]",
+       "calibrate --spec-family F --layer KEY --inputs FILE [--min-cos X] [--max-rel-l1 X] [--force] [...] [--json]"},
+      "Runs the family's fp16/bf16 kernel and a ladder of quantized candidates (cheapest first: coarser scale "
+      "groups, then smoothing; INT4 and FP8 where the GPU runs them fast) on sample data, measures each against the reference kernel, and keeps "
+      "the cheapest candidate within the thresholds as the layer's decision in the cache (falling back to the "
+      "reference when none passes). A stored decision is reused unless --force. Prints every candidate's verdict "
+      "and the choice. Every argument is checked before the GPU is touched; needs a GPU (exit 3 without one).",
+      {{"spec-family", "F", "a prefill spec without qk= and pv=, whose out= (fp16 or bf16) is the type of Q, K and V, "
+                            "e.g. 'prefill out=fp16 d=128 causal gqa=4'"},
+       {"layer", "KEY", "the layer's name, the key of the stored decision, e.g. model.layers.7.self_attn (no spaces)"},
+       {"shape", "SHAPE", "problem size of random sample data, e.g. b=1,hq=32,hkv=8,q=1024,kv=1024 (with --inputs: "
+                          "optional, must match the file)"},
+       {"inputs", "FILE", "sample data file (Q, K, V of one call; format: include/qattn/calibrate.hpp) instead of "
+                          "random data"},
+       {"random-outliers", "", "random data with the channel outliers real activations have (the default)"},
+       {"seed", "N", "seed of the random data, 0..2147483647 (default 1)"},
+       {"min-cos", "X", "the least cosine similarity to the reference a candidate may have (default 0.999)"},
+       {"max-rel-l1", "X", "the largest relative L1 error a candidate may have (default 0.05)"},
+       {"force", "", "calibrate again even if the layer has a stored decision"},
+       device_option(),
+       db_option(),
+       no_cache_option(),
+       no_tune_option(),
+       json_option("the decision with every candidate's measurements")},
+      {{"qattn calibrate --spec-family 'prefill out=fp16 d=128 causal gqa=4' --layer model.layers.0.self_attn "
+        "--shape b=1,hq=32,hkv=8,q=1024",
+        "choose a format for layer 0 on random data with outliers"},
+       {"qattn calibrate --spec-family 'prefill out=bf16 d=128 causal gqa=4' --layer model.layers.7.self_attn "
+        "--inputs layer7.bin --min-cos 0.995 --json",
+        "choose on captured activations with a looser cosine bound; JSON out"}},
+      0,
+      {},
+      calibrate};
+  return verb;
 }
 
 }  // namespace qattn::cli

@@ -8,6 +8,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/verbs.hpp"
 #include "generator/text.hpp"
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
@@ -90,12 +91,14 @@ int compile_grid(const Args& args) {
   return failures ? 1 : 0;
 }
 
-}  // namespace
+// Options that belong to the other mode are refused rather than ignored.
+void refuse_options(const Args& args, const std::vector<std::string>& names, const std::string& why) {
+  for (const std::string& n : names)
+    if (args.has(n)) throw_bad_input("--" + n + " " + why + " (see qattn compile --help)");
+}
 
-int compile(int argc, char** argv) {
-  const Args args(argc, argv, 2, {"spec", "arch", "tiling", "emit", "out", "grid", "db", "filter", "jobs"},
-                  {"json", "no-cache"});
-  if (args.has("grid")) return compile_grid(args);
+int compile_one(const Args& args) {
+  refuse_options(args, {"filter", "jobs"}, "applies to --grid only");
   Spec spec = parse_spec(args.require("spec", "<spec text>, e.g. --spec 'prefill qk=fp16 pv=fp16 out=fp16 d=128'"));
   if (args.has("arch")) spec.arch = parse_arch(args.get("arch"));
   if (spec.arch == Arch::unset) throw_bad_input("compile needs an arch: --arch sm_80|sm_86|sm_89|sm_90|sm_90a or arch= in the spec");
@@ -105,6 +108,9 @@ int compile(int argc, char** argv) {
   if (!emit.empty() && emit != "source" && emit != "ptx" && emit != "cubin")
     throw_bad_input("--emit " + emit + " is unknown; accepted: source, ptx, cubin");
   if (emit == "cubin" && !args.has("out")) throw_bad_input("--emit cubin writes binary data: give --out FILE");
+  if (!emit.empty() && args.has("json") && !args.has("out"))
+    throw_bad_input("--json prints the report on stdout, where --emit " + emit + " writes its payload: give --out FILE");
+  if (args.has("out") && emit.empty()) throw_bad_input("--out names the file --emit writes: give --emit source|ptx|cubin too");
   Runtime runtime(runtime_options(args));
   const CompiledKernel k = runtime.compile(spec, tiling, emit == "ptx");
   std::string payload;
@@ -113,18 +119,73 @@ int compile(int argc, char** argv) {
   if (emit == "cubin") payload.assign(k.cubin.begin(), k.cubin.end());
   if (!emit.empty() && args.has("out")) write_file_atomically(args.get("out"), payload);
   else if (!emit.empty()) std::fwrite(payload.data(), 1, payload.size(), stdout);
+  std::vector<std::string> notes;
+  if (k.wgmma_serialized)
+    notes.push_back("ptxas serialized the wgmma pipeline (its C75xx line in the log): correct, possibly slower");
+  // How the spec runs when its text does not say it (e.g. qk=int4 as int8 compute on sm_90a).
+  if (const std::string note = dispatch_note(spec, tiling); !note.empty()) notes.push_back(note);
+  if (args.has("json")) {
+    nlohmann::json j = {{"kernel", k.kernel_name}, {"arch", to_string(spec.arch)}, {"tiling", to_string(tiling)},
+                        {"registers", k.registers}, {"spill_bytes", k.spill_bytes}, {"smem_bytes", k.smem_bytes},
+                        {"compile_ms", k.compile_ms}, {"cached", k.from_cache}, {"wgmma_serialized", k.wgmma_serialized},
+                        {"cubin_bytes", k.cubin.size()}, {"notes", notes}};
+    j["out"] = args.has("out") ? nlohmann::json(args.get("out")) : nlohmann::json(nullptr);
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
   // The report goes to stdout unless the payload does (then to stderr, to keep the payload clean).
   FILE* report = emit.empty() || args.has("out") ? stdout : stderr;
   std::fprintf(report,
                "%s  regs %d  spills %d  smem %d  %s %.0f ms  (%zu bytes of cubin)\n", k.kernel_name.c_str(), k.registers,
                k.spill_bytes, k.smem_bytes, k.from_cache ? "cached, compiled in" : "compiled in", k.compile_ms, k.cubin.size());
-  if (k.wgmma_serialized)
-    std::fprintf(report, "note: ptxas serialized the wgmma pipeline (its C75xx line in the log): correct, "
-                         "possibly slower\n");
-  // How the spec runs when its text does not say it (e.g. qk=int4 as int8 compute on sm_90a).
-  if (const std::string note = dispatch_note(spec, tiling); !note.empty())
-    std::fprintf(report, "note: %s\n", note.c_str());
+  for (const std::string& note : notes) std::fprintf(report, "note: %s\n", note.c_str());
   return 0;
+}
+
+int compile(const Args& args) {
+  if (args.has("grid")) {
+    refuse_options(args, {"spec", "tiling", "emit", "out"}, "does not go with --grid, which compiles the built-in grid");
+    return compile_grid(args);
+  }
+  return compile_one(args);
+}
+
+}  // namespace
+
+const Verb& compile_verb() {
+  static const Verb verb{
+      "compile",
+      "render and NVRTC-compile one spec or the default grid, into the cache (no GPU needed)",
+      {"compile --spec S [--arch A] [--tiling T] [--emit source|ptx|cubin [--out FILE]] [--db FILE | --no-cache] [--json]",
+       "compile --grid default [--arch A,A,...] [--filter REGEX] [--jobs N] [--db FILE | --no-cache] [--json]"},
+      "With --spec: renders the kernel of one spec and tiling, compiles it with NVRTC and stores the binary in "
+      "the cache (a second compile of the same kernel is a cache hit). Prints one line: kernel name, registers, "
+      "spilled bytes, shared memory, compile time. With --emit the source, PTX or cubin is written to --out (or "
+      "to stdout; the report then goes to stderr).\n\n"
+      "With --grid default: compiles every spec of the built-in grid for each arch in parallel and prints one "
+      "row per kernel; exit 1 when any failed. Neither mode needs a GPU.",
+      {{"spec", "S", "the spec text, e.g. 'prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal'"},
+       {"arch", "A", "target: sm_80, sm_86, sm_89, sm_90 or sm_90a (with --spec: overrides arch= in the spec; with "
+                     "--grid: a comma list, default sm_80,sm_89,sm_90a)"},
+       {"tiling", "T", "tiling instead of the spec's default, e.g. bm128_bn64_w4_s2 or bm64_bn128_w4_s3_wg"},
+       {"emit", "WHAT", "also output the kernel: source (CUDA C++), ptx, or cubin (needs --out)"},
+       {"out", "FILE", "the file --emit writes (written whole or not at all)"},
+       {"grid", "NAME", "compile a grid instead of one spec; accepted: default"},
+       {"filter", "REGEX", "with --grid: only kernels whose name matches (ECMAScript regex, searched)"},
+       {"jobs", "N", "with --grid: compile threads, 1..256 (default: one per CPU core)"},
+       db_option(),
+       no_cache_option(),
+       json_option("the report (with --grid: an array of rows)")},
+      {{"qattn compile --spec 'prefill qk=int8:per_warp pv=fp16 out=fp16 d=128 causal' --arch sm_90a",
+        "compile one kernel for H100 and print its registers, spills and shared memory"},
+       {"qattn compile --spec 'prefill qk=fp16 pv=fp16 out=fp16 d=64' --arch sm_80 --emit source --out k.cu --no-cache",
+        "write the rendered CUDA source to k.cu without touching the cache"},
+       {"qattn compile --grid default --arch sm_90a --filter 'd128' --json",
+        "compile the d=128 kernels of the default grid for sm_90a; one JSON row per kernel"}},
+      0,
+      {},
+      compile};
+  return verb;
 }
 
 }  // namespace qattn::cli

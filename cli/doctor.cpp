@@ -5,6 +5,7 @@
 #include "cache/store.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/verbs.hpp"
 #include "qattn/embedded_templates.hpp"
 #include "qattn/runtime.hpp"
 #include "runtime/device.hpp"
@@ -13,8 +14,9 @@
 
 namespace qattn::cli {
 
-int doctor(int argc, char** argv) {
-  const Args args(argc, argv, 2, {"db"}, {"json"});
+namespace {
+
+int doctor(const Args& args) {
   nlohmann::json j;
   j["qattn"] = QATTN_VERSION;
   j["nvrtc"] = rt::nvrtc_version();
@@ -77,6 +79,25 @@ int doctor(int argc, char** argv) {
   else
     std::printf("cache: %s  UNHEALTHY: %s\n", db.c_str(), j["cache"]["error"].get<std::string>().c_str());
   return 0;
+}
+
+}  // namespace
+
+const Verb& doctor_verb() {
+  static const Verb verb{
+      "doctor",
+      "what this machine can do: driver, GPUs, NVRTC, cache health (no GPU needed)",
+      {"doctor [--db FILE] [--json]"},
+      "Reports the qattn and NVRTC versions, the CUDA driver and every visible GPU with the arch qattn "
+      "compiles for it, and whether the kernel cache opens. Without a driver it says so and still exits 0: "
+      "compiling and caching work without a GPU, launching does not.",
+      {db_option(), json_option("the report")},
+      {{"qattn doctor", "one screen: versions, devices, cache"},
+       {"qattn doctor --json --db /tmp/q.db", "the same as JSON, for another cache file"}},
+      0,
+      {},
+      doctor};
+  return verb;
 }
 
 }  // namespace qattn::cli

@@ -1,53 +1,118 @@
-// qattn — the command-line tool. Exit codes: 0 ok, 1 failure, 2 bad input, 3 a GPU is needed and there
-// is none. Errors are one line on stderr: what was wrong and what is accepted.
+// qattn — the command-line tool. Each verb is a table (cli/verb.hpp) beside its code; this file finds the
+// verb (and, for cache, the action), reads the arguments against its table and maps errors to exit codes:
+// 0 ok, 1 failure, 2 bad input, 3 a GPU is needed and there is none. Errors are one line on stderr.
 #include <cstdio>
-#include <cstring>
 #include <string>
+#include <vector>
 
+#include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/verbs.hpp"
 #include "qattn/error.hpp"
 
+namespace qattn::cli {
 namespace {
 
-const char* kUsage =
-    "usage: qattn <command> [options]\n"
-    "  doctor [--json]                                    driver, GPU, NVRTC, cache health (no GPU needed)\n"
-    "  compile --spec S [--arch A] [--tiling T] [--emit source|ptx|cubin] [--out F]   (no GPU needed)\n"
-    "  compile --grid default --arch sm_80,sm_89,sm_90a [--filter REGEX] [--jobs N] [--json]\n"
-    "  run --spec S --shape b=1,hq=32,hkv=8,q=4096,kv=4096 [--layout bshd|bhsd] [--repeats N] [--no-tune]\n"
-    "  tune --spec S --shape SHAPE\n"
-    "  pretune [--grid default|FILE] [--devices all|0,2] [--db F] [--jobs N] [--kind all|prefill|decode] [--json] [--dry-run] [--print-grid]\n"
-    "  report [--db F] [--out DIR] [--kind all|decode_dataflow|decode_splits]   decode decisions: table, SVG curves\n"
-    "  cache list|stats|clear|verify [--db F] | export --db F --json OUT | import --json IN --db F | merge A B -o OUT | prune --db F [--keep-driver N] [--keep-toolchain T]\n"
-    "  calibrate --spec-family F --layer KEY [--shape SHAPE | --inputs FILE] [--min-cos 0.999] [--max-rel-l1 0.05] [--force] [--json]\n"
-    "common: --db F (cache file; default $QATTN_CACHE_DIR/qattn.db or ~/.cache/qattn/qattn.db), --no-cache\n"
-    "exit codes: 0 ok, 1 failure, 2 bad input, 3 a GPU is needed and there is none\n";
+bool is_help(const std::string& word) { return word == "--help" || word == "-h"; }
+
+const Verb* action_named(const Verb& group, const std::string& word) {
+  for (const Verb* a : actions_of(group))
+    if (a->name == group.name + " " + word) return a;
+  return nullptr;
+}
+
+// The action of a verb with actions: its first word that is neither an option nor an option's value (so
+// `qattn cache --db F list` still finds list). `--json` takes a value in some actions and not in others:
+// it is read as taking one unless the next word is an action's name.
+size_t find_action(const Verb& group, const std::vector<std::string>& words) {
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w.size() < 2 || w[0] != '-') return i;
+    if (w.find('=') != std::string::npos || i + 1 >= words.size()) continue;
+    bool takes_value = false;
+    for (const Verb* a : actions_of(group)) {
+      for (const Option& o : a->options)
+        takes_value |= !o.value.empty() && w == "--" + o.name;
+      for (const Alias& al : a->aliases) takes_value |= w == al.word;
+    }
+    if (takes_value && !action_named(group, words[i + 1])) ++i;
+  }
+  return words.size();
+}
+
+std::string action_names(const Verb& group) {
+  std::string names;
+  for (const Verb* a : actions_of(group)) names += (names.empty() ? "" : ", ") + a->name.substr(group.name.size() + 1);
+  return names;
+}
+
+// An option word before the action that no action has: named as unknown, like any verb does.
+void refuse_unknown_options(const Verb& group, const std::vector<std::string>& words, size_t end) {
+  for (size_t i = 0; i < end; ++i) {
+    const std::string& w = words[i];
+    if (w.size() < 2 || w[0] != '-') continue;
+    const std::string name = w.substr(0, w.find('='));
+    bool known = false;
+    for (const Verb* a : actions_of(group)) {
+      for (const Option& o : a->options) known |= name == "--" + o.name;
+      for (const Alias& al : a->aliases) known |= name == al.word;
+    }
+    if (!known) throw_bad_input("unknown option " + name + " (see qattn " + group.name + " --help)");
+  }
+}
+
+int dispatch(const Verb*& verb, std::vector<std::string> words) {
+  if (!actions_of(*verb).empty()) {
+    const size_t at = find_action(*verb, words);
+    for (size_t i = 0; i < at; ++i)
+      if (is_help(words[i])) {
+        std::fputs(verb_help(*verb).c_str(), stdout);
+        return 0;
+      }
+    const Verb* action = at < words.size() ? action_named(*verb, words[at]) : nullptr;
+    if (!action) refuse_unknown_options(*verb, words, at);
+    if (at == words.size())
+      throw_bad_input("an action is needed; accepted: " + action_names(*verb) + " (see qattn " + verb->name +
+                      " --help)");
+    if (!action)
+      throw_bad_input("unknown " + verb->name + " action '" + words[at] + "'; accepted: " + action_names(*verb));
+  verb = action;
+    words.erase(words.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+  const Args args(words, *verb);
+  if (args.help()) {
+    std::fputs(verb_help(*verb).c_str(), stdout);
+    return 0;
+  }
+  return verb->run(args);
+}
 
 }  // namespace
+}  // namespace qattn::cli
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
-  const std::string cmd = argv[1];
-  try {
-    if (cmd == "doctor") return qattn::cli::doctor(argc, argv);
-    if (cmd == "compile") return qattn::cli::compile(argc, argv);
-    if (cmd == "run") return qattn::cli::run(argc, argv);
-    if (cmd == "tune") return qattn::cli::tune(argc, argv);
-    if (cmd == "pretune") return qattn::cli::pretune(argc, argv);
-    if (cmd == "cache") return qattn::cli::cache(argc, argv);
-    if (cmd == "calibrate") return qattn::cli::calibrate(argc, argv);
-    if (cmd == "report") return qattn::cli::report(argc, argv);
-    std::fprintf(stderr, "qattn: unknown command '%s'; accepted: doctor, compile, run, tune, pretune, cache, report, calibrate (see qattn --help)\n",
-                 cmd.c_str());
+  using namespace qattn::cli;
+  if (argc < 2) {
+    std::fputs(top_level_help().c_str(), stderr);
     return 2;
+  }
+  std::string name = argv[1];
+  if (is_help(name)) name = "help";
+  if (name == "--version") name = "version";
+  const Verb* verb = find_verb(name);
+  if (!verb || name.find(' ') != std::string::npos) {
+    std::fprintf(stderr, "qattn: unknown verb '%s'; accepted: ", argv[1]);
+    for (const Verb* v : all_verbs()) std::fprintf(stderr, "%s%s", v->name.c_str(), v == all_verbs().back() ? "" : ", ");
+    std::fprintf(stderr, ", --version, --help (see qattn --help)\n");
+    return 2;
+  }
+  try {
+    return dispatch(verb, std::vector<std::string>(argv + 2, argv + argc));
   } catch (const qattn::Error& e) {
-    std::fprintf(stderr, "qattn %s: %s\n", cmd.c_str(), e.what());
+    std::fprintf(stderr, "qattn %s: %s\n", verb->name.c_str(), e.what());
     return static_cast<int>(e.kind());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "qattn %s: %s\n", cmd.c_str(), e.what());
+    std::fprintf(stderr, "qattn %s: %s\n", verb->name.c_str(), e.what());
     return 1;
   }
 }

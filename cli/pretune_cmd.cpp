@@ -13,6 +13,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/verbs.hpp"
 #include "qattn/error.hpp"
 #include "qattn/pretune.hpp"
 #include "qattn/pretune_executor.hpp"
@@ -85,10 +86,7 @@ void print_summary(const PretuneSummary& s, const std::vector<std::unique_ptr<Gp
     std::printf("interrupted: %zu items not run; run the same command again to resume\n", s.not_run);
 }
 
-}  // namespace
-
-int pretune(int argc, char** argv) {
-  const Args args(argc, argv, 2, {"grid", "devices", "db", "jobs", "kind"}, {"json", "dry-run", "print-grid"});
+int pretune(const Args& args) {
   const std::string grid_name = args.get("grid", "default");
   if (args.has("print-grid")) {   // the built-in grid as a grid document: a starting point for your own
     if (grid_name != "default") throw_bad_input("--print-grid prints the built-in grid; leave out --grid or give --grid default");
@@ -97,6 +95,12 @@ int pretune(int argc, char** argv) {
   }
   const std::vector<PretuneItem> items =
       items_of_kind(order_for_tuning(expand_grid(load_pretune_grid(grid_name))), args.get("kind", "all"));
+  if (args.has("dry-run") && args.has("json")) {
+    nlohmann::json j = {{"items", nlohmann::json::array()}, {"count", items.size()}};
+    for (const PretuneItem& it : items) j["items"].push_back({{"key", it.key()}, {"shape", to_string(it.problem)}});
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
   if (args.has("dry-run")) {
     for (const PretuneItem& it : items) std::printf("%s\t%s\n", it.key().c_str(), to_string(it.problem).c_str());
     std::printf("%zu items (per device model)\n", items.size());
@@ -138,6 +142,38 @@ int pretune(int argc, char** argv) {
     print_summary(summary, workers, db);
   }
   return summary.exit_code();
+}
+
+}  // namespace
+
+const Verb& pretune_verb() {
+  static const Verb verb{
+      "pretune",
+      "tune a grid of specs x problem sizes ahead of time on every chosen GPU (resumable)",
+      {"pretune [--grid default|FILE] [--kind all|prefill|decode] [--devices all|N,N,...] [--jobs N] [--db FILE] [--json]",
+       "pretune [--grid default|FILE] [--kind all|prefill|decode] --dry-run [--json]",
+       "pretune --print-grid"},
+      "Tunes every item of the grid (each spec at each problem size, and the decode dataflow and split sweeps) "
+      "on each chosen GPU, one worker per device, and stores each result in the cache as soon as it finishes: "
+      "interrupt it (Ctrl-C finishes the items in flight) and run the same command again to resume. A progress "
+      "line goes to stderr, the summary to stdout; exit 1 when an item failed. Needs a GPU (exit 3 without one), "
+      "except --dry-run (lists the items) and --print-grid (prints the built-in grid as a grid file, itself JSON, "
+      "to start your own from).",
+      {{"grid", "G", "default (the built-in grid) or a grid file (JSON; see examples/grids/)"},
+       {"kind", "K", "which items: all (default), prefill or decode"},
+       {"devices", "D", "all visible GPUs (default) or a comma list of ordinals, e.g. 0,2"},
+       {"jobs", "N", "compile threads per device, 1..1024 (default: CPU cores / devices)"},
+       db_option(),
+       {"dry-run", "", "list the items (key and shape) and their count; nothing is run, no GPU needed"},
+       {"print-grid", "", "print the built-in grid as a grid file (JSON) and exit"},
+       json_option("the summary (with --dry-run: the items)")},
+      {{"qattn pretune --dry-run --kind decode", "list the decode items of the built-in grid, without a GPU"},
+       {"qattn pretune --grid examples/grids/llama3_8b.json --devices 0", "tune the Llama 3 8B grid on GPU 0"},
+       {"qattn pretune --print-grid > my_grid.json", "start a grid file of your own from the built-in one"}},
+      0,
+      {},
+      pretune};
+  return verb;
 }
 
 }  // namespace qattn::cli

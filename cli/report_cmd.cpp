@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -10,6 +11,7 @@
 #include "cache/store.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/verbs.hpp"
 #include "qattn/error.hpp"
 #include "qattn/inflection.hpp"
 
@@ -33,14 +35,19 @@ struct Group {
   std::string family, device_text, device_name, toolchain;
   std::optional<InflectionTable> dataflow;
   std::optional<SplitTable> splits;
+  nlohmann::json dataflow_json, splits_json;   // the stored decisions as they are, for --json
+  std::string svg;                             // the file written for it, if any
 };
 
-}  // namespace
+nlohmann::json group_json(const Group& g) {
+  nlohmann::json j = {{"family", g.family}, {"device", g.device_text}, {"device_name", g.device_name},
+                      {"toolchain", g.toolchain}, {"dataflow", g.dataflow_json}, {"splits", g.splits_json}};
+  j["svg"] = g.svg.empty() ? nlohmann::json(nullptr) : nlohmann::json(g.svg);
+  return j;
+}
 
-int report(int argc, char** argv) {
-  const Args args(argc, argv, 2, {"db", "out", "kind"}, {});
-  if (!args.positional().empty())
-    throw_bad_input("qattn report takes no positional arguments; accepted: --db F, --out DIR, --kind KIND");
+int report(const Args& args) {
+  const bool json = args.has("json");
   const std::string kind = args.get("kind", "all");
   if (kind != "all" && kind != kDecodeDataflowKind && kind != kDecodeSplitsKind)
     throw_bad_input("unknown --kind '" + kind + "'; accepted: all, decode_dataflow, decode_splits");
@@ -63,16 +70,21 @@ int report(int argc, char** argv) {
       g.toolchain = r.toolchain;
       // One damaged row should not hide the others: it is named on stderr and the exit code says so.
       try {
-        if (k == kDecodeDataflowKind) g.dataflow = parse_inflection_table(r.json);
-        else g.splits = parse_split_table(r.json);
-      } catch (const Error& e) {
+        if (k == kDecodeDataflowKind) {
+          g.dataflow = parse_inflection_table(r.json);
+          g.dataflow_json = nlohmann::json::parse(r.json);
+        } else {
+          g.splits = parse_split_table(r.json);
+          g.splits_json = nlohmann::json::parse(r.json);
+        }
+      } catch (const std::exception& e) {
         ++unreadable;
         std::fprintf(stderr, "qattn report: skipping %s '%s' (%s): %s\n", k.c_str(), r.key.c_str(), g.device_text.c_str(),
                      e.what());
       }
     }
   }
-  if (groups.empty()) {
+  if (groups.empty() && !json) {
     std::printf("no decode decisions in %s (qattn pretune measures them)\n", path.c_str());
     return unreadable ? 1 : 0;
   }
@@ -80,10 +92,13 @@ int report(int argc, char** argv) {
   const std::string out_dir = args.get("out");
   if (!out_dir.empty()) std::filesystem::create_directories(out_dir);
   std::set<std::string> written;
-  for (const auto& [id, g] : groups) {
+  nlohmann::json out = {{"db", path}, {"groups", nlohmann::json::array()}};
+  for (auto& [id, g] : groups) {
     if (!g.dataflow && !g.splits) continue;
-    std::printf("device %s, toolchain %s\n", g.device_text.c_str(), g.toolchain.c_str());
-    std::fputs(report_text(g.dataflow ? &*g.dataflow : nullptr, g.splits ? &*g.splits : nullptr).c_str(), stdout);
+    if (!json) {
+      std::printf("device %s, toolchain %s\n", g.device_text.c_str(), g.toolchain.c_str());
+      std::fputs(report_text(g.dataflow ? &*g.dataflow : nullptr, g.splits ? &*g.splits : nullptr).c_str(), stdout);
+    }
     if (!out_dir.empty() && g.dataflow) {
       // Same family and device name under another driver or toolchain: numbered, never overwritten.
       const std::string stem = file_safe(g.family) + "." + file_safe(g.device_name);
@@ -92,11 +107,38 @@ int report(int argc, char** argv) {
         file = (std::filesystem::path(out_dir) / (stem + "-" + std::to_string(n) + ".svg")).string();
       write_file_atomically(file, report_svg(*g.dataflow, g.device_text));
       written.insert(file);
-      std::printf("  wrote %s\n", file.c_str());
+      g.svg = file;
+      if (!json) std::printf("  wrote %s\n", file.c_str());
     }
-    std::printf("\n");
+    if (json) out["groups"].push_back(group_json(g));
+    else std::printf("\n");
   }
+  if (json) std::printf("%s\n", out.dump(2).c_str());
   return unreadable ? 1 : 0;
+}
+
+}  // namespace
+
+const Verb& report_verb() {
+  static const Verb verb{
+      "report",
+      "the stored decode decisions (dataflow crossings, split counts) as a table and SVG curves",
+      {"report [--db FILE] [--kind all|decode_dataflow|decode_splits] [--out DIR] [--json]"},
+      "Reads the decode decisions `qattn pretune` measured and stored in the cache (read-only) and prints, per "
+      "spec family and device, where each dataflow wins and how many splits each size uses. With --out, one SVG "
+      "of the timing curves per family and device is written to DIR. A damaged row is named on stderr and the "
+      "others are still reported (exit 1). No GPU needed.",
+      {{"db", "FILE", "an existing qattn cache (default: $QATTN_CACHE_DIR/qattn.db, else ~/.cache/qattn/qattn.db)"},
+       {"kind", "K", "which decisions: all (default), decode_dataflow or decode_splits"},
+       {"out", "DIR", "also write the timing curves as SVG files into DIR (created if missing)"},
+       json_option("the decisions as stored, per family and device")},
+      {{"qattn report", "the decode decisions of the default cache"},
+       {"qattn report --db h100.db --out curves/", "the same for another cache, with one SVG per family and device"},
+       {"qattn report --kind decode_splits --json", "the split tables as JSON"}},
+      0,
+      {},
+      report};
+  return verb;
 }
 
 }  // namespace qattn::cli
