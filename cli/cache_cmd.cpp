@@ -10,9 +10,9 @@
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "qattn/error.hpp"
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/toolchain.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/driver.hpp"
+#include "runtime/jit/toolchain.hpp"
 
 namespace qattn::cli {
 namespace {

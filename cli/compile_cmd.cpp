@@ -12,7 +12,7 @@
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 
 namespace qattn::cli {
 namespace {

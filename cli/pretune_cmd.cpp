@@ -15,7 +15,7 @@
 #include "cli/commands.hpp"
 #include "qattn/error.hpp"
 #include "qattn/pretune.hpp"
-#include "qattn/pretune_executor.hpp"
+#include "runtime/tuning/pretune_executor.hpp"
 
 namespace qattn::cli {
 namespace {

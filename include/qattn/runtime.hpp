@@ -245,7 +245,7 @@ class Runtime {
   struct Impl;
 
  private:
-  friend struct RuntimeAccess;   // the library's own parts outside this class (runtime/runtime_impl.hpp)
+  friend struct RuntimeAccess;   // the library's own parts outside this class (runtime/registry/runtime_impl.hpp)
   std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
                                                 void* stream, rt::DeviceBuffer* lent);
   std::unique_ptr<Impl> impl_;

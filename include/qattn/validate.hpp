@@ -25,6 +25,10 @@ struct DeviceLimits {
   int max_threads_per_sm = 2048;
 };
 DeviceLimits default_limits(Arch arch);
+// The tiling used when nothing is tuned (the first candidate of the search space): always valid for a
+// valid spec. Runtime::compile(spec, default_tiling(spec, default_limits(spec.arch))) is the compile-only
+// call that needs no tuning.
+Tiling default_tiling(const Spec& spec, const DeviceLimits& limits);
 
 Verdict validate(const Spec& spec);                                    // the spec alone (arch may be unset)
 Verdict validate(const Spec& spec, const Tiling& tiling, const DeviceLimits& limits);   // arch must be set

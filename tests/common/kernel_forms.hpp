@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 #include "qattn/validate.hpp"
 
 namespace qattn::test {

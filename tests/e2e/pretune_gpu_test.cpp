@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "qattn/pretune.hpp"
-#include "qattn/pretune_executor.hpp"
+#include "runtime/tuning/pretune_executor.hpp"
 #include "qattn/runtime.hpp"
-#include "runtime/device.hpp"
+#include "runtime/device/device.hpp"
 #include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/random_data.hpp"

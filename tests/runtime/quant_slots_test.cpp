@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "qattn/spec.hpp"
-#include "runtime/helper_kernels.hpp"
+#include "runtime/calls/helper_kernels.hpp"
 
 namespace qattn {
 namespace {
