@@ -20,18 +20,11 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 TensorRef ref_of(const TensorView& t) { return TensorRef{t.data, t.sb, t.sh, t.ss, 1}; }
 
-// True when the environment variable `name` is "0": QATTN_FUSE_Q, QATTN_TMA and QATTN_CONCURRENT_PASSES
-// turn an option off for the process (A/B measurements without rebuilding the caller).
-bool env_off(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == "0";
-}
-
 class Prepared final : public PreparedAttention {
  public:
   const Kernel& kernel() const override { return *kernel_; }
   const Problem& problem() const override { return problem_; }
-  std::shared_ptr<LoadedKernel> kernel_;
+  std::shared_ptr<rt::LoadedKernel> kernel_;
   Problem problem_;
   AttentionParams params{};
   rt::DeviceBuffer workspace;   // owned (prepare()); empty when attention() lends the runtime's own
@@ -44,14 +37,18 @@ class Prepared final : public PreparedAttention {
 };
 
 void validate_call(const AttentionCall& c, const Spec& spec) {
-  if (spec.phase != Phase::prefill)
-    throw_bad_input("attention() takes prefill specs; run '" + to_string(spec) + "' with Runtime::decode (include/qattn/decode.hpp)");
-  require(validate(spec, c.problem));
+  Runtime::Impl::require_prefill(spec, c.problem);
   for (const TensorView* t : {&c.q, &c.k, &c.v})
     if (!t->data) throw_bad_input("attention input tensor is null; pass device pointers for q, k and v");
 }
 
 }  // namespace
+
+void Runtime::Impl::require_prefill(const Spec& spec, const Problem& problem) {
+  if (spec.phase != Phase::prefill)
+    throw_bad_input("attention() takes prefill specs; run '" + to_string(spec) + "' with Runtime::decode (include/qattn/decode.hpp)");
+  require(validate(spec, problem));
+}
 
 TensorView bshd(void* data, int seq, int heads, int d) {
   return TensorView{data, static_cast<long long>(seq) * heads * d, d, static_cast<long long>(heads) * d};
@@ -61,25 +58,30 @@ TensorView bhsd(void* data, int seq, int heads, int d) {
 }
 
 // The form attention() and prepare() launch for a chosen tiling: its fused-Q twin and its TMA twin where
-// the options and the spec allow them (RuntimeOptions::fuse_q_quant, tma_loads).
-// QATTN_FUSE_Q=0 / QATTN_TMA=0 turn them off for the process (A/B measurements without rebuilding the caller).
-Tiling Runtime::launch_form(const Spec& spec, const Tiling& tiling) {
-  static const bool fuse_off = env_off("QATTN_FUSE_Q"), tma_off = env_off("QATTN_TMA");
+// the experiment options and the spec allow them (rt::ExperimentOptions::fuse_q_quant, tma_loads).
+Tiling Runtime::Impl::launch_form(const Spec& spec, const Tiling& tiling) {
   if (!spec.quantized()) return tiling;
   Tiling t = tiling;
-  if (impl_->options.fuse_q_quant && !fuse_off) t = fused_q_form(spec, t, impl_->limits());
-  if (impl_->options.tma_loads && !tma_off) t = tma_form(spec, t, impl_->limits());
+  if (experiment.fuse_q_quant) t = fused_q_form(spec, t, limits());
+  if (experiment.tma_loads) t = tma_form(spec, t, limits());
   return t;
 }
+
+Tiling Runtime::launch_form(const Spec& spec, const Tiling& tiling) { return impl_->launch_form(spec, tiling); }
 
 std::unique_ptr<PreparedAttention> Runtime::prepare(const AttentionCall& call, void* stream) {
   const Spec spec = resolve(call.spec);
   validate_call(call, spec);
   const Kernel& k = kernel(spec, call.problem);
-  return prepare_in(call, spec, launch_form(spec, k.tiling()), stream, nullptr);
+  return impl_->prepare_in(call, spec, launch_form(spec, k.tiling()), stream, nullptr);
 }
 
 std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& call, const Tiling& tiling, void* stream) {
+  return impl_->prepare_with(call, tiling, stream);
+}
+
+std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_with(const AttentionCall& call, const Tiling& tiling,
+                                                               void* stream) {
   const Spec spec = resolve(call.spec);
   validate_call(call, spec);
   return prepare_in(call, spec, tiling, stream, nullptr);
@@ -90,28 +92,22 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& ca
 // A lent workspace means a one-shot call: the LSE correction is prepared only when call.lse asks for it
 // (prepare() cannot know whether a later run() will, so it always prepares it).
 // `spec`: call.spec as resolve() returned it, with the call already validated by the caller.
-std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
-                                                       void* stream, rt::DeviceBuffer* lent) {
+std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
+                                                             void* stream, rt::DeviceBuffer* lent) {
   const Problem& p = call.problem;
   if (const std::string why = rt::input_layout_problem(spec, tiling, call.q, call.k, call.v); !why.empty())
     throw_bad_input(why);
   auto out = std::make_unique<Prepared>();
   out->problem_ = p;
-  out->kernel_ = impl_->load(spec, tiling);
+  out->kernel_ = load(spec, tiling);
   AttentionParams& ap = out->params;
   ap.batch = p.batch;
   ap.heads_q = p.heads_q;
   ap.heads_kv = p.heads_kv;
   ap.q_len = p.q_len;
   ap.kv_len = p.kv_len;
-  // QATTN_CAUSAL_BAND=<heads> over RuntimeOptions::causal_band_heads (A/B measurements without
-  // rebuilding the caller).
-  static const int band_env = [] {
-    const char* v = std::getenv("QATTN_CAUSAL_BAND");
-    return v ? std::atoi(v) : 0;
-  }();
-  const int band = band_env > 0 ? band_env : impl_->options.causal_band_heads;
-  ap.band_heads = band > 0 ? band : attention_band_heads(spec, tiling, p, impl_->device().l2_bytes);
+  const int band = experiment.causal_band_heads;
+  ap.band_heads = band > 0 ? band : attention_band_heads(spec, tiling, p, device().l2_bytes);
   if (!spec.quantized()) {
     ap.q = ref_of(call.q);
     ap.k = ref_of(call.k);
@@ -120,9 +116,9 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   }
   // Quantized: Q and K as int8 rows [b, h, s, d]; V as int8 V^T per head, padded to kVPadTokens.
   const int d = spec.head_dim;
-  const int resident = impl_->options.quant_one_pass ? quant::kOnePassMinBlocks * impl_->device().sm_count : 0;
+  const int resident = experiment.quant_one_pass ? quant::kOnePassMinBlocks * device().sm_count : 0;
   std::array<rt::QuantSlot, 3> slots =
-      rt::quant_slots(spec, p, tiling.int4_mma, resident, impl_->options.k_mean_sample_tokens, tiling.q_fused, tiling.tma);
+      rt::quant_slots(spec, p, tiling.int4_mma, resident, options.k_mean_sample_tokens, tiling.q_fused, tiling.tma);
   size_t bytes = 0;
   for (rt::QuantSlot& s : slots) {
     if (!s.active) continue;
@@ -142,26 +138,25 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
   if (lse_fix) bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(p.batch) * p.heads_q * p.q_len);
   char* base = nullptr;
   if (lent) {
-    if (lent->size() < bytes) *lent = rt::DeviceBuffer(bytes, impl_->options.device);
+    if (lent->size() < bytes) *lent = rt::DeviceBuffer(bytes, options.device);
     base = lent->as<char>();
   } else {
-    out->workspace = rt::DeviceBuffer(bytes, impl_->options.device);
+    out->workspace = rt::DeviceBuffer(bytes, options.device);
     base = out->workspace.as<char>();
   }
   const TensorView inputs[3] = {call.q, call.k, call.v};
   const CUstream cu_stream = static_cast<CUstream>(stream);
   // concurrent_passes: the side streams' passes (pass_lanes) are queued first; the caller's stream then
   // waits for them before anything that reads their output.
-  static const bool concurrent_off = env_off("QATTN_CONCURRENT_PASSES");
-  const std::array<int, 3> lane = rt::pass_lanes(slots, impl_->options.concurrent_passes && !concurrent_off);
+  const std::array<int, 3> lane = rt::pass_lanes(slots, experiment.concurrent_passes);
   const bool fork = lane[2] >= 0;
   const int sides = lane[0] == 1 ? 2 : 1;   // side streams in use when forking (pass_lanes: V on 0, Q on 1)
-  std::unique_lock<std::mutex> fork_lock(impl_->fork_mutex, std::defer_lock);
+  std::unique_lock<std::mutex> fork_lock(fork_mutex, std::defer_lock);
   Runtime::Impl::PassFork* pf = nullptr;
   if (fork) {
     fork_lock.lock();   // the events are per caller stream: one fork at a time records them
-    auto& slot = impl_->pass_forks[stream];
-    if (!slot) slot = std::make_unique<Runtime::Impl::PassFork>(impl_->options.device);
+    auto& slot = pass_forks[stream];
+    if (!slot) slot = std::make_unique<Runtime::Impl::PassFork>(options.device);
     pf = slot.get();
     pf->forked.record(cu_stream);
     for (int l = 0; l < sides; ++l) pf->forked.make_wait(pf->side[l].get());
@@ -195,8 +190,8 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
     for (const quant::QuantLaunch& l : s.plan.launches) {
       if (l.zero_scratch_floats > 0)
         rt::fill_bytes_async(reinterpret_cast<CUdeviceptr>(qp.amax_scratch), 0,
-                             sizeof(float) * static_cast<size_t>(l.zero_scratch_floats), pass_stream, impl_->options.device);
-      auto fn = impl_->load_source(rt::quant_source(s.request, l, spec.arch));
+                             sizeof(float) * static_cast<size_t>(l.zero_scratch_floats), pass_stream, options.device);
+      auto fn = load_source(rt::quant_source(s.request, l, spec.arch));
       fn->launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes, pass_stream, qp);
     }
     if (i == 0) { ap.q = s.y; ap.q_scale = qp.scale; ap.q_mean = qp.mean; }   // mean: Q block means (smooth=q)
@@ -219,17 +214,17 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_in(const AttentionCall& call
     fix.heads_q = p.heads_q;
     fix.heads_kv = p.heads_kv;
     fix.q_len = p.q_len;
-    auto row_dot = impl_->load_source(rt::row_dot_source(spec));
+    auto row_dot = load_source(rt::row_dot_source(spec));
     row_dot->launch(rt::Dim3{static_cast<unsigned>((p.q_len + 3) / 4), static_cast<unsigned>(p.heads_q),
                              static_cast<unsigned>(p.batch)},
                     rt::Dim3{128, 1, 1}, 0, cu_stream, fix);
-    out->lse_add = impl_->load_source(rt::add_scaled_source(spec.arch));
+    out->lse_add = load_source(rt::add_scaled_source(spec.arch));
   }
   if (tiling.tma) out->tma = out->kernel_->tma_params(ap);
   return out;
 }
 
-void Runtime::run(const PreparedAttention& prepared_in, TensorView o, float softmax_scale, float* lse, void* stream) {
+void Runtime::Impl::run(const PreparedAttention& prepared_in, TensorView o, float softmax_scale, float* lse, void* stream) {
   const auto& prepared = dynamic_cast<const Prepared&>(prepared_in);
   if (!o.data) throw_bad_input("attention output tensor is null; pass a device pointer for o");
   if (const std::string why = rt::output_layout_problem(prepared.kernel().spec(), o); !why.empty()) throw_bad_input(why);
@@ -255,6 +250,10 @@ void Runtime::run(const PreparedAttention& prepared_in, TensorView o, float soft
   }
 }
 
+void Runtime::run(const PreparedAttention& prepared, TensorView o, float softmax_scale, float* lse, void* stream) {
+  impl_->run(prepared, o, softmax_scale, lse, stream);
+}
+
 void Runtime::attention(const AttentionCall& call, void* stream) {
   const Spec spec = resolve(call.spec);
   validate_call(call, spec);
@@ -265,7 +264,7 @@ void Runtime::attention(const AttentionCall& call, void* stream) {
   // a stream gets a new (larger) one only when a call needs more.
   std::lock_guard<std::mutex> lock(impl_->workspace_mutex);
   rt::DeviceBuffer& ws = impl_->workspaces[stream];
-  const auto prepared = prepare_in(call, spec, tiling, stream, &ws);
+  const auto prepared = impl_->prepare_in(call, spec, tiling, stream, &ws);
   run(*prepared, call.o, call.softmax_scale, call.lse, stream);
 }
 

@@ -174,7 +174,7 @@ long long kv_cache_bytes(const Spec& spec, int batch, int heads_kv, int capacity
 // spec's, else plan_decode_splits over this device's resident CTAs).
 struct Runtime::Impl::DecodePlan {
   Tiling tiling;
-  std::shared_ptr<LoadedKernel> kernel;
+  std::shared_ptr<rt::LoadedKernel> kernel;
   DecodeSplits splits;
 };
 
@@ -227,10 +227,10 @@ Spec buffer_spec(Spec spec) {
 struct DecodePart {
   Spec spec;
   Tiling tiling;
-  std::shared_ptr<LoadedKernel> kernel;
+  std::shared_ptr<rt::LoadedKernel> kernel;
   DecodeParams dp;
   int grid_x = 1;
-  std::shared_ptr<LoadedKernel> fallback;   // unified_max: the exact kernel for the flagged rows
+  std::shared_ptr<rt::LoadedKernel> fallback;   // unified_max: the exact kernel for the flagged rows
 };
 
 }  // namespace
@@ -265,7 +265,7 @@ long long Runtime::decode_fallback_rows(void* stream) {
   return count_fallback_rows(host.data(), host.size());
 }
 
-void Runtime::decode(const DecodeCall& call, void* stream) {
+void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
   const bool umax = call.spec.softmax == SoftmaxMode::unified_max;
   if (umax) check_unified_max(call.spec, call.unified_max);   // before resolve(): no GPU needed to refuse
   const Spec requested = resolve(call.spec);
@@ -280,7 +280,7 @@ void Runtime::decode(const DecodeCall& call, void* stream) {
   else check_cache(requested, call.cache, p.heads_kv, p.kv_len, "decode");
   if (call.splits < 0) throw_bad_input("decode: splits must be >= 0 (0: the runtime chooses)");
   // flow=auto and an unset split count: the tuned tables' choice (decode_dispatch.cpp).
-  const Runtime::Impl::DecodeRoute route = impl_->route_decode(requested, p, call.tiling, call.splits);
+  const Runtime::Impl::DecodeRoute route = route_decode(requested, p, call.tiling, call.splits);
   const Spec& spec = route.spec;
 
   const int d = spec.head_dim;
@@ -301,7 +301,7 @@ void Runtime::decode(const DecodeCall& call, void* stream) {
   {
     // The cache itself (row formats) or the flashq blocks: split over the CTAs.
     const Spec part_spec = blocks_spec(first);
-    const Runtime::Impl::DecodePlan plan = impl_->plan_decode(part_spec, p, route.tiling, route.splits);
+    const Runtime::Impl::DecodePlan plan = plan_decode(part_spec, p, route.tiling, route.splits);
     DecodePart part{part_spec, plan.tiling, plan.kernel, common, plan.splits.splits, nullptr};
     DecodeParams& dp = part.dp;
     dp.split_tokens = plan.splits.split_tokens;
@@ -335,7 +335,7 @@ void Runtime::decode(const DecodeCall& call, void* stream) {
     const Spec part_spec = buffer_spec(first);
     Problem bp = p;
     bp.kv_len = kv::kFlashQBufferRows;
-    const Runtime::Impl::DecodePlan plan = impl_->plan_decode(part_spec, bp, Tiling{0, 0, 0, 0}, 1);
+    const Runtime::Impl::DecodePlan plan = plan_decode(part_spec, bp, Tiling{0, 0, 0, 0}, 1);
     DecodePart part{part_spec, plan.tiling, plan.kernel, common, 1, nullptr};
     DecodeParams& dp = part.dp;
     dp.split_tokens = plan.splits.split_tokens;
@@ -352,18 +352,18 @@ void Runtime::decode(const DecodeCall& call, void* stream) {
   for (DecodePart& part : parts) part.dp.splits = slots;
 
   // Every kernel loaded (maybe compiled) before the workspace lock is taken.
-  auto combine = slots > 1 ? impl_->load_source(render_decode_combine(spec)) : nullptr;
+  auto combine = slots > 1 ? load_source(render_decode_combine(spec)) : nullptr;
   const bool umax_on = umax && call.unified_max.enabled;
   if (umax_on)   // the exact kernels of the same tilings and splits, for the flagged rows
-    for (DecodePart& part : parts) part.fallback = impl_->load(exact_softmax(part.spec), part.tiling);
+    for (DecodePart& part : parts) part.fallback = load(exact_softmax(part.spec), part.tiling);
   const CUstream cu_stream = static_cast<CUstream>(stream);
-  std::lock_guard<std::mutex> lock(impl_->workspace_mutex);
+  std::lock_guard<std::mutex> lock(workspace_mutex);
   const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.q_len;
   if (slots > 1) {
     // Partials: O [rows][slots][d] then the log2-sums [rows][slots], fp32.
     const size_t floats = static_cast<size_t>(rows) * slots * (d + 1);
-    rt::DeviceBuffer& ws = impl_->decode_workspaces[stream];
-    if (ws.size() < floats * sizeof(float)) ws = rt::DeviceBuffer(floats * sizeof(float), impl_->options.device);
+    rt::DeviceBuffer& ws = decode_workspaces[stream];
+    if (ws.size() < floats * sizeof(float)) ws = rt::DeviceBuffer(floats * sizeof(float), options.device);
     for (DecodePart& part : parts) {
       part.dp.part_o = ws.as<float>();
       part.dp.part_lse = part.dp.part_o + static_cast<size_t>(rows) * slots * d;
@@ -372,17 +372,17 @@ void Runtime::decode(const DecodeCall& call, void* stream) {
   if (umax) {
     // Row flags zeroed on the stream; the unified-max kernel ORs kUmOverflow / kUmSeen into them. A
     // disabled unified max leaves them 0: every row took the exact path.
-    Runtime::Impl::DecodeFlags& f = impl_->decode_flags[stream];
+    Runtime::Impl::DecodeFlags& f = decode_flags[stream];
     int* flags = call.row_flags;
     if (!flags) {
       if (f.workspace.size() < static_cast<size_t>(rows) * sizeof(int))
-        f.workspace = rt::DeviceBuffer(static_cast<size_t>(rows) * sizeof(int), impl_->options.device);
+        f.workspace = rt::DeviceBuffer(static_cast<size_t>(rows) * sizeof(int), options.device);
       flags = f.workspace.as<int>();
     }
     f.last = flags;
     f.rows = rows;
     rt::fill_words_async(reinterpret_cast<CUdeviceptr>(flags), 0u, static_cast<size_t>(rows), cu_stream,
-                         impl_->options.device);
+                         options.device);
     constexpr double kLog2e = 1.4426950408889634;   // the kernel's units: x * log2 e
     for (DecodePart& part : parts) {
       part.dp.row_flags = flags;
@@ -391,7 +391,7 @@ void Runtime::decode(const DecodeCall& call, void* stream) {
       part.dp.um_hi2 = static_cast<float>(call.unified_max.hi * kLog2e);
     }
   }
-  auto launch = [&](const DecodePart& part, LoadedKernel& kernel, const DecodeParams& dp) {
+  auto launch = [&](const DecodePart& part, rt::LoadedKernel& kernel, const DecodeParams& dp) {
     const LaunchShape l = decode_launch(part.spec, part.tiling, p, part.grid_x);
     kernel.function().launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
                              cu_stream, dp);
@@ -421,7 +421,9 @@ void Runtime::decode(const DecodeCall& call, void* stream) {
   }
 }
 
-void Runtime::append_kv(const AppendKvCall& call, void* stream) {
+void Runtime::decode(const DecodeCall& call, void* stream) { impl_->decode(call, stream); }
+
+void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
   const Spec spec = resolve(call.spec);
   if (spec.phase != Phase::decode) throw_bad_input("append_kv() takes a decode spec (got '" + to_string(spec) + "')");
   if (call.batch < 1 || call.heads_kv < 1 || call.n_new < 1)
@@ -431,7 +433,7 @@ void Runtime::append_kv(const AppendKvCall& call, void* stream) {
   // first token only through the cache size).
   check_cache(spec, call.cache, call.heads_kv, call.n_new, "append_kv");
   const CacheGeometry g = geometry(spec, call.cache, call.heads_kv);
-  auto fn = impl_->load_source(render_kv_append(spec));
+  auto fn = load_source(render_kv_append(spec));
   KvAppendParams ap{};
   ap.block_table = spec.paged ? call.cache.block_table : nullptr;
   ap.start = call.start;
@@ -451,5 +453,7 @@ void Runtime::append_kv(const AppendKvCall& call, void* stream) {
     fn->launch(grid, rt::Dim3{128, 1, 1}, 0, cu_stream, ap);
   }
 }
+
+void Runtime::append_kv(const AppendKvCall& call, void* stream) { impl_->append_kv(call, stream); }
 
 }  // namespace qattn

@@ -100,7 +100,7 @@ std::vector<Source> helper_sources(const Spec& spec, int k_mean_sample_tokens) {
   }
   if (spec.phase == Phase::decode) return {render_decode_combine(spec), render_kv_append(spec)};
   if (!spec.quantized()) return out;
-  // The default form (RuntimeOptions::quant_one_pass off): statistics passes where a head needs them,
+  // The default form (rt::ExperimentOptions::quant_one_pass off): statistics passes where a head needs them,
   // over every token (a short sequence), and K's over a sample where the sequence is longer than it.
   const Problem nominal{1, spec.gqa, 1, 128, 128};
   const bool int4_mma = int4_mma_by_default(spec);

@@ -36,7 +36,7 @@ struct QuantSlot {
 std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem, bool int4_mma, int resident_blocks,
                                      int k_mean_sample_tokens, bool q_fused = false, bool tma = false);
 
-// Which stream runs each operand's passes (RuntimeOptions::concurrent_passes): -1 the caller's, 0 / 1 the
+// Which stream runs each operand's passes (rt::ExperimentOptions::concurrent_passes): -1 the caller's, 0 / 1 the
 // runtime's side streams. Concurrent: V's passes on side stream 0 whenever another operand has passes too,
 // and Q's on side stream 1 when K's run on the caller's; K's always on the caller's (the LSE correction
 // after them reads K's mean). Not concurrent, or a single operand with passes: all -1.

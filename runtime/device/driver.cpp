@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "env/env.hpp"
+
 namespace qattn::rt {
 namespace {
 
@@ -16,8 +18,8 @@ constexpr int kOldestDriver = 12000;   // cuLibrary*, cuKernel* and cuGetProcAdd
 #define QATTN_SYMBOL_NAME_(fn) #fn
 
 std::string driver_path() {
-  const char* env = std::getenv("QATTN_LIBCUDA");
-  return env && *env ? std::string(env) : std::string(kDefaultDriverPath);
+  const std::string path = env::libcuda();
+  return path.empty() ? std::string(kDefaultDriverPath) : path;
 }
 
 std::string not_found_message(const std::string& detail) {

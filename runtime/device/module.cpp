@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "env/env.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/driver.hpp"
 
@@ -26,13 +27,7 @@ struct LibraryHandle {
 namespace {
 
 // QATTN_SYNC_LAUNCH=1 synchronises after every launch, so a faulting kernel is named at its launch.
-bool sync_after_launch() {
-  static const bool on = [] {
-    const char* v = std::getenv("QATTN_SYNC_LAUNCH");
-    return v && *v && std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
+bool sync_after_launch() { return env::sync_launch(); }
 
 std::string describe(const char* what, const std::string& kernel, const DriverError& e) {
   return std::string(what) + " '" + kernel + "': " + e.what();

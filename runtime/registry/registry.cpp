@@ -4,6 +4,7 @@
 
 #include "cache/log.hpp"
 #include "cache/open_layer.hpp"
+#include "env/env.hpp"
 #include "qattn/attention/tile_order.h"
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
@@ -18,7 +19,7 @@
 
 namespace qattn {
 
-std::string LoadedKernel::kernel_name(const Spec& s, const Tiling& t) { return qattn::kernel_name(s, t); }
+std::string rt::LoadedKernel::kernel_name(const Spec& s, const Tiling& t) { return qattn::kernel_name(s, t); }
 
 namespace {
 
@@ -32,19 +33,19 @@ LaunchShape checked_shape(const Spec& spec, const Tiling& tiling, const Problem&
 
 }  // namespace
 
-void LoadedKernel::launch(const AttentionParams& params, const Problem& problem, void* stream) const {
+void rt::LoadedKernel::launch(const AttentionParams& params, const Problem& problem, void* stream) const {
   if (tiling_.tma) return launch(tma_params(params), problem, stream);
   const LaunchShape l = checked_shape(spec_, tiling_, problem, params.band_heads);
   fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
              static_cast<CUstream>(stream), params);
 }
 
-TmaAttentionParams LoadedKernel::tma_params(const AttentionParams& params) const {
+TmaAttentionParams rt::LoadedKernel::tma_params(const AttentionParams& params) const {
   rt::ContextGuard guard(fn_.device());   // the driver encodes tensor maps in a current context
   return rt::tma_params(spec_, tiling_, params);
 }
 
-void LoadedKernel::launch(const TmaAttentionParams& params, const Problem& problem, void* stream) const {
+void rt::LoadedKernel::launch(const TmaAttentionParams& params, const Problem& problem, void* stream) const {
   const LaunchShape l = checked_shape(spec_, tiling_, problem, params.a.band_heads);
   fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
              static_cast<CUstream>(stream), params);
@@ -58,9 +59,7 @@ namespace {
 std::unique_ptr<cache::LayeredStore> open_store(const RuntimeOptions& o) {
   if (!o.use_cache) return nullptr;
   std::string shipped = o.shipped_cache_path;
-  if (shipped.empty()) {
-    if (const char* env = std::getenv("QATTN_SHIPPED_CACHE")) shipped = env;
-  }
+  if (shipped.empty()) shipped = env::shipped_cache();
   std::string user = o.cache_path, note;
   if (user.empty()) {
     try {
@@ -194,7 +193,7 @@ Spec Runtime::Impl::resolve(const Spec& spec) {
   return s;
 }
 
-std::shared_ptr<LoadedKernel> Runtime::Impl::load(const Spec& spec, const Tiling& tiling) {
+std::shared_ptr<rt::LoadedKernel> Runtime::Impl::load(const Spec& spec, const Tiling& tiling) {
   std::lock_guard<std::recursive_mutex> lock(mutex);
   const std::string name = kernel_name(spec, tiling);
   if (auto it = by_name.find(name); it != by_name.end()) return it->second;
@@ -210,7 +209,7 @@ std::shared_ptr<LoadedKernel> Runtime::Impl::load(const Spec& spec, const Tiling
   rt::Kernel fn = module.kernel(name);
   const int smem = kernel_smem_bytes(spec, tiling);
   if (smem > 48 * 1024) fn.set_max_dynamic_smem(smem);
-  auto k = std::make_shared<LoadedKernel>(spec, tiling, std::move(module), std::move(fn), static_cast<unsigned>(smem));
+  auto k = std::make_shared<rt::LoadedKernel>(spec, tiling, std::move(module), std::move(fn), static_cast<unsigned>(smem));
   ++counters.loads;
   by_name[name] = k;
   return k;
@@ -259,7 +258,7 @@ TuningResult Runtime::Impl::tune(const Spec& spec, const Problem& problem) {
 
 void Runtime::Impl::cache_launch_form(const Spec& spec, const Tiling& winner) {
   if (!store || options.read_only) return;   // no file to keep it in: attention() compiles it when it runs
-  const Tiling launched = self->launch_form(spec, winner);
+  const Tiling launched = launch_form(spec, winner);
   if (launched == winner) return;
   const rt::Binary bin = binaries->get({render_attention(spec, launched)}).front();
   if (!bin.error.empty()) cache::log_once("qattn: " + bin.error);
@@ -267,7 +266,23 @@ void Runtime::Impl::cache_launch_form(const Spec& spec, const Tiling& winner) {
   counters.binary_db_hits = binaries->cache_hits();
 }
 
-Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) { impl_->self = this; }
+namespace rt {
+
+ExperimentOptions ExperimentOptions::from_environment() {
+  ExperimentOptions o;
+  o.fuse_q_quant = !env::fuse_q_off();
+  o.tma_loads = !env::tma_off();
+  o.causal_band_heads = env::causal_band_heads();
+  o.concurrent_passes = !env::concurrent_passes_off();
+  o.quant_one_pass = env::quant_one_pass();
+  return o;
+}
+
+ExperimentOptions& experiment_options(Runtime& runtime) { return RuntimeAccess::impl(runtime).experiment; }
+
+}  // namespace rt
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 Runtime::~Runtime() = default;
 
 Spec Runtime::resolve(const Spec& spec) { return impl_->resolve(spec); }

@@ -16,11 +16,13 @@
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
 #include "runtime/device/module.hpp"
+#include "runtime/registry/experiment_options.hpp"
 
 namespace qattn {
+namespace rt {
 
 // A kernel loaded on the runtime's device.
-class LoadedKernel final : public Kernel {
+class LoadedKernel final : public qattn::Kernel {
  public:
   LoadedKernel(Spec spec, Tiling tiling, rt::Module module, rt::Kernel fn, unsigned smem)
       : name_(kernel_name(spec, tiling)), spec_(spec), tiling_(tiling), module_(std::move(module)),
@@ -45,6 +47,8 @@ class LoadedKernel final : public Kernel {
   unsigned smem_;
 };
 
+}  // namespace rt
+
 // Runtime::Impl of a Runtime, for the library's parts that are not members (the pretune worker, calibrate()).
 struct RuntimeAccess {
   static Runtime::Impl& impl(Runtime& runtime) { return *runtime.impl_; }
@@ -60,7 +64,7 @@ struct Runtime::Impl {
   Spec resolve(const Spec& spec);
 
   // Loads (compiling or taking the cached cubin) the kernel of (spec, tiling); kept for the runtime's life.
-  std::shared_ptr<LoadedKernel> load(const Spec& spec, const Tiling& tiling);
+  std::shared_ptr<rt::LoadedKernel> load(const Spec& spec, const Tiling& tiling);
   // A loaded quantization pass by its rendered source (see quant_pipeline.cpp).
   std::shared_ptr<rt::Kernel> load_source(const Source& source);
   TuningResult tune(const Spec& spec, const Problem& problem);
@@ -73,12 +77,24 @@ struct Runtime::Impl {
   // exact hit, or another driver's entry whose tiling passes verification here (then stored under this
   // driver). Every other outcome but "absent" is recorded as a cache warning.
   std::optional<Tiling> stored_tiling(const Spec& spec, const std::string& bucket);
+  // The calls (runtime/calls/), which the public Runtime forwards to and the tuner's GPU side
+  // (runtime/tuning/) uses directly: the tuning path never goes back through the public Runtime.
+  Tiling launch_form(const Spec& spec, const Tiling& tiling);   // Runtime::launch_form
+  // Throws bad_input unless `spec` (resolved) is a prefill spec that `problem` fits.
+  static void require_prefill(const Spec& spec, const Problem& problem);
+  std::unique_ptr<PreparedAttention> prepare_with(const AttentionCall& call, const Tiling& tiling, void* stream);
+  // `lent`: the runtime's per-stream workspace (attention()), or null: the prepared call owns one.
+  std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
+                                                void* stream, rt::DeviceBuffer* lent);
+  void run(const PreparedAttention& prepared, TensorView o, float softmax_scale, float* lse, void* stream);
+  void decode(const DecodeCall& call, void* stream);
+  void append_kv(const AppendKvCall& call, void* stream);
   // Tiling, loaded kernel and split count of a decode call (decode_call.cpp).
   struct DecodePlan;
   DecodePlan plan_decode(const Spec& spec, const Problem& problem, const Tiling& requested, int requested_splits);
 
   RuntimeOptions options;
-  Runtime* self = nullptr;   // the public object, for the runner's high-level calls
+  rt::ExperimentOptions experiment = rt::ExperimentOptions::from_environment();
   std::unique_ptr<cache::LayeredStore> store;   // user layer over the shipped one; null: cache off
   std::unique_ptr<rt::BinaryProvider> binaries;
   std::recursive_mutex mutex;   // guards the maps, counters and device info
@@ -95,15 +111,15 @@ struct Runtime::Impl {
     }
   };
   static RequestKey request_key(const Spec& spec, const Problem& problem);
-  std::map<RequestKey, std::shared_ptr<LoadedKernel>> by_request;
-  std::map<std::string, std::shared_ptr<LoadedKernel>> by_name;
+  std::map<RequestKey, std::shared_ptr<rt::LoadedKernel>> by_request;
+  std::map<std::string, std::shared_ptr<rt::LoadedKernel>> by_name;
   std::map<std::string, std::pair<rt::Module, std::shared_ptr<rt::Kernel>>> sources;   // quant passes
   RuntimeCounters counters;
   std::mutex workspace_mutex;
   std::map<void*, rt::DeviceBuffer> workspaces;   // attention()'s workspace per stream
   std::map<void*, rt::DeviceBuffer> decode_workspaces;   // decode()'s split partials per stream
   // Quantized prefill: V's passes (and Q's, when K's run too) on side streams beside the caller's
-  // (RuntimeOptions::concurrent_passes); per caller stream, two side streams and their fork / join events.
+  // (rt::ExperimentOptions::concurrent_passes); per caller stream, two side streams and their fork / join events.
   struct PassFork {
     rt::Stream side[2];
     rt::Event forked, joined[2];

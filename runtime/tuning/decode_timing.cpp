@@ -38,7 +38,7 @@ struct DecodeTimingBench::Caches {
   KvCacheView view;                 // copy 0's pointers; the others differ only in k and v
 };
 
-DecodeTimingBench::DecodeTimingBench(Runtime& runtime) : rt_(runtime) {}
+DecodeTimingBench::DecodeTimingBench(Runtime::Impl& runtime) : rt_(runtime) {}
 DecodeTimingBench::~DecodeTimingBench() = default;
 
 DecodeTimingBench::Caches& DecodeTimingBench::caches_for(const Spec& s, const Problem& p, int copies) {
@@ -48,7 +48,7 @@ DecodeTimingBench::Caches& DecodeTimingBench::caches_for(const Spec& s, const Pr
   auto c = std::make_unique<Caches>();
   c->key = key;
   c->copies = copies;
-  const int ordinal = rt_.options().device;
+  const int ordinal = rt_.options.device;
   const int d = s.head_dim;
   std::mt19937_64 rng(0x5eedULL ^ std::hash<std::string>{}(key));
 
@@ -138,7 +138,7 @@ std::vector<double> DecodeTimingBench::samples_us(const Spec& spec_in, const Til
     throw_bad_input("decode timing covers the row-cache formats; a flashq cache is filled by flashq_prefill "
                     "(time it with bench/decode_bench); accepted: fp16, bf16, int8, int4, fp8e4m3 caches");
   require(validate(s, p));
-  const int ordinal = rt_.options().device;
+  const int ordinal = rt_.options.device;
   // Enough cache copies that together they overflow L2 three times: a decode step in a model never
   // finds its layer's cache in L2.
   const double one = 2.0 * kv_cache_bytes(s, p.batch, p.heads_kv, (p.kv_len + 3) / 4 * 4);

@@ -1,19 +1,19 @@
 // Decode timing on the GPU, for the tuner's dataflow and split-K sweeps (tuner/inflection): a KV cache
 // of the spec's format filled with random tokens through append_kv (K with biased channels, as real K
-// has; never zeros), random queries, and CUDA-event timings of Runtime::decode over enough cache copies
+// has; never zeros), random queries, and CUDA-event timings of the runtime's decode over enough cache copies
 // that no launch finds its cache in L2.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "qattn/runtime.hpp"
+#include "runtime/registry/runtime_impl.hpp"
 
 namespace qattn::rt {
 
 class DecodeTimingBench {
  public:
-  explicit DecodeTimingBench(Runtime& runtime);
+  explicit DecodeTimingBench(Runtime::Impl& runtime);
   ~DecodeTimingBench();
   DecodeTimingBench(const DecodeTimingBench&) = delete;
   DecodeTimingBench& operator=(const DecodeTimingBench&) = delete;
@@ -27,7 +27,7 @@ class DecodeTimingBench {
  private:
   struct Caches;
   Caches& caches_for(const Spec& spec, const Problem& problem, int copies);
-  Runtime& rt_;
+  Runtime::Impl& rt_;
   std::unique_ptr<Caches> caches_;   // one set at a time: a sweep visits one cache shape after another
 };
 

@@ -14,7 +14,7 @@ namespace {
 
 class GpuDecodeTimer final : public DecodeTimer {
  public:
-  GpuDecodeTimer(Runtime& runtime, TimingOptions timing) : bench_(runtime), timing_(timing) {}
+  GpuDecodeTimer(Runtime::Impl& runtime, TimingOptions timing) : bench_(runtime), timing_(timing) {}
   double time_us(const Spec& spec, const Tiling& tiling, const Problem& problem, int splits) override {
     return median(bench_.samples_us(spec, tiling, problem, splits, timing_));
   }
@@ -46,7 +46,7 @@ DecodeTuning Runtime::tune_decode(const Spec& spec_in, const SweepOptions& optio
   }
   for (const rt::Binary& b : impl_->binaries->get(sources))
     if (!b.error.empty()) throw Error(ErrorKind::failure, "tune_decode: " + b.kernel_name + " does not compile: " + b.error);
-  GpuDecodeTimer timer(*this, impl_->options.timing);
+  GpuDecodeTimer timer(*impl_, impl_->options.timing);
   DecodeTuning t;
   t.dataflow = sweep_dataflow(spec, options, timer);
   t.splits = sweep_splits(spec, options, timer, &t.dataflow);

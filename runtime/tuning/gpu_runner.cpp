@@ -110,14 +110,14 @@ std::string CheckResult::summary() const {
   return buf;
 }
 
-CheckResult check_against_reference(Runtime& runtime, const Spec& spec_in, const Tiling* tiling, const Problem& p,
+CheckResult check_against_reference(Runtime::Impl& runtime, const Spec& spec_in, const Tiling& tiling, const Problem& p,
                                     unsigned long long seed, bool bhsd_layout) {
   const Spec spec = runtime.resolve(spec_in);
-  const int ordinal = runtime.options().device;
+  const int ordinal = runtime.options.device;
   DeviceInputs in = make_inputs(spec, p, seed, bhsd_layout, ordinal);
   const AttentionCall call = in.call(spec, p);
   Stream stream(ordinal);
-  auto prepared = tiling ? runtime.prepare_with(call, *tiling, stream.get()) : runtime.prepare(call, stream.get());
+  auto prepared = runtime.prepare_with(call, tiling, stream.get());
   runtime.run(*prepared, call.o, 0.f, nullptr, stream.get());
   stream.synchronize();
   const std::vector<float> all = download_output(in, spec.out, p, spec.head_dim, bhsd_layout);
@@ -170,7 +170,7 @@ Verification GpuCandidateRunner::verify(const Spec& spec, const Tiling& tiling) 
   p.kv_len = 203;
   std::random_device rd;
   const CheckResult r =
-      check_against_reference(*rt_.self, spec, &tiling, p, (static_cast<unsigned long long>(rd()) << 32) ^ rd());
+      check_against_reference(rt_, spec, tiling, p, (static_cast<unsigned long long>(rd()) << 32) ^ rd());
   return {r.passed, r.summary()};
 }
 
@@ -191,16 +191,16 @@ std::vector<double> GpuCandidateRunner::time(const Spec& spec, const Tiling& til
   }
   Stream stream(ordinal);
   std::vector<std::unique_ptr<PreparedAttention>> prepared;
-  for (DeviceInputs& in : sets) prepared.push_back(rt_.self->prepare_with(in.call(spec, problem), tiling, stream.get()));
+  for (DeviceInputs& in : sets) prepared.push_back(rt_.prepare_with(in.call(spec, problem), tiling, stream.get()));
   const size_t n = sets.size();
   for (int i = 0; i < options.warmup; ++i)
-    rt_.self->run(*prepared[i % n], sets[i % n].to, 0.f, nullptr, stream.get());
+    rt_.run(*prepared[i % n], sets[i % n].to, 0.f, nullptr, stream.get());
   Event start(ordinal), stop(ordinal);
   std::vector<double> samples;
   for (int i = 0; i < options.repeats; ++i) {
     const size_t s = static_cast<size_t>(i) % n;
     start.record(stream.get());
-    rt_.self->run(*prepared[s], sets[s].to, 0.f, nullptr, stream.get());
+    rt_.run(*prepared[s], sets[s].to, 0.f, nullptr, stream.get());
     stop.record(stream.get());
     stop.synchronize();
     samples.push_back(1000.0 * stop.elapsed_ms_since(start));
@@ -225,7 +225,11 @@ std::vector<double> Runtime::benchmark(const Spec& spec_in, const Problem& probl
 }
 
 Runtime::Accuracy Runtime::check(const Spec& spec, const Problem& problem, unsigned long long seed, bool bhsd_layout) {
-  const rt::CheckResult r = rt::check_against_reference(*this, spec, nullptr, problem, seed, bhsd_layout);
+  // The call attention() makes: the tuned kernel's tiling in its launch form.
+  const Spec resolved = resolve(spec);
+  Impl::require_prefill(resolved, problem);
+  const Tiling tiling = launch_form(resolved, kernel(resolved, problem).tiling());
+  const rt::CheckResult r = rt::check_against_reference(*impl_, resolved, tiling, problem, seed, bhsd_layout);
   Accuracy a;
   a.passed = r.passed;
   a.cosine = r.cosine;

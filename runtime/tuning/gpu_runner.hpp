@@ -41,7 +41,7 @@ struct CheckResult {
   long long non_finite = 0;
   std::string summary() const;
 };
-CheckResult check_against_reference(Runtime& runtime, const Spec& spec, const Tiling* tiling, const Problem& problem,
+CheckResult check_against_reference(Runtime::Impl& runtime, const Spec& spec, const Tiling& tiling, const Problem& problem,
                                     unsigned long long seed, bool bhsd_layout = false);
 
 }  // namespace qattn::rt

@@ -18,7 +18,7 @@
 #include "runtime/registry/runtime_impl.hpp"
 #include "runtime/jit/toolchain.hpp"
 
-namespace qattn {
+namespace qattn::rt {
 namespace {
 
 // A decode item's sweep options from its problems: the KV lengths and (batch x heads_kv) sizes listed
@@ -160,13 +160,6 @@ ItemResult GpuPretuneWorker::tune_prefill(const PretuneItem& item) {
   return {true, result.winner_name + detail};
 }
 
-std::unique_ptr<PretuneWorker> make_gpu_pretune_worker(int device, const std::string& cache_path) {
-  GpuPretuneOptions o;
-  o.device = device;
-  o.cache_path = cache_path;
-  return std::make_unique<GpuPretuneWorker>(o);
-}
-
 std::vector<int> select_devices(const std::string& which) {
   std::string why;
   if (!rt::driver_available(&why)) throw Error(ErrorKind::no_gpu, "pretune needs a GPU: " + why);
@@ -192,6 +185,17 @@ std::vector<int> select_devices(const std::string& which) {
     if (std::find(devices.begin(), devices.end(), ordinal) == devices.end()) devices.push_back(static_cast<int>(ordinal));
   }
   return devices;
+}
+
+}  // namespace qattn::rt
+
+namespace qattn {
+
+std::unique_ptr<PretuneWorker> make_gpu_pretune_worker(int device, const std::string& cache_path) {
+  rt::GpuPretuneOptions o;
+  o.device = device;
+  o.cache_path = cache_path;
+  return std::make_unique<rt::GpuPretuneWorker>(o);
 }
 
 }  // namespace qattn

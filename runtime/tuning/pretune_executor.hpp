@@ -9,10 +9,9 @@
 #include "qattn/pretune.hpp"
 #include "qattn/runtime.hpp"
 
-namespace qattn {
-namespace rt {
+namespace qattn::rt {
+
 class GpuCandidateRunner;
-}
 
 struct GpuPretuneOptions {
   int device = 0;                 // CUDA ordinal
@@ -55,7 +54,7 @@ class GpuPretuneWorker final : public PretuneWorker {
   std::vector<std::string> compiled_specs_;   // specs whose candidates are in the binary cache already
   // The tuner's runner is kept while consecutive items time on the same inputs (head dim, output type,
   // problem): generating a 16k-token input set on the host costs seconds, so it is made once per group.
-  std::unique_ptr<rt::GpuCandidateRunner> runner_;
+  std::unique_ptr<GpuCandidateRunner> runner_;
   std::string runner_inputs_;
 };
 
@@ -64,4 +63,4 @@ class GpuPretuneWorker final : public PretuneWorker {
 // ordinal that is not there.
 std::vector<int> select_devices(const std::string& which);
 
-}  // namespace qattn
+}  // namespace qattn::rt
