@@ -35,10 +35,10 @@
 #include "qattn/problem.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/spec.hpp"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/host_data.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/device/driver.hpp"
+#include "runtime/tuning/host_data.hpp"
 
 namespace {
 

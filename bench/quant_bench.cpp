@@ -26,13 +26,13 @@
 
 #include "qattn/error.hpp"
 #include "qattn/quant/quant_shape.h"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/helper_kernels.hpp"
-#include "runtime/host_data.hpp"
-#include "runtime/module.hpp"
-#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/device/driver.hpp"
+#include "runtime/calls/helper_kernels.hpp"
+#include "runtime/tuning/host_data.hpp"
+#include "runtime/device/module.hpp"
+#include "runtime/jit/nvrtc_compiler.hpp"
 
 namespace {
 

@@ -31,9 +31,9 @@
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/toolchain.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/jit/toolchain.hpp"
 
 namespace {
 

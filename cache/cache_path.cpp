@@ -1,28 +1,20 @@
 #include <pwd.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "cache/store.hpp"
+#include "env/env.hpp"
 
 namespace qattn::cache {
-namespace {
-
-std::string env_or_empty(const char* name) {
-  const char* value = std::getenv(name);
-  return value ? std::string(value) : std::string();
-}
-
-}  // namespace
 
 std::string default_cache_path() {
-  if (std::string dir = env_or_empty("QATTN_CACHE_DIR"); !dir.empty()) return dir + "/qattn.db";
+  if (std::string dir = env::cache_dir(); !dir.empty()) return dir + "/qattn.db";
   // The XDG base-directory spec says to ignore relative paths in these variables.
-  if (std::string dir = env_or_empty("XDG_CACHE_HOME"); !dir.empty() && dir[0] == '/') {
+  if (std::string dir = env::xdg_cache_home(); !dir.empty() && dir[0] == '/') {
     return dir + "/qattn/qattn.db";
   }
-  std::string home = env_or_empty("HOME");
+  std::string home = env::home();
   if (home.empty()) {
     if (const passwd* entry = ::getpwuid(::getuid()); entry && entry->pw_dir) home = entry->pw_dir;
   }

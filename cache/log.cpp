@@ -6,14 +6,12 @@
 #include <mutex>
 #include <set>
 
+#include "env/env.hpp"
+
 namespace qattn::cache {
 
 bool logging_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("QATTN_LOG");
-    return value && std::strcmp(value, "1") == 0;
-  }();
-  return enabled;
+  return env::log();
 }
 
 void log_once(const std::string& line) {

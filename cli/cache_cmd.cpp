@@ -11,9 +11,9 @@
 #include "cli/commands.hpp"
 #include "cli/verbs.hpp"
 #include "qattn/error.hpp"
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/toolchain.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/driver.hpp"
+#include "runtime/jit/toolchain.hpp"
 
 namespace qattn::cli {
 namespace {

@@ -16,8 +16,8 @@
 #include "qattn/error.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/validate.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/host_data.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/tuning/host_data.hpp"
 
 namespace qattn::cli {
 namespace {
@@ -42,7 +42,7 @@ std::vector<unsigned char> read_file(const std::string& path) {
   return std::vector<unsigned char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
-// Random Q, K, V with the outliers real activations show (runtime/host_data.cpp): 4 Q channels x10,
+// Random Q, K, V with the outliers real activations show (runtime/tuning/host_data.cpp): 4 Q channels x10,
 // 6 K channels offset by +-U(5, 20), 2 V channels offset likewise; rounded to the element type.
 std::vector<std::uint16_t> random_tensor(std::mt19937_64& rng, Fmt fmt, const Problem& p, int heads, int seq, int d,
                                          int biased, int scaled) {

@@ -6,11 +6,11 @@
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/verbs.hpp"
-#include "qattn/embedded_templates.hpp"
+#include "generator/embedded_templates.hpp"
 #include "qattn/runtime.hpp"
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/driver.hpp"
+#include "runtime/jit/nvrtc_compiler.hpp"
 
 namespace qattn::cli {
 

@@ -16,7 +16,7 @@
 #include "cli/verbs.hpp"
 #include "qattn/error.hpp"
 #include "qattn/pretune.hpp"
-#include "qattn/pretune_executor.hpp"
+#include "runtime/tuning/pretune_executor.hpp"
 
 namespace qattn::cli {
 namespace {
@@ -69,7 +69,7 @@ std::vector<PretuneItem> items_of_kind(std::vector<PretuneItem> items, const std
   return items;
 }
 
-void print_summary(const PretuneSummary& s, const std::vector<std::unique_ptr<GpuPretuneWorker>>& workers,
+void print_summary(const PretuneSummary& s, const std::vector<std::unique_ptr<rt::GpuPretuneWorker>>& workers,
                    const std::string& db) {
   std::printf("pretune: %zu of %zu items finished in %s on %zu device(s): %zu tuned, %zu already stored, %zu failed\n",
               s.ran + s.resumed + s.failed, s.total, format_duration(s.elapsed_s).c_str(), workers.size(), s.ran,
@@ -106,18 +106,18 @@ int pretune(const Args& args) {
     std::printf("%zu items (per device model)\n", items.size());
     return 0;
   }
-  const std::vector<int> devices = select_devices(args.get("devices", "all"));
+  const std::vector<int> devices = rt::select_devices(args.get("devices", "all"));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int jobs = args.get_int("jobs", std::max(1, cores / static_cast<int>(devices.size())), 1, 1024);
 
-  std::vector<std::unique_ptr<GpuPretuneWorker>> workers;
+  std::vector<std::unique_ptr<rt::GpuPretuneWorker>> workers;
   std::vector<PretuneWorker*> worker_ptrs;
   for (int d : devices) {
-    GpuPretuneOptions o;
+    rt::GpuPretuneOptions o;
     o.device = d;
     o.cache_path = args.get("db");
     o.compile_jobs = jobs;
-    workers.push_back(std::make_unique<GpuPretuneWorker>(o));
+    workers.push_back(std::make_unique<rt::GpuPretuneWorker>(o));
     worker_ptrs.push_back(workers.back().get());
   }
   const std::string db = workers.front()->runtime().cache_path();

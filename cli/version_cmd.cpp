@@ -7,8 +7,8 @@
 #include "cli/commands.hpp"
 #include "cli/verbs.hpp"
 #include "cli_git_commit.hpp"   // generated at build time by cli/git_commit.cmake
-#include "qattn/embedded_templates.hpp"
-#include "runtime/nvrtc_compiler.hpp"
+#include "generator/embedded_templates.hpp"
+#include "runtime/jit/nvrtc_compiler.hpp"
 
 namespace qattn::cli {
 namespace {

@@ -3,7 +3,7 @@
 
 #include "qattn/error.hpp"
 #include "qattn/runtime.hpp"
-#include "qattn/search_space.hpp"
+#include "qattn/validate.hpp"
 
 int main(int argc, char** argv) {
   try {

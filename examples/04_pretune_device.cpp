@@ -10,7 +10,6 @@
 
 #include "qattn/error.hpp"
 #include "qattn/pretune.hpp"
-#include "qattn/pretune_executor.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -19,12 +18,10 @@ int main(int argc, char** argv) {
   }
   try {
     const std::vector<qattn::PretuneItem> items = qattn::expand_grid(qattn::load_pretune_grid(argv[1]));
-    qattn::GpuPretuneOptions o;
-    o.device = 0;
-    o.cache_path = argv[2];
-    qattn::GpuPretuneWorker gpu0(o);   // opens the cache and the device (no_gpu: exit 3)
+    // Opens the cache and the device (no_gpu: exit 3).
+    const std::unique_ptr<qattn::PretuneWorker> gpu0 = qattn::make_gpu_pretune_worker(0, argv[2]);
     qattn::TerminalProgress progress(stderr, isatty(fileno(stderr)) != 0);
-    const qattn::PretuneSummary s = qattn::run_pretune(items, {&gpu0}, {}, progress);
+    const qattn::PretuneSummary s = qattn::run_pretune(items, {gpu0.get()}, {}, progress);
     std::printf("%zu items: %zu tuned now, %zu already in %s, %zu failed, %.0f s\n", s.total, s.ran, s.resumed, argv[2],
                 s.failed, s.elapsed_s);
     for (const qattn::ItemOutcome& out : s.outcomes)

@@ -18,11 +18,10 @@
 #include "qattn/decode/kv_layout.h"
 #include "qattn/error.hpp"
 #include "qattn/runtime.hpp"
-#include "qattn/search_space.hpp"
 #include "qattn/validate.hpp"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/device/driver.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "qattn/render.hpp"
+#include "generator/render.hpp"
 
 #include <algorithm>
 #include <sstream>

@@ -1,10 +1,10 @@
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 
 #include <utility>
 
 #include "qattn/attention/prefill_fp16_shape.h"
 #include "qattn/error.hpp"
-#include "qattn/render.hpp"
+#include "generator/render.hpp"
 
 namespace qattn {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "qattn/error.hpp"
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 
 namespace qattn {
 namespace {

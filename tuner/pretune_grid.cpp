@@ -9,7 +9,7 @@
 
 #include "qattn/error.hpp"
 #include "qattn/pretune.hpp"
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 #include "qattn/tuner.hpp"
 #include "qattn/validate.hpp"
 

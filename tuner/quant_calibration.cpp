@@ -1,5 +1,5 @@
 // Adaptive quantization: the choice of the cheapest format meeting the thresholds, and its reuse
-// through a DecisionStore. No GPU here: measuring goes through FormatEvaluator (runtime/calibrate.cpp).
+// through a DecisionStore. No GPU here: measuring goes through FormatEvaluator (runtime/tuning/calibrate.cpp).
 #include <cmath>
 #include <cstdio>
 #include <ctime>

@@ -143,7 +143,7 @@ QuantDecision choose_format(const std::string& layer_key, const Spec& reference,
 // ---- reuse through a decision store ---------------------------------------------------------------------
 
 // Where decisions live: the runtime's SQLite cache (kind "quant_format", this device and toolchain) in
-// runtime/calibrate.cpp, or a test double.
+// runtime/tuning/calibrate.cpp, or a test double.
 class DecisionStore {
  public:
   virtual ~DecisionStore() = default;

@@ -6,7 +6,7 @@
 //   scheduler one thread per worker (a GPU), items shared through per-device-class queues; an item that
 //             is already stored is skipped (resume), a failed one is recorded and the run goes on;
 //   progress  one status line (points done/total, elapsed, ETA, what each device is on).
-// The GPU worker lives in the runtime (include/qattn/pretune_executor.hpp).
+// The GPU worker lives in the runtime (runtime/tuning/pretune_executor.hpp).
 //
 // Grid file (version 1; every integer field takes one integer or a list of them):
 //   {"version": 1, "description": "...optional...",
@@ -28,6 +28,7 @@
 #pragma once
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -102,6 +103,11 @@ class PretuneWorker {
   // the exception's message becomes the item's failure reason.
   virtual ItemResult run(const PretuneItem& item) = 0;
 };
+
+// The GPU worker: tunes on CUDA device `device` with its own Runtime and stores the winners in the cache
+// file `cache_path` ("" = the default cache). Throws Error(failure) when no writable cache can be
+// opened, Error(no_gpu) when the device is not there. Defined in the runtime (`qattn pretune` uses it).
+std::unique_ptr<PretuneWorker> make_gpu_pretune_worker(int device, const std::string& cache_path = "");
 
 enum class ItemStatus { ran, resumed, failed, not_run };
 const char* to_string(ItemStatus);

@@ -19,9 +19,6 @@
 #include "qattn/tuner.hpp"
 
 namespace qattn {
-namespace rt {
-class DeviceBuffer;
-}
 
 struct RuntimeOptions {
   std::string cache_path;    // SQLite file; empty: $QATTN_CACHE_DIR/qattn.db or ~/.cache/qattn/qattn.db
@@ -33,11 +30,6 @@ struct RuntimeOptions {
   std::string shipped_cache_path;
   bool tune = true;          // on a miss, tune; false: use the default tiling (no timing runs)
   int device = 0;            // CUDA device ordinal
-  // K/V smoothing and per_channel V scales: quantize in one pass over the input (head-synchronised
-  // blocks, templates/qattn/quant/head_sync.cuh) when a head fits, instead of a statistics pass and
-  // then the quantizer. Off by default: on the H100 the one-pass form measured up to 35 us slower per
-  // operand at d = 128 than the two reads (bench/results/session12/quant_passes_*.json).
-  bool quant_one_pass = false;
   // K smoothing (smooth=k / kv) with token-local scales (per_token, per_block, per_warp, per_thread):
   // the channel mean subtracted from K is taken over this many tokens of each head, spread evenly over
   // the sequence (the middle token of each of as many equal strides), when kv_len is longer; 0: every
@@ -46,35 +38,9 @@ struct RuntimeOptions {
   // only has to estimate the channel bias that smoothing removes before quantization. Benefit: K's
   // statistics pass reads `k_mean_sample_tokens` rows per head instead of all kv_len (at long sequences
   // it read K once more in full). Cost: codes from a mean that is off by the sample's error (K's
-  // per-token scales absorb it). The one-pass form (quant_one_pass) is not used where the sample is:
-  // it would save no second full read.
+  // per-token scales absorb it).
   int k_mean_sample_tokens = 1024;
   TimingOptions timing;
-  // Quantized prefill with token-local Q scales (per_token, per_warp, per_thread, per_block; no smooth=q,
-  // rotate or packed int4): run the chosen tiling's fused-Q form (_qf), whose kernel quantizes its own
-  // Q tile from the fp16/bf16 Q, instead of a Q quantization pass before it. The tuner times the plain
-  // form (kernel only) and compiles the winner's twin into the cache too (a pretuned file holds what
-  // runs); attention() and prepare() launch its _qf twin. prepare_with() runs the tiling it is given.
-  // Measured on the H100: see README "Fused Q".
-  bool fuse_q_quant = true;
-  // Quantized prefill in the wgmma form (sm_90a) at d 64 / 128: run the chosen tiling's TMA form (_tma),
-  // whose K / V^T tiles one thread loads as tensor-map boxes on an mbarrier, instead of every thread's
-  // cp.async. Like fuse_q_quant: the tuner times the plain form, attention() and prepare() launch the
-  // twin, prepare_with() runs the tiling it is given. QATTN_TMA=0 turns it off for the process.
-  bool tma_loads = true;
-  // Causal INT8 prefill in the wgmma form (sm_90a): heads per band of its schedule, heaviest query tiles
-  // first within a band (templates/qattn/attention/tile_order.h). 0: as many heads as have their K and V
-  // fit half of the device's L2 (attention_band_heads, render.hpp); 1: head by head. QATTN_CAUSAL_BAND=<n>
-  // sets it for the process. Any value gives the same output bits: it only reorders the CTAs.
-  int causal_band_heads = 0;
-  // Quantized prefill (attention(), prepare()): V's quantization passes run on a side stream of the
-  // runtime's (and Q's, where Q has passes and K too, on a second one), concurrently with K's on the
-  // caller's stream, which waits for them (events) before the attention kernel. The passes are memory
-  // bound and each one's first and last blocks leave the GPU part idle; side by side they fill each
-  // other's gaps (measured on the H100: README "Concurrent quantization passes"). The side streams wait
-  // for everything queued on the caller's stream before the call, so the caller sees the ordering of
-  // one stream. Same output bits either way. QATTN_CONCURRENT_PASSES=0 turns it off for the process.
-  bool concurrent_passes = true;
 };
 
 // A compiled binary (compile-only path; no GPU involved).
@@ -219,7 +185,7 @@ class Runtime {
   // timed launch (warm-up excluded).
   std::vector<double> benchmark(const Spec& spec, const Problem& problem, const TimingOptions& timing = {});
   // The tiling attention() and prepare() launch for a chosen one: its fused-Q (_qf) and TMA (_tma) twins
-  // where RuntimeOptions::fuse_q_quant / tma_loads and the spec allow them, else the tiling itself.
+  // where the spec allows them (docs/environment.md: QATTN_FUSE_Q, QATTN_TMA), else the tiling itself.
   Tiling launch_form(const Spec& spec, const Tiling& tiling);
   // Runs kernel(spec, problem) on fresh random data with outliers (seeded by `seed`), poisoned output,
   // in [b, s, h, d] (or [b, h, s, d]) layout, and compares it with a float64 host reference on up to
@@ -245,9 +211,7 @@ class Runtime {
   struct Impl;
 
  private:
-  friend struct RuntimeAccess;   // the library's own parts outside this class (runtime/runtime_impl.hpp)
-  std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
-                                                void* stream, rt::DeviceBuffer* lent);
+  friend struct RuntimeAccess;   // the library's own parts outside this class (runtime/registry/runtime_impl.hpp)
   std::unique_ptr<Impl> impl_;
 };
 

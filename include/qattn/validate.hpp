@@ -25,6 +25,10 @@ struct DeviceLimits {
   int max_threads_per_sm = 2048;
 };
 DeviceLimits default_limits(Arch arch);
+// The tiling used when nothing is tuned (the first candidate of the search space): always valid for a
+// valid spec. Runtime::compile(spec, default_tiling(spec, default_limits(spec.arch))) is the compile-only
+// call that needs no tuning.
+Tiling default_tiling(const Spec& spec, const DeviceLimits& limits);
 
 Verdict validate(const Spec& spec);                                    // the spec alone (arch may be unset)
 Verdict validate(const Spec& spec, const Tiling& tiling, const DeviceLimits& limits);   // arch must be set
@@ -47,10 +51,10 @@ std::string dispatch_note(const Spec& spec, const Tiling& tiling);
 // per_token, per_warp and per_thread (groups inside 32 rows), per_block (64 rows).
 bool fused_q_gran(Gran gran);
 // `tiling` with q_fused set when the spec and tiling allow it (validate() passes with _qf on `limits`),
-// else `tiling` as given: the form the runtime launches when RuntimeOptions::fuse_q_quant is on.
+// else `tiling` as given: the form the runtime launches unless QATTN_FUSE_Q=0 (docs/environment.md).
 Tiling fused_q_form(const Spec& spec, const Tiling& tiling, const DeviceLimits& limits);
 // `tiling` with tma set when validate() passes with _tma (quantized prefill, wgmma, d 64 / 128), else as
-// given: the form the runtime launches when RuntimeOptions::tma_loads is on.
+// given: the form the runtime launches unless QATTN_TMA=0 (docs/environment.md).
 Tiling tma_form(const Spec& spec, const Tiling& tiling, const DeviceLimits& limits);
 
 // Whether qk=int4 prefill runs on packed INT4 tensor cores (_i4mma) by default on `arch`.

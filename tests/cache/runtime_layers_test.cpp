@@ -9,7 +9,7 @@
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
 #include "qattn/runtime.hpp"
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 
 namespace qattn {
 namespace {

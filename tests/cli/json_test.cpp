@@ -7,8 +7,8 @@
 
 #include "cache/store.hpp"
 #include "qattn/inflection.hpp"
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/driver.hpp"
 #include "tests/cli/run_cli.hpp"
 
 namespace qattn::cli {

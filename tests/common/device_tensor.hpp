@@ -3,7 +3,7 @@
 #pragma once
 
 #include "qattn/runtime.hpp"
-#include "runtime/device_buffer.hpp"
+#include "runtime/device/device_buffer.hpp"
 #include "tests/common/random_data.hpp"
 
 namespace qattn::test {

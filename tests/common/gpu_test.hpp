@@ -8,8 +8,8 @@
 #include <random>
 #include <string>
 
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/driver.hpp"
 
 namespace qattn::test {
 

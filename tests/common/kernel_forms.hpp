@@ -1,5 +1,5 @@
 // The kernel forms a quantized prefill spec is checked in on this GPU: what attention() runs (its default
-// tiling, in the fused-Q form _qf and the TMA form _tma where RuntimeOptions::fuse_q_quant / tma_loads
+// tiling, in the fused-Q form _qf and the TMA form _tma where rt::ExperimentOptions::fuse_q_quant / tma_loads
 // apply them), the default tiling as it is where that differs (Q from the quantization pass, cp.async
 // loads; AttentionTma checks _tma without _qf), and where the default is the wgmma form
 // (sm_90a), also the first mma.sync candidate (what every other arch runs), so every code path meets
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 #include "qattn/validate.hpp"
 
 namespace qattn::test {

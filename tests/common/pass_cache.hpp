@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "qattn/quant/quant_shape.h"
-#include "qattn/render.hpp"
+#include "generator/render.hpp"
 #include "qattn/spec.hpp"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/helper_kernels.hpp"
-#include "runtime/module.hpp"
-#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/calls/helper_kernels.hpp"
+#include "runtime/device/module.hpp"
+#include "runtime/jit/nvrtc_compiler.hpp"
 #include "tests/common/random_data.hpp"
 
 namespace qattn::test {

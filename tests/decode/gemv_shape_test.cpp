@@ -7,7 +7,7 @@
 #include <string>
 
 #include "qattn/decode/decode_gemv_shape.h"
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 #include "qattn/validate.hpp"
 
 namespace qattn {

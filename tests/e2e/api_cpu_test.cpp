@@ -13,8 +13,8 @@
 #include "qattn/error.hpp"
 #include "qattn/qattn.h"
 #include "qattn/runtime.hpp"
-#include "qattn/search_space.hpp"
-#include "runtime/driver.hpp"
+#include "generator/search_space.hpp"
+#include "runtime/device/driver.hpp"
 
 namespace qattn {
 namespace {

@@ -15,11 +15,12 @@
 
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
-#include "qattn/search_space.hpp"
+#include "runtime/registry/experiment_options.hpp"
+#include "generator/search_space.hpp"
 #include "qattn/validate.hpp"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/device/driver.hpp"
 #include "tests/common/attention_case.hpp"
 #include "tests/common/device_tensor.hpp"
 #include "tests/common/expect_error.hpp"
@@ -289,8 +290,8 @@ TEST_F(AttentionCausalBands, EveryBandWidthGivesTheSameOutput) {
       RuntimeOptions options;
       options.use_cache = false;
       options.tune = false;
-      options.causal_band_heads = band;
       Runtime runtime(options);
+      rt::experiment_options(runtime).causal_band_heads = band;
       const Spec spec = runtime.resolve(request);
       const Uploaded in = upload_call(spec, p, data.q, data.k, data.v);
       rt::Stream stream;
@@ -360,7 +361,7 @@ TEST_F(AttentionTma, SameBitsAsTheCpAsyncLoads) {
   }
 }
 
-// RuntimeOptions::concurrent_passes (the default): V's quantization passes on a side stream of the
+// rt::ExperimentOptions::concurrent_passes (the default): V's quantization passes on a side stream of the
 // runtime's, and Q's on a second one where Q has passes (smooth=q), give the same bits as every pass on
 // the caller's stream, also where K and V both use the scratch of a per_tensor scale. And the side
 // streams are ordered after the caller's earlier work: V is rewritten on the caller's stream (a
@@ -391,8 +392,8 @@ TEST_F(AttentionConcurrentPasses, SameBitsAsOneStreamAndOrderedAfterTheCallersWo
       RuntimeOptions options;
       options.use_cache = false;
       options.tune = false;
-      options.concurrent_passes = concurrent;
       Runtime runtime(options);
+      rt::experiment_options(runtime).concurrent_passes = concurrent;
       const Spec spec = runtime.resolve(request);
       Uploaded in = upload_call(spec, p, data.q, data.k, old_v);
       rt::Stream stream;

@@ -6,8 +6,8 @@
 
 #include "qattn/calibrate.hpp"
 #include "qattn/runtime.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/host_data.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/tuning/host_data.hpp"
 #include "tests/cache/cache_test_support.hpp"
 #include "tests/common/gpu_test.hpp"
 

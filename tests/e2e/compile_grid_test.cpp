@@ -9,7 +9,7 @@
 
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 #include "tests/common/compile_all.hpp"
 
 namespace qattn {

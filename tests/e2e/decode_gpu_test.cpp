@@ -18,7 +18,7 @@
 
 #include "qattn/error.hpp"
 #include "qattn/runtime.hpp"
-#include "runtime/device_buffer.hpp"
+#include "runtime/device/device_buffer.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/kv_reference.hpp"
 #include "tests/common/metrics.hpp"

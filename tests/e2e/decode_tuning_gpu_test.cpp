@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "qattn/runtime.hpp"
-#include "runtime/device_buffer.hpp"
+#include "runtime/device/device_buffer.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/random_data.hpp"
 

@@ -16,7 +16,7 @@
 
 #include "qattn/flashq.hpp"
 #include "qattn/runtime.hpp"
-#include "runtime/device_buffer.hpp"
+#include "runtime/device/device_buffer.hpp"
 #include "tests/common/flashq_reference.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/random_data.hpp"

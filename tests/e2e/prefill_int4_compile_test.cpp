@@ -14,9 +14,9 @@
 #include <set>
 
 #include "qattn/kernel_name.hpp"
-#include "qattn/render.hpp"
+#include "generator/render.hpp"
 #include "qattn/runtime.hpp"
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 #include "qattn/validate.hpp"
 #include "tests/common/compile_all.hpp"
 

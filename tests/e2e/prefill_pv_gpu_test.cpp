@@ -17,10 +17,11 @@
 
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
-#include "qattn/search_space.hpp"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/helper_kernels.hpp"
+#include "runtime/registry/experiment_options.hpp"
+#include "generator/search_space.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/calls/helper_kernels.hpp"
 #include "tests/common/attention_case.hpp"
 #include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
@@ -292,7 +293,7 @@ TEST_F(AccumulationModes, Fp16AccumulationVersusFp32IsPrinted) {
   EXPECT_GE(f16.cosine, 0.999) << f16.report();
 }
 
-// RuntimeOptions::quant_one_pass: K/V smoothing and per_channel V scales quantized in one pass
+// rt::ExperimentOptions::quant_one_pass: K/V smoothing and per_channel V scales quantized in one pass
 // (head_sync.cuh) give the same attention as the default statistics-pass form, on the same data: both
 // meet the floor against float64, and they agree with each other to within the codes that a last-bit
 // difference of the mean can flip at a rounding tie. Long and short heads, GQA, both layouts.
@@ -311,8 +312,8 @@ TEST_F(OnePassQuantization, MatchesTheStatisticsPassEndToEnd) {
     RuntimeOptions two_pass, one_pass;
     two_pass.use_cache = one_pass.use_cache = false;
     two_pass.tune = one_pass.tune = false;
-    one_pass.quant_one_pass = true;
     Runtime rt_two(two_pass), rt_one(one_pass);
+    rt::experiment_options(rt_one).quant_one_pass = true;
     const Spec spec = rt_two.resolve(parsed);
     rt::Stream stream;
     for (const Case& c : cases) {

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "qattn/pretune.hpp"
-#include "qattn/pretune_executor.hpp"
+#include "runtime/tuning/pretune_executor.hpp"
 #include "qattn/runtime.hpp"
-#include "runtime/device.hpp"
+#include "runtime/device/device.hpp"
 #include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/random_data.hpp"
@@ -37,19 +37,19 @@ class PretuneGpu : public test::GpuTestWithDir {};
 TEST_F(PretuneGpu, SmallGridThenResumeThenRestartWithZeroCompiles) {
   const std::vector<PretuneItem> items = expand_grid(parse_pretune_grid(kGrid));
   ASSERT_EQ(items.size(), 3u) << "two prefill buckets and one decode sweep";
-  GpuPretuneOptions o;
+  rt::GpuPretuneOptions o;
   o.cache_path = (dir_ / "qattn.db").string();
   o.timing.repeats = 5;
   Quiet quiet;
   {
-    GpuPretuneWorker gpu(o);
+    rt::GpuPretuneWorker gpu(o);
     const PretuneSummary s = run_pretune(items, {&gpu}, {}, quiet);
     EXPECT_EQ(s.ran, 3u);
     EXPECT_EQ(s.failed, 0u);
     for (const ItemOutcome& out : s.outcomes) EXPECT_EQ(out.status, ItemStatus::ran) << out.key << ": " << out.detail;
   }
   {
-    GpuPretuneWorker gpu(o);   // a second run of the same command: everything is in the cache
+    rt::GpuPretuneWorker gpu(o);   // a second run of the same command: everything is in the cache
     const PretuneSummary s = run_pretune(items, {&gpu}, {}, quiet);
     EXPECT_EQ(s.resumed, 3u);
     EXPECT_EQ(s.ran, 0u);

@@ -14,11 +14,11 @@
 #include <map>
 
 #include "qattn/quant/quant_shape.h"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/helper_kernels.hpp"
-#include "runtime/module.hpp"
-#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/calls/helper_kernels.hpp"
+#include "runtime/device/module.hpp"
+#include "runtime/jit/nvrtc_compiler.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/pass_cache.hpp"
 #include "tests/common/quant_reference.hpp"

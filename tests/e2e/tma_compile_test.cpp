@@ -10,11 +10,11 @@
 
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
-#include "qattn/render.hpp"
+#include "generator/render.hpp"
 #include "qattn/runtime.hpp"
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 #include "qattn/validate.hpp"
-#include "runtime/tma_maps.hpp"
+#include "runtime/device/tma_maps.hpp"
 #include "tests/common/compile_all.hpp"
 
 namespace qattn {

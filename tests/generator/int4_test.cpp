@@ -8,8 +8,8 @@
 #include "qattn/attention/prefill_int8_shape.h"
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
-#include "qattn/render.hpp"
-#include "qattn/search_space.hpp"
+#include "generator/render.hpp"
+#include "generator/search_space.hpp"
 #include "qattn/validate.hpp"
 
 namespace qattn {

@@ -5,7 +5,7 @@
 
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 
 namespace qattn {
 namespace {

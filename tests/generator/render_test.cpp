@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
-#include "qattn/embedded_templates.hpp"
+#include "generator/embedded_templates.hpp"
 #include "qattn/error.hpp"
-#include "qattn/render.hpp"
-#include "qattn/search_space.hpp"
+#include "generator/render.hpp"
+#include "generator/search_space.hpp"
 
 namespace qattn {
 namespace {

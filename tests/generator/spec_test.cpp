@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "qattn/error.hpp"
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 #include "qattn/spec.hpp"
 
 namespace qattn {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "qattn/attention/tile_order.h"
-#include "qattn/render.hpp"
-#include "qattn/search_space.hpp"
+#include "generator/render.hpp"
+#include "generator/search_space.hpp"
 #include "qattn/spec.hpp"
 
 namespace qattn {

@@ -4,7 +4,7 @@
 
 #include "qattn/attention/prefill_int8_shape.h"
 
-#include "qattn/search_space.hpp"
+#include "generator/search_space.hpp"
 #include "qattn/validate.hpp"
 
 namespace qattn {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "qattn/embedded_templates.hpp"
+#include "generator/embedded_templates.hpp"
 #include "qattn/quant/quant_shape.h"
 
 namespace qattn {

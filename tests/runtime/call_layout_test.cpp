@@ -7,7 +7,7 @@
 
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
-#include "runtime/call_layout.hpp"
+#include "runtime/calls/call_layout.hpp"
 
 namespace qattn {
 namespace {

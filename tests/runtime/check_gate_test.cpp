@@ -1,10 +1,10 @@
 // The accuracy gate of the tuner, `qattn run` and benchmark(): which cosine each quantized spec must reach
 // on the check's data (rt::min_cosine; the data and the measurements behind each floor are in
-// runtime/gpu_runner.cpp).
+// runtime/tuning/gpu_runner.cpp).
 #include <gtest/gtest.h>
 
 #include "qattn/spec.hpp"
-#include "runtime/gpu_runner.hpp"
+#include "runtime/tuning/gpu_runner.hpp"
 
 namespace qattn {
 namespace {

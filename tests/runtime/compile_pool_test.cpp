@@ -1,7 +1,7 @@
 // Parallel compilation: same bytes as serial, request order kept, failures confined to their item.
 #include <gtest/gtest.h>
 
-#include "runtime/compile_pool.hpp"
+#include "runtime/jit/compile_pool.hpp"
 
 namespace qattn::rt {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <regex>
 
-#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/jit/nvrtc_compiler.hpp"
 #include "tests/runtime/test_kernels.hpp"
 
 namespace qattn::rt {

@@ -4,10 +4,10 @@
 
 #include <cstdlib>
 
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/module.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/device/driver.hpp"
+#include "runtime/device/module.hpp"
 
 namespace qattn::rt {
 namespace {

@@ -4,11 +4,11 @@
 #include <vector>
 
 #include "qattn/abi.h"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/module.hpp"
-#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/device/driver.hpp"
+#include "runtime/device/module.hpp"
+#include "runtime/jit/nvrtc_compiler.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/runtime/test_kernels.hpp"
 

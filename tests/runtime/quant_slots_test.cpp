@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "qattn/spec.hpp"
-#include "runtime/helper_kernels.hpp"
+#include "runtime/calls/helper_kernels.hpp"
 
 namespace qattn {
 namespace {
@@ -56,7 +56,7 @@ TEST(HelperSources, ListKsSampledStatisticsPasses) {
   EXPECT_EQ(sampled_passes("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 arch=sm_90a", 1024).size(), 0u);
 }
 
-// Which operands' passes leave the caller's stream (RuntimeOptions::concurrent_passes), from the slots
+// Which operands' passes leave the caller's stream (rt::ExperimentOptions::concurrent_passes), from the slots
 // quant_slots gives each form: V's whenever another operand has passes too, Q's only beside K's.
 TEST(PassLanes, VBesideKAndQBesideKWhereTheyHavePasses) {
   const Problem p{1, 4, 2, 4096, 4096};

@@ -11,7 +11,7 @@
 #include "qattn/calibrate.hpp"
 #include "qattn/error.hpp"
 #include "qattn/validate.hpp"
-#include "runtime/quant_decision_store.hpp"
+#include "runtime/tuning/quant_decision_store.hpp"
 #include "tests/cache/cache_test_support.hpp"
 
 namespace qattn {

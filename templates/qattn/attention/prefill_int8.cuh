@@ -1430,7 +1430,7 @@ struct Kernel {
     cx.row0 = q0 + warp * 16 * kMT;
     cx.vh = static_cast<const dev::u16*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh;
     cx.v_ss = p.v.ss;
-    if constexpr (TMA) {   // the host checked that these divide (runtime/tma_maps.cpp)
+    if constexpr (TMA) {   // the host checked that these divide (runtime/device/tma_maps.cpp)
       const long long k_at = b * p.k.sb + h_kv * p.k.sh;
       cx.k_map = k_map;
       cx.v_map = v_map;

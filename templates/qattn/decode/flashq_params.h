@@ -1,5 +1,5 @@
 // Parameters of the FlashQ cache kernels (templates/qattn/decode/flashq_pack.cuh), shared by the host
-// (runtime/flashq_call.cpp) and the device. The cache's byte layout is the flashq paragraph of
+// (runtime/calls/flashq_call.cpp) and the device. The cache's byte layout is the flashq paragraph of
 // qattn/decode/kv_layout.h. Like abi.h: plain C++, trivially copyable, 8-byte members first.
 #pragma once
 #include "qattn/abi.h"

@@ -1,0 +1,27 @@
+// Which tilings exist for a spec on an arch, which one is the untuned default, and the default grid of
+// specs that `qattn compile --grid default` and the tests sweep.
+#pragma once
+#include <vector>
+
+#include "qattn/problem.hpp"
+#include "qattn/spec.hpp"
+#include "qattn/tiling.hpp"
+#include "qattn/validate.hpp"
+
+namespace qattn {
+
+// Every tiling valid for (spec, limits), best guess first. Empty when the spec itself is invalid.
+std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limits);
+
+// default_tiling (the first candidate) is public: include/qattn/validate.hpp.
+
+// `chosen` where its launch grid fits `problem` (grid_fits, render.hpp); else the first candidate whose
+// grid does (the causal wgmma form past 65535 query tiles: one with a larger bm, or an mma.sync tiling,
+// whose query tiles are in x). Throws bad_input with grid_fits's reason when none does.
+Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling& chosen, const DeviceLimits& limits);
+
+// The default grid: every supported (format, granularity, head dim, causal) point of the shipped kernel
+// families, for one arch.
+std::vector<Spec> default_grid(Arch arch);   // prefill points, then decode points (phase == decode)
+
+}  // namespace qattn

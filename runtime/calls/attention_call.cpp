@@ -1,0 +1,271 @@
+// The high-level call: FP16/BF16 tensors in, quantization (for quantized specs) into a workspace, then
+// the attention kernel. prepare() does the first half, run() the second. With K smoothing, prepare()
+// also computes q·mean_k per row, which run() adds (scaled) to the LSE when one is asked for.
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+
+#include "qattn/error.hpp"
+#include "runtime/calls/call_layout.hpp"
+#include "runtime/calls/helper_kernels.hpp"
+#include <array>
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/registry/runtime_impl.hpp"
+
+namespace qattn {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+TensorRef ref_of(const TensorView& t) { return TensorRef{t.data, t.sb, t.sh, t.ss, 1}; }
+
+class Prepared final : public PreparedAttention {
+ public:
+  const Kernel& kernel() const override { return *kernel_; }
+  const Problem& problem() const override { return problem_; }
+  std::shared_ptr<rt::LoadedKernel> kernel_;
+  Problem problem_;
+  AttentionParams params{};
+  rt::DeviceBuffer workspace;   // owned (prepare()); empty when attention() lends the runtime's own
+  // _tma kernels: the parameters with K's and V^T's tensor maps, encoded once (they depend only on K and
+  // V, which a prepared call fixes); run() copies in the output, LSE and scale of each launch.
+  std::optional<TmaAttentionParams> tma;
+  // K smoothing shifts the kernel's LSE by softmax_scale * q·mean_k; run() adds it back when asked.
+  LseCorrectionParams lse_fix{};
+  std::shared_ptr<rt::Kernel> lse_add;
+};
+
+void validate_call(const AttentionCall& c, const Spec& spec) {
+  Runtime::Impl::require_prefill(spec, c.problem);
+  for (const TensorView* t : {&c.q, &c.k, &c.v})
+    if (!t->data) throw_bad_input("attention input tensor is null; pass device pointers for q, k and v");
+}
+
+}  // namespace
+
+void Runtime::Impl::require_prefill(const Spec& spec, const Problem& problem) {
+  if (spec.phase != Phase::prefill)
+    throw_bad_input("attention() takes prefill specs; run '" + to_string(spec) + "' with Runtime::decode (include/qattn/decode.hpp)");
+  require(validate(spec, problem));
+}
+
+TensorView bshd(void* data, int seq, int heads, int d) {
+  return TensorView{data, static_cast<long long>(seq) * heads * d, d, static_cast<long long>(heads) * d};
+}
+TensorView bhsd(void* data, int seq, int heads, int d) {
+  return TensorView{data, static_cast<long long>(heads) * seq * d, static_cast<long long>(seq) * d, d};
+}
+
+// The form attention() and prepare() launch for a chosen tiling: its fused-Q twin and its TMA twin where
+// the experiment options and the spec allow them (rt::ExperimentOptions::fuse_q_quant, tma_loads).
+Tiling Runtime::Impl::launch_form(const Spec& spec, const Tiling& tiling) {
+  if (!spec.quantized()) return tiling;
+  Tiling t = tiling;
+  if (experiment.fuse_q_quant) t = fused_q_form(spec, t, limits());
+  if (experiment.tma_loads) t = tma_form(spec, t, limits());
+  return t;
+}
+
+Tiling Runtime::launch_form(const Spec& spec, const Tiling& tiling) { return impl_->launch_form(spec, tiling); }
+
+std::unique_ptr<PreparedAttention> Runtime::prepare(const AttentionCall& call, void* stream) {
+  const Spec spec = resolve(call.spec);
+  validate_call(call, spec);
+  const Kernel& k = kernel(spec, call.problem);
+  return impl_->prepare_in(call, spec, launch_form(spec, k.tiling()), stream, nullptr);
+}
+
+std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& call, const Tiling& tiling, void* stream) {
+  return impl_->prepare_with(call, tiling, stream);
+}
+
+std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_with(const AttentionCall& call, const Tiling& tiling,
+                                                               void* stream) {
+  const Spec spec = resolve(call.spec);
+  validate_call(call, spec);
+  return prepare_in(call, spec, tiling, stream, nullptr);
+}
+
+// `lent`: the runtime's per-stream workspace (attention()), grown as needed; null: the prepared call
+// owns a workspace of its own (prepare()), so that it can outlive later calls on the stream.
+// A lent workspace means a one-shot call: the LSE correction is prepared only when call.lse asks for it
+// (prepare() cannot know whether a later run() will, so it always prepares it).
+// `spec`: call.spec as resolve() returned it, with the call already validated by the caller.
+std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
+                                                             void* stream, rt::DeviceBuffer* lent) {
+  const Problem& p = call.problem;
+  if (const std::string why = rt::input_layout_problem(spec, tiling, call.q, call.k, call.v); !why.empty())
+    throw_bad_input(why);
+  auto out = std::make_unique<Prepared>();
+  out->problem_ = p;
+  out->kernel_ = load(spec, tiling);
+  AttentionParams& ap = out->params;
+  ap.batch = p.batch;
+  ap.heads_q = p.heads_q;
+  ap.heads_kv = p.heads_kv;
+  ap.q_len = p.q_len;
+  ap.kv_len = p.kv_len;
+  const int band = experiment.causal_band_heads;
+  ap.band_heads = band > 0 ? band : attention_band_heads(spec, tiling, p, device().l2_bytes);
+  if (!spec.quantized()) {
+    ap.q = ref_of(call.q);
+    ap.k = ref_of(call.k);
+    ap.v = ref_of(call.v);
+    return out;
+  }
+  // Quantized: Q and K as int8 rows [b, h, s, d]; V as int8 V^T per head, padded to kVPadTokens.
+  const int d = spec.head_dim;
+  const int resident = experiment.quant_one_pass ? quant::kOnePassMinBlocks * device().sm_count : 0;
+  std::array<rt::QuantSlot, 3> slots =
+      rt::quant_slots(spec, p, tiling.int4_mma, resident, options.k_mean_sample_tokens, tiling.q_fused, tiling.tma);
+  size_t bytes = 0;
+  for (rt::QuantSlot& s : slots) {
+    if (!s.active) continue;
+    const long long rows = static_cast<long long>(s.problem.batch) * s.problem.heads;
+    s.codes = bytes;
+    s.row_bytes = s.request.pack4 ? d / 2 : d;   // packed int4: two codes per byte
+    bytes = align_up(bytes + static_cast<size_t>(rows) * s.problem.seq_pad * s.row_bytes);
+    s.scales = bytes;
+    bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(s.plan.scale_floats));
+    s.mean = bytes;
+    bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(s.plan.mean_floats));
+    s.scratch = bytes;   // each operand its own: V's passes may run beside K's (concurrent_passes)
+    bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(s.plan.scratch_floats));
+  }
+  const bool lse_fix = slots[1].request.smooth && (!lent || call.lse != nullptr);
+  const size_t dot = bytes;
+  if (lse_fix) bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(p.batch) * p.heads_q * p.q_len);
+  char* base = nullptr;
+  if (lent) {
+    if (lent->size() < bytes) *lent = rt::DeviceBuffer(bytes, options.device);
+    base = lent->as<char>();
+  } else {
+    out->workspace = rt::DeviceBuffer(bytes, options.device);
+    base = out->workspace.as<char>();
+  }
+  const TensorView inputs[3] = {call.q, call.k, call.v};
+  const CUstream cu_stream = static_cast<CUstream>(stream);
+  // concurrent_passes: the side streams' passes (pass_lanes) are queued first; the caller's stream then
+  // waits for them before anything that reads their output.
+  const std::array<int, 3> lane = rt::pass_lanes(slots, experiment.concurrent_passes);
+  const bool fork = lane[2] >= 0;
+  const int sides = lane[0] == 1 ? 2 : 1;   // side streams in use when forking (pass_lanes: V on 0, Q on 1)
+  std::unique_lock<std::mutex> fork_lock(fork_mutex, std::defer_lock);
+  Runtime::Impl::PassFork* pf = nullptr;
+  if (fork) {
+    fork_lock.lock();   // the events are per caller stream: one fork at a time records them
+    auto& slot = pass_forks[stream];
+    if (!slot) slot = std::make_unique<Runtime::Impl::PassFork>(options.device);
+    pf = slot.get();
+    pf->forked.record(cu_stream);
+    for (int l = 0; l < sides; ++l) pf->forked.make_wait(pf->side[l].get());
+  }
+  for (int i : fork ? std::array<int, 3>{2, 0, 1} : std::array<int, 3>{0, 1, 2}) {
+    rt::QuantSlot& s = slots[static_cast<size_t>(i)];
+    const int l = lane[static_cast<size_t>(i)];
+    const CUstream pass_stream = l < 0 ? cu_stream : pf->side[l].get();
+    if (!s.active) {   // pv=fp16: V as given; _qf: Q as given (checked above)
+      (i == 0 ? ap.q : ap.v) = ref_of(inputs[i]);
+      continue;
+    }
+    const long long heads = s.problem.heads, seq = s.problem.seq_pad;
+    const long long rb = s.row_bytes;
+    s.y = s.request.transpose ? TensorRef{base + s.codes, heads * d * seq, d * seq, 1, seq}
+                              : TensorRef{base + s.codes, heads * seq * rb, seq * rb, rb, 1};
+    QuantParams qp{};
+    qp.x = ref_of(inputs[i]);
+    qp.y = s.y;
+    qp.scale = quant::dense_scale_ref(s.request, s.problem, reinterpret_cast<float*>(base + s.scales));
+    qp.mean = s.plan.mean_floats ? reinterpret_cast<float*>(base + s.mean) : nullptr;
+    qp.amax_scratch = s.plan.scratch_floats ? reinterpret_cast<float*>(base + s.scratch) : nullptr;
+    qp.batch = s.problem.batch;
+    qp.heads = s.problem.heads;
+    qp.seq_len = s.problem.seq_len;
+    qp.seq_pad = s.problem.seq_pad;
+    qp.d = d;
+    qp.qmax = s.request.code == Fmt::fp8e4m3 ? 448.f : static_cast<float>(s.request.qmax);   // fp8: amax / 448; int4 Q/K: 7
+    const std::string err = quant::quant_params_error(s.request, qp);
+    if (!err.empty()) throw_bad_input("cannot quantize " + std::string("qkv").substr(static_cast<size_t>(i), 1) + ": " + err);
+    for (const quant::QuantLaunch& l : s.plan.launches) {
+      if (l.zero_scratch_floats > 0)
+        rt::fill_bytes_async(reinterpret_cast<CUdeviceptr>(qp.amax_scratch), 0,
+                             sizeof(float) * static_cast<size_t>(l.zero_scratch_floats), pass_stream, options.device);
+      auto fn = load_source(rt::quant_source(s.request, l, spec.arch));
+      fn->launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes, pass_stream, qp);
+    }
+    if (i == 0) { ap.q = s.y; ap.q_scale = qp.scale; ap.q_mean = qp.mean; }   // mean: Q block means (smooth=q)
+    if (i == 1) { ap.k = s.y; ap.k_scale = qp.scale; }
+    if (i == 2) { ap.v = s.y; ap.v_scale = qp.scale; ap.v_mean = qp.mean; }   // mean: V smoothing, added back to O
+  }
+  if (pf) {   // the caller's stream goes on only when the side streams' passes are done
+    for (int l = 0; l < sides; ++l) {
+      pf->joined[l].record(pf->side[l].get());
+      pf->joined[l].make_wait(cu_stream);
+    }
+    fork_lock.unlock();
+  }
+  if (lse_fix) {
+    LseCorrectionParams& fix = out->lse_fix;
+    fix.q = ref_of(call.q);
+    fix.k_mean = reinterpret_cast<const float*>(base + slots[1].mean);
+    fix.dot = reinterpret_cast<float*>(base + dot);
+    fix.batch = p.batch;
+    fix.heads_q = p.heads_q;
+    fix.heads_kv = p.heads_kv;
+    fix.q_len = p.q_len;
+    auto row_dot = load_source(rt::row_dot_source(spec));
+    row_dot->launch(rt::Dim3{static_cast<unsigned>((p.q_len + 3) / 4), static_cast<unsigned>(p.heads_q),
+                             static_cast<unsigned>(p.batch)},
+                    rt::Dim3{128, 1, 1}, 0, cu_stream, fix);
+    out->lse_add = load_source(rt::add_scaled_source(spec.arch));
+  }
+  if (tiling.tma) out->tma = out->kernel_->tma_params(ap);
+  return out;
+}
+
+void Runtime::Impl::run(const PreparedAttention& prepared_in, TensorView o, float softmax_scale, float* lse, void* stream) {
+  const auto& prepared = dynamic_cast<const Prepared&>(prepared_in);
+  if (!o.data) throw_bad_input("attention output tensor is null; pass a device pointer for o");
+  if (const std::string why = rt::output_layout_problem(prepared.kernel().spec(), o); !why.empty()) throw_bad_input(why);
+  AttentionParams p = prepared.params;
+  p.o = ref_of(o);
+  p.lse = lse;
+  const int d = prepared.kernel().spec().head_dim;
+  p.softmax_scale = softmax_scale > 0 ? softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  if (prepared.tma) {
+    TmaAttentionParams tp = *prepared.tma;
+    tp.a = p;
+    prepared.kernel_->launch(tp, prepared.problem(), stream);
+  } else {
+    prepared.kernel_->launch(p, prepared.problem(), stream);
+  }
+  if (lse && prepared.lse_add) {
+    LseCorrectionParams fix = prepared.lse_fix;
+    fix.lse = lse;
+    fix.softmax_scale = p.softmax_scale;
+    const long long rows = static_cast<long long>(fix.batch) * fix.heads_q * fix.q_len;
+    prepared.lse_add->launch(rt::Dim3{static_cast<unsigned>((rows + 255) / 256), 1, 1}, rt::Dim3{256, 1, 1}, 0,
+                             static_cast<CUstream>(stream), fix);
+  }
+}
+
+void Runtime::run(const PreparedAttention& prepared, TensorView o, float softmax_scale, float* lse, void* stream) {
+  impl_->run(prepared, o, softmax_scale, lse, stream);
+}
+
+void Runtime::attention(const AttentionCall& call, void* stream) {
+  const Spec spec = resolve(call.spec);
+  validate_call(call, spec);
+  // Before the quantization passes are queued: a refused output must leave nothing half done.
+  if (const std::string why = rt::output_layout_problem(spec, call.o); !why.empty()) throw_bad_input(why);
+  const Tiling tiling = launch_form(spec, kernel(spec, call.problem).tiling());
+  // Work on one stream is ordered, so one workspace per stream serves every call on it without a sync;
+  // a stream gets a new (larger) one only when a call needs more.
+  std::lock_guard<std::mutex> lock(impl_->workspace_mutex);
+  rt::DeviceBuffer& ws = impl_->workspaces[stream];
+  const auto prepared = impl_->prepare_in(call, spec, tiling, stream, &ws);
+  run(*prepared, call.o, call.softmax_scale, call.lse, stream);
+}
+
+}  // namespace qattn

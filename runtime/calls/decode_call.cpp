@@ -1,0 +1,458 @@
+// Decode over a KV cache (include/qattn/decode.hpp): checks the call, picks the tiling and the split
+// count, launches the split-K kernel and (with more than one split) the combine kernel; appends new
+// tokens into a cache. The split partials live in a per-stream workspace of the runtime.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "qattn/decode/decode_shape.h"
+#include "qattn/error.hpp"
+#include "generator/render.hpp"
+#include "generator/search_space.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/device/driver.hpp"
+#include "runtime/registry/runtime_impl.hpp"
+
+namespace qattn {
+namespace {
+
+constexpr long long kAlign = 16;   // the kernels copy 16-byte units
+
+bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kAlign == 0; }
+
+// The caches' strides with the defaults filled in (bytes).
+struct CacheGeometry {
+  long long row = 0, head_stride = 0, page_stride = 0;
+  int tokens = 0;   // tokens a sequence can hold
+};
+
+CacheGeometry geometry(const Spec& spec, const KvCacheView& c, int heads_kv) {
+  CacheGeometry g;
+  g.row = kv_row_bytes(spec);
+  const int rows_per_block = spec.paged ? c.page_size : c.capacity;
+  g.head_stride = c.head_stride ? c.head_stride : rows_per_block * g.row;
+  g.page_stride = c.page_stride ? c.page_stride : heads_kv * g.head_stride;
+  g.tokens = spec.paged ? c.page_size * c.table_stride : c.capacity;
+  return g;
+}
+
+void check_cache(const Spec& spec, const KvCacheView& c, int heads_kv, int tokens_needed, const char* what) {
+  if (!c.k || !c.v) throw_bad_input(std::string(what) + ": the KV cache pointers are null; pass device pointers for cache.k and cache.v");
+  if (spec.paged) {
+    if (!c.block_table || c.table_stride < 1 || c.page_size < 4 || c.page_size % 4 != 0)
+      throw_bad_input(std::string(what) + ": a paged cache needs block_table, table_stride >= 1 and page_size a positive multiple of 4 (got page_size " +
+                      std::to_string(c.page_size) + ", table_stride " + std::to_string(c.table_stride) + ")");
+  } else if (c.capacity < 1 || c.capacity % 4 != 0) {
+    throw_bad_input(std::string(what) + ": a contiguous cache needs capacity a positive multiple of 4 tokens (got " +
+                    std::to_string(c.capacity) + "); the spec's 'paged' token selects a paged cache");
+  }
+  if (spec.qk.fmt == Fmt::fp8e4m3 && (!c.k_head_scale || !c.v_head_scale))
+    throw_bad_input(std::string(what) + ": an fp8e4m3:per_head cache needs k_head_scale and v_head_scale (device fp32 [heads_kv]; max|x| / 448 per head)");
+  const CacheGeometry g = geometry(spec, c, heads_kv);
+  if (!aligned(c.k) || !aligned(c.v) || g.head_stride % kAlign || g.page_stride % kAlign)
+    throw_bad_input(std::string(what) + ": cache pointers and strides must be multiples of 16 bytes (head_stride " +
+                    std::to_string(g.head_stride) + ", page_stride " + std::to_string(g.page_stride) + ")");
+  const long long rows_per_block = spec.paged ? c.page_size : c.capacity;
+  if (g.head_stride < rows_per_block * g.row || g.page_stride < heads_kv * g.head_stride)
+    throw_bad_input(std::string(what) + ": cache strides overlap (head_stride " + std::to_string(g.head_stride) +
+                    " < tokens x row bytes, or page_stride < heads_kv x head_stride)");
+  if (tokens_needed > g.tokens)
+    throw_bad_input(std::string(what) + ": " + std::to_string(tokens_needed) + " tokens do not fit a cache of " +
+                    std::to_string(g.tokens) + " tokens per sequence");
+}
+
+// flashq (flashq.hpp): what decode() reads of the view. The writes (flashq_prefill / flashq_append)
+// check the rest.
+void check_flashq_view(const Spec& spec, const FlashQCacheView& c, int heads_kv, const char* what) {
+  if (!c.k_blocks || !c.v_blocks || !c.k_buffer || !c.v_buffer || !c.heads || !c.compressed_lens || !c.buffer_lens)
+    throw_bad_input(std::string(what) + ": a flashq cache needs device pointers k_blocks, v_blocks, k_buffer, v_buffer, heads, "
+                    "compressed_lens and buffer_lens (one is null)");
+  if (static_cast<int>(c.bits.k_bits.size()) != heads_kv || static_cast<int>(c.bits.v_bits.size()) != heads_kv)
+    throw_bad_input(std::string(what) + ": flashq cache.bits needs the K and V bit width of each of the " +
+                    std::to_string(heads_kv) + " KV heads (flashq_prefill returns them)");
+  if (!aligned(c.k_blocks) || !aligned(c.v_blocks) || !aligned(c.k_buffer) || !aligned(c.v_buffer) ||
+      c.k_page_stride % kAlign || c.v_page_stride % kAlign || c.buffer_page_stride % kAlign || c.buffer_head_stride % kAlign)
+    throw_bad_input(std::string(what) + ": flashq blocks, buffers and their strides must be multiples of 16 bytes");
+  if (spec.paged ? (!c.block_table || c.table_stride < 1) : c.max_blocks < 1)
+    throw_bad_input(std::string(what) + (spec.paged ? ": a paged flashq cache needs block_table and table_stride >= 1"
+                                                    : ": a contiguous flashq cache needs max_blocks >= 1"));
+}
+
+long long flashq_page_stride(const FlashQCacheView& c, int d, int which) {
+  const long long given = which == 0 ? c.k_page_stride : c.v_page_stride;
+  return given ? given : flashq_layout(d, which == 0 ? c.bits.k_bits : c.bits.v_bits).page_bytes;
+}
+
+KvCacheRef cache_ref(void* data, const CacheGeometry& g) {
+  return KvCacheRef{static_cast<unsigned char*>(data), g.page_stride, g.head_stride};
+}
+
+TensorRef dense_ref(void* data, long long sb, long long sh, long long ss, int heads, int seq, int d) {
+  if (sb == 0 && sh == 0 && ss == 0) {
+    ss = d;
+    sh = static_cast<long long>(seq) * d;
+    sb = heads * sh;
+  }
+  return TensorRef{data, sb, sh, ss, 1};
+}
+
+int rows_per_kv_head(const Spec& spec, const Problem& p) { return spec.gqa * p.q_len; }
+
+Tiling decode_tiling(const Spec& spec, const Tiling& requested, const Problem& problem, const DeviceLimits& limits) {
+  if (requested.block_m != 0) {
+    require(validate(spec, requested, limits));
+    return requested;
+  }
+  // mma: one m16 tile when the rows fit; gemv: the smallest of 1/2/4/8 rows per CTA that holds them (each
+  // extra row block reads the head's K and V again).
+  const int rows = rows_per_kv_head(spec, problem);
+  int want_bm = rows <= 16 ? 16 : 32;
+  if (spec.flow == Dataflow::gemv)
+    for (want_bm = 1; want_bm < rows && want_bm < 8;) want_bm *= 2;
+  const std::vector<Tiling> c = candidate_tilings(spec, limits);
+  for (const Tiling& t : c)
+    if (t.block_m == want_bm) return t;
+  if (c.empty()) throw Error(ErrorKind::failure, "no decode tiling fits " + to_string(spec) + " within the device limits");
+  return c.front();
+}
+
+// Tokens of one warp chunk: a flashq block, else block_n rows (split_tokens is a multiple of it).
+int chunk_tokens(const Spec& spec, const Tiling& t) { return spec.qk.fmt == Fmt::flashq ? kv::kFlashQBlock : t.block_n; }
+
+// CTAs of a decode launch that can be resident at once: the tiling's shared memory, threads and the
+// compiled kernel's registers (allocated per warp in units of 256) each bound the blocks per SM.
+int resident_ctas(const DeviceLimits& limits, int sm_count, int smem, int warps, int registers) {
+  const int per_warp_regs = (registers * 32 + 255) / 256 * 256;
+  const int by_regs = registers > 0 ? 65536 / (warps * per_warp_regs) : 64;
+  const int by_smem = limits.smem_per_sm / (smem + limits.smem_reserved_per_block);
+  const int by_threads = limits.max_threads_per_sm / (warps * 32);
+  return sm_count * std::max(1, std::min({by_regs, by_smem, by_threads}));
+}
+
+// Each CTA pays a fixed cost (its pipeline fill, its partial's write), which dominates short splits: so at least kMinChunksPerWarp chunks per warp. And a last wave that is mostly
+// empty costs a whole wave: so the split count keeps the resident CTAs at least kMinBusy busy.
+constexpr int kMinChunksPerWarp = 4;
+constexpr double kMinBusy = 0.95;
+
+}  // namespace
+
+DecodeSplits plan_decode_splits(int requested, int kv_len, int block_n, int warps, long long units, int capacity) {
+  const int chunks = (kv_len + block_n - 1) / block_n;
+  int splits = requested;
+  if (splits <= 0) {
+    // Fewest splits that keep the resident CTAs >= kMinBusy busy over every wave; each warp keeps at
+    // least kMinChunksPerWarp chunks.
+    const int most = std::max(1, chunks / (kMinChunksPerWarp * warps));
+    double best = -1;
+    for (int s = 1; s <= most; ++s) {
+      const long long ctas = units * s;
+      const double busy = static_cast<double>(ctas) / (static_cast<double>((ctas + capacity - 1) / capacity) * capacity);
+      if (busy > best + 1e-9) {
+        best = busy;
+        splits = s;
+      }
+      if (busy >= kMinBusy) break;
+    }
+  }
+  splits = std::max(1, std::min(splits, chunks));
+  DecodeSplits plan;
+  plan.split_tokens = (chunks + splits - 1) / splits * block_n;
+  plan.splits = (kv_len + plan.split_tokens - 1) / plan.split_tokens;
+  return plan;
+}
+
+int kv_row_bytes(const Spec& spec) { return kv::row_bytes(spec.qk.fmt, spec.qk.gran, spec.head_dim); }
+
+long long kv_cache_bytes(const Spec& spec, int batch, int heads_kv, int capacity) {
+  return static_cast<long long>(batch) * heads_kv * capacity * kv_row_bytes(spec);
+}
+
+// The tiling, the loaded kernel and the split plan of a call (the split count: the call's, else the
+// spec's, else plan_decode_splits over this device's resident CTAs).
+struct Runtime::Impl::DecodePlan {
+  Tiling tiling;
+  std::shared_ptr<rt::LoadedKernel> kernel;
+  DecodeSplits splits;
+};
+
+Runtime::Impl::DecodePlan Runtime::Impl::plan_decode(const Spec& spec, const Problem& p, const Tiling& requested,
+                                                      int requested_splits) {
+  DecodePlan plan;
+  const DeviceLimits lim = limits();
+  plan.tiling = decode_tiling(spec, requested, p, lim);
+  plan.kernel = load(spec, plan.tiling);
+  const long long units = static_cast<long long>(p.batch) * p.heads_kv *
+                          ((rows_per_kv_head(spec, p) + plan.tiling.block_m - 1) / plan.tiling.block_m);
+  const int capacity = resident_ctas(lim, device().sm_count, kernel_smem_bytes(spec, plan.tiling), plan.tiling.warps,
+                                     plan.kernel->function().registers());
+  const int requested_count = requested_splits > 0 ? requested_splits : spec.split_k;
+  plan.splits = plan_decode_splits(requested_count, p.kv_len, chunk_tokens(spec, plan.tiling), plan.tiling.warps, units,
+                                   capacity);
+  return plan;
+}
+
+namespace {
+
+// softmax=unified_max: the exact kernel that recomputes the flagged rows (or, with the unified max
+// disabled, every row).
+Spec exact_softmax(Spec spec) {
+  spec.softmax = SoftmaxMode::exact;
+  return spec;
+}
+
+// The spec of the first kernel decode() launches: a disabled unified max runs the exact one alone.
+Spec first_kernel_spec(const Spec& spec, const DecodeCall& call) {
+  const bool disabled = spec.softmax == SoftmaxMode::unified_max && !call.unified_max.enabled;
+  return disabled ? exact_softmax(spec) : spec;
+}
+
+// flashq: the kernel over the compressed blocks (never masked: the new tokens are in the buffer), and
+// the int8:per_token kernel over the INT8 buffer (contiguous; masked as the spec says).
+Spec blocks_spec(Spec spec) {
+  if (spec.qk.fmt == Fmt::flashq) spec.causal = false;
+  return spec;
+}
+Spec buffer_spec(Spec spec) {
+  spec.qk = spec.pv = Operand{Fmt::int8, Gran::per_token};
+  spec.paged = false;
+  spec.split_k = 0;
+  return spec;
+}
+
+// One kernel launch of a decode call over one part of its cache: a row cache whole, or a flashq cache's
+// blocks or its INT8 buffer. A part writes partial slots [dp.split_base, + grid_x) of dp.splits.
+struct DecodePart {
+  Spec spec;
+  Tiling tiling;
+  std::shared_ptr<rt::LoadedKernel> kernel;
+  DecodeParams dp;
+  int grid_x = 1;
+  std::shared_ptr<rt::LoadedKernel> fallback;   // unified_max: the exact kernel for the flagged rows
+};
+
+}  // namespace
+
+int Runtime::decode_splits(const DecodeCall& call) { return decode_route(call).splits; }
+
+Runtime::DecodeRouteInfo Runtime::decode_route(const DecodeCall& call) {
+  const Runtime::Impl::DecodeRoute route = impl_->route_decode(resolve(call.spec), call.problem, call.tiling, call.splits);
+  const Spec spec = blocks_spec(first_kernel_spec(route.spec, call));
+  const Runtime::Impl::DecodePlan plan = impl_->plan_decode(spec, call.problem, route.tiling, route.splits);
+  return DecodeRouteInfo{plan.kernel->name(), spec.flow, plan.tiling, plan.splits.splits};
+}
+
+long long Runtime::decode_fallback_rows(void* stream) {
+  int* flags = nullptr;
+  long long rows = 0;
+  {
+    std::lock_guard<std::mutex> lock(impl_->workspace_mutex);
+    const auto it = impl_->decode_flags.find(stream);
+    if (it == impl_->decode_flags.end())
+      throw_bad_input("decode_fallback_rows: no softmax=unified_max decode() ran on this stream");
+    flags = it->second.last;
+    rows = it->second.rows;
+  }
+  const int device = impl_->options.device;
+  {
+    rt::ContextGuard guard(device);
+    QATTN_CU(cuStreamSynchronize, static_cast<CUstream>(stream));
+  }
+  std::vector<int> host(static_cast<size_t>(rows));
+  rt::copy_to_host(host.data(), reinterpret_cast<CUdeviceptr>(flags), host.size() * sizeof(int), device);
+  return count_fallback_rows(host.data(), host.size());
+}
+
+void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
+  const bool umax = call.spec.softmax == SoftmaxMode::unified_max;
+  if (umax) check_unified_max(call.spec, call.unified_max);   // before resolve(): no GPU needed to refuse
+  const Spec requested = resolve(call.spec);
+  if (requested.phase != Phase::decode)
+    throw_bad_input("decode() takes a decode spec (got '" + to_string(requested) + "'); use attention() for prefill");
+  const Problem& p = call.problem;
+  require(validate(requested, p));
+  const bool flashq = requested.qk.fmt == Fmt::flashq;
+  if (!call.q || !call.o || (!flashq && !call.kv_lens))
+    throw_bad_input("decode: q, o and kv_lens must be device pointers (one is null)");
+  if (flashq) check_flashq_view(requested, call.flashq, p.heads_kv, "decode");
+  else check_cache(requested, call.cache, p.heads_kv, p.kv_len, "decode");
+  if (call.splits < 0) throw_bad_input("decode: splits must be >= 0 (0: the runtime chooses)");
+  // flow=auto and an unset split count: the tuned tables' choice (decode_dispatch.cpp).
+  const Runtime::Impl::DecodeRoute route = route_decode(requested, p, call.tiling, call.splits);
+  const Spec& spec = route.spec;
+
+  const int d = spec.head_dim;
+  const Spec first = first_kernel_spec(spec, call);
+  DecodeParams common{};
+  common.q = dense_ref(call.q, call.q_sb, call.q_sh, call.q_ss, p.heads_q, p.q_len, d);
+  common.o = dense_ref(call.o, call.o_sb, call.o_sh, call.o_ss, p.heads_q, p.q_len, d);
+  common.lse = call.lse;
+  common.batch = p.batch;
+  common.heads_q = p.heads_q;
+  common.heads_kv = p.heads_kv;
+  common.q_len = p.q_len;
+  common.softmax_scale = call.softmax_scale > 0 ? call.softmax_scale : static_cast<float>(1.0 / std::sqrt(double(d)));
+
+  std::vector<DecodePart> parts;
+  int slots = 0, tail_slot = 0;
+  const int* combine_lens = call.kv_lens;
+  {
+    // The cache itself (row formats) or the flashq blocks: split over the CTAs.
+    const Spec part_spec = blocks_spec(first);
+    const Runtime::Impl::DecodePlan plan = plan_decode(part_spec, p, route.tiling, route.splits);
+    DecodePart part{part_spec, plan.tiling, plan.kernel, common, plan.splits.splits, nullptr};
+    DecodeParams& dp = part.dp;
+    dp.split_tokens = plan.splits.split_tokens;
+    if (flashq) {
+      const FlashQCacheView& c = call.flashq;
+      dp.k = KvCacheRef{static_cast<unsigned char*>(c.k_blocks), flashq_page_stride(c, d, 0), 0};
+      dp.v = KvCacheRef{static_cast<unsigned char*>(c.v_blocks), flashq_page_stride(c, d, 1), 0};
+      dp.block_table = spec.paged ? c.block_table : nullptr;
+      dp.table_stride = spec.paged ? c.table_stride : c.max_blocks;
+      dp.kv_lens = c.compressed_lens;
+      dp.fq_heads = c.heads;
+      combine_lens = c.compressed_lens;
+    } else {
+      const CacheGeometry g = geometry(spec, call.cache, p.heads_kv);
+      dp.k = cache_ref(call.cache.k, g);
+      dp.v = cache_ref(call.cache.v, g);
+      dp.block_table = spec.paged ? call.cache.block_table : nullptr;
+      dp.kv_lens = call.kv_lens;
+      dp.k_head_scale = call.cache.k_head_scale;
+      dp.v_head_scale = call.cache.v_head_scale;
+      dp.page_size = call.cache.page_size;
+      dp.table_stride = call.cache.table_stride;
+    }
+    slots = part.grid_x;
+    parts.push_back(part);
+  }
+  if (flashq) {
+    // The INT8 buffer (at most kFlashQBufferRows tokens, holding the new ones): one CTA per row block,
+    // writing the last slot.
+    const FlashQCacheView& c = call.flashq;
+    const Spec part_spec = buffer_spec(first);
+    Problem bp = p;
+    bp.kv_len = kv::kFlashQBufferRows;
+    const Runtime::Impl::DecodePlan plan = plan_decode(part_spec, bp, Tiling{0, 0, 0, 0}, 1);
+    DecodePart part{part_spec, plan.tiling, plan.kernel, common, 1, nullptr};
+    DecodeParams& dp = part.dp;
+    dp.split_tokens = plan.splits.split_tokens;
+    dp.split_base = slots;
+    const long long head = c.buffer_head_stride ? c.buffer_head_stride : flashq_buffer_head_stride(d);
+    const long long page = c.buffer_page_stride ? c.buffer_page_stride : p.heads_kv * head;
+    dp.k = KvCacheRef{static_cast<unsigned char*>(c.k_buffer), page, head};
+    dp.v = KvCacheRef{static_cast<unsigned char*>(c.v_buffer), page, head};
+    dp.kv_lens = c.buffer_lens;
+    parts.push_back(part);
+    tail_slot = 1;
+    slots += 1;
+  }
+  for (DecodePart& part : parts) part.dp.splits = slots;
+
+  // Every kernel loaded (maybe compiled) before the workspace lock is taken.
+  auto combine = slots > 1 ? load_source(render_decode_combine(spec)) : nullptr;
+  const bool umax_on = umax && call.unified_max.enabled;
+  if (umax_on)   // the exact kernels of the same tilings and splits, for the flagged rows
+    for (DecodePart& part : parts) part.fallback = load(exact_softmax(part.spec), part.tiling);
+  const CUstream cu_stream = static_cast<CUstream>(stream);
+  std::lock_guard<std::mutex> lock(workspace_mutex);
+  const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.q_len;
+  if (slots > 1) {
+    // Partials: O [rows][slots][d] then the log2-sums [rows][slots], fp32.
+    const size_t floats = static_cast<size_t>(rows) * slots * (d + 1);
+    rt::DeviceBuffer& ws = decode_workspaces[stream];
+    if (ws.size() < floats * sizeof(float)) ws = rt::DeviceBuffer(floats * sizeof(float), options.device);
+    for (DecodePart& part : parts) {
+      part.dp.part_o = ws.as<float>();
+      part.dp.part_lse = part.dp.part_o + static_cast<size_t>(rows) * slots * d;
+    }
+  }
+  if (umax) {
+    // Row flags zeroed on the stream; the unified-max kernel ORs kUmOverflow / kUmSeen into them. A
+    // disabled unified max leaves them 0: every row took the exact path.
+    Runtime::Impl::DecodeFlags& f = decode_flags[stream];
+    int* flags = call.row_flags;
+    if (!flags) {
+      if (f.workspace.size() < static_cast<size_t>(rows) * sizeof(int))
+        f.workspace = rt::DeviceBuffer(static_cast<size_t>(rows) * sizeof(int), options.device);
+      flags = f.workspace.as<int>();
+    }
+    f.last = flags;
+    f.rows = rows;
+    rt::fill_words_async(reinterpret_cast<CUdeviceptr>(flags), 0u, static_cast<size_t>(rows), cu_stream,
+                         options.device);
+    constexpr double kLog2e = 1.4426950408889634;   // the kernel's units: x * log2 e
+    for (DecodePart& part : parts) {
+      part.dp.row_flags = flags;
+      part.dp.um_phi2 = static_cast<float>(call.unified_max.phi * kLog2e);
+      part.dp.um_lo2 = static_cast<float>(call.unified_max.lo * kLog2e);
+      part.dp.um_hi2 = static_cast<float>(call.unified_max.hi * kLog2e);
+    }
+  }
+  auto launch = [&](const DecodePart& part, rt::LoadedKernel& kernel, const DecodeParams& dp) {
+    const LaunchShape l = decode_launch(part.spec, part.tiling, p, part.grid_x);
+    kernel.function().launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
+                             cu_stream, dp);
+  };
+  for (const DecodePart& part : parts) launch(part, *part.kernel, part.dp);
+  for (const DecodePart& part : parts)
+    if (part.fallback) {   // on the flagged rows only
+      DecodeParams fp = part.dp;
+      fp.fallback_only = 1;
+      launch(part, *part.fallback, fp);
+    }
+  if (combine) {
+    const DecodeParams& dp = parts.front().dp;
+    DecodeCombineParams cp{};
+    cp.o = dp.o;
+    cp.part_o = dp.part_o;
+    cp.part_lse = dp.part_lse;
+    cp.lse = dp.lse;
+    cp.kv_lens = combine_lens;
+    cp.batch = p.batch;
+    cp.heads_q = p.heads_q;
+    cp.q_len = p.q_len;
+    cp.splits = slots;
+    cp.split_tokens = dp.split_tokens;
+    cp.tail_slot = tail_slot;
+    combine->launch(rt::Dim3{static_cast<unsigned>((rows + 3) / 4), 1, 1}, rt::Dim3{128, 1, 1}, 0, cu_stream, cp);
+  }
+}
+
+void Runtime::decode(const DecodeCall& call, void* stream) { impl_->decode(call, stream); }
+
+void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
+  const Spec spec = resolve(call.spec);
+  if (spec.phase != Phase::decode) throw_bad_input("append_kv() takes a decode spec (got '" + to_string(spec) + "')");
+  if (call.batch < 1 || call.heads_kv < 1 || call.n_new < 1)
+    throw_bad_input("append_kv: batch, heads_kv and n_new must be >= 1");
+  if (!call.k || !call.v || !call.start) throw_bad_input("append_kv: k, v and start must be device pointers (one is null)");
+  // Positions are on the device; the caller guarantees start[b] + n_new fits (checked here for the
+  // first token only through the cache size).
+  check_cache(spec, call.cache, call.heads_kv, call.n_new, "append_kv");
+  const CacheGeometry g = geometry(spec, call.cache, call.heads_kv);
+  auto fn = load_source(render_kv_append(spec));
+  KvAppendParams ap{};
+  ap.block_table = spec.paged ? call.cache.block_table : nullptr;
+  ap.start = call.start;
+  ap.batch = call.batch;
+  ap.heads_kv = call.heads_kv;
+  ap.n_new = call.n_new;
+  ap.page_size = call.cache.page_size;
+  ap.table_stride = call.cache.table_stride;
+  const rt::Dim3 grid{static_cast<unsigned>((call.n_new + 3) / 4), static_cast<unsigned>(call.heads_kv),
+                      static_cast<unsigned>(call.batch)};
+  const CUstream cu_stream = static_cast<CUstream>(stream);
+  for (int which = 0; which < 2; ++which) {
+    const void* x = which == 0 ? call.k : call.v;
+    ap.x = dense_ref(const_cast<void*>(x), call.sb, call.sh, call.ss, call.heads_kv, call.n_new, spec.head_dim);
+    ap.cache = cache_ref(which == 0 ? call.cache.k : call.cache.v, g);
+    ap.head_scale = which == 0 ? call.cache.k_head_scale : call.cache.v_head_scale;
+    fn->launch(grid, rt::Dim3{128, 1, 1}, 0, cu_stream, ap);
+  }
+}
+
+void Runtime::append_kv(const AppendKvCall& call, void* stream) { impl_->append_kv(call, stream); }
+
+}  // namespace qattn

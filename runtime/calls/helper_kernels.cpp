@@ -1,0 +1,126 @@
+#include "runtime/calls/helper_kernels.hpp"
+
+#include <set>
+
+#include "qattn/validate.hpp"
+
+namespace qattn::rt {
+namespace {
+
+const char* kLseHeader = "qattn/attention/lse_correction.cuh";
+
+// qattn_quant_<in>_i8<gran>[_smooth][_qmean][_rotq|_rotk][_vt]_d<d>__<pass>: the quantization family of the name grammar.
+std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLaunch& l) {
+  const std::string g = r.gran == Gran::per_token    ? "tok"
+                        : r.gran == Gran::per_block  ? "blk" + std::to_string(r.group)
+                        : r.gran == Gran::per_warp   ? "wrp" + std::to_string(r.group)
+                        : r.gran == Gran::per_thread ? "thr" + std::to_string(r.group)
+                        : r.gran == Gran::per_tensor ? "ten"
+                                                     : "chn";
+  // _i8: one code per byte (int8, and int4's [-7, 7] codes: qmax is a launch parameter); _i4p: packed int4;
+  // _e4m3: fp8 V^T; _qmean: Q minus its 64-row block means (Q smoothing); _rotq / _rotk: the Hadamard
+  // rotation of the Q / K side (rotate=hadamard).
+  return std::string("qattn_quant_") + (r.in == Fmt::bf16 ? "bf16" : "f16") +
+         (r.code == Fmt::fp8e4m3 ? "_e4m3" : r.pack4 ? "_i4p" : "_i8") + g + (r.smooth ? "_smooth" : "") +
+         (r.block_mean ? "_qmean" : "") + (r.rotate == quant::kRotateQ ? "_rotq" : r.rotate == quant::kRotateK ? "_rotk" : "") +
+         (r.transpose ? "_vt" : "") + "_d" + std::to_string(r.d) + "__" + l.tag;
+}
+
+}  // namespace
+
+std::array<int, 3> pass_lanes(const std::array<QuantSlot, 3>& slots, bool concurrent) {
+  std::array<int, 3> lane{-1, -1, -1};
+  if (!concurrent || !slots[2].active || !(slots[0].active || slots[1].active)) return lane;
+  lane[2] = 0;
+  if (slots[0].active && slots[1].active) lane[0] = 1;
+  return lane;
+}
+
+std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool int4_mma, int resident_blocks,
+                                     int k_mean_sample_tokens, bool q_fused, bool tma) {
+  const int d = spec.head_dim;
+  // per_warp / per_thread: the Q mapping (group 32) and the K mapping (group 64) of quant_shape.h; the
+  // scales come out expanded per row, so the attention kernel runs its per-token path.
+  const bool fragment = spec.qk.gran == Gran::per_warp || spec.qk.gran == Gran::per_thread;
+  const int q_group = spec.qk.gran == Gran::per_block ? 64 : fragment ? 32 : 0;
+  const int k_group = spec.qk.gran == Gran::per_block || fragment ? 64 : 0;
+  const int kv_pad = (p.kv_len + kVPadTokens - 1) / kVPadTokens * kVPadTokens;
+  std::array<QuantSlot, 3> slots;
+  slots[0].request = {spec.out, spec.qk.gran, q_group, false, false, d};
+  slots[0].request.block_mean = (spec.smooth & kSmoothQ) != 0;   // Q smoothing: 64-row block means
+  slots[0].problem = {p.batch, p.heads_q, p.q_len, p.q_len};
+  slots[1].request = {spec.out, spec.qk.gran, k_group, (spec.smooth & kSmoothK) != 0, false, d};
+  slots[1].problem = {p.batch, p.heads_kv, p.kv_len, tma ? (p.kv_len + 15) / 16 * 16 : p.kv_len};
+  slots[1].problem.mean_sample_tokens = k_mean_sample_tokens;   // K's smoothing mean may come from a sample
+  slots[2].request = {spec.out, spec.pv.gran, 0, (spec.smooth & kSmoothV) != 0, true, d};
+  slots[2].request.code = spec.pv.fmt == Fmt::fp8e4m3 ? Fmt::fp8e4m3 : Fmt::int8;
+  slots[2].problem = {p.batch, p.heads_kv, p.kv_len, kv_pad};
+  slots[2].active = spec.pv.fmt != Fmt::fp16;   // pv=fp16: the kernel reads V as given
+  slots[0].active = !q_fused;                     // _qf: the kernel quantizes Q as given
+  if (spec.rotate == Rotation::hadamard) slots[0].request.rotate = quant::kRotateQ, slots[1].request.rotate = quant::kRotateK;
+  if (spec.qk.fmt == Fmt::int4)
+    for (int i : {0, 1}) {
+      slots[static_cast<size_t>(i)].request.qmax = 7;
+      slots[static_cast<size_t>(i)].request.pack4 = int4_mma;
+    }
+  for (QuantSlot& s : slots) {
+    s.problem.resident_blocks = resident_blocks;
+    if (s.active) s.plan = quant::plan_quant(s.request, s.problem);
+  }
+  return slots;
+}
+
+Source quant_source(const quant::QuantRequest& r, const quant::QuantLaunch& l, Arch arch) {
+  return render_helper(quant_kernel_name(r, l), "qattn/quant/quant.cuh", l.pass, "qattn::QuantParams", l.block, arch,
+                       static_cast<unsigned>(l.min_blocks));
+}
+
+Source row_dot_source(const Spec& spec) {
+  const bool bf16 = spec.out == Fmt::bf16;
+  const std::string d = std::to_string(spec.head_dim);
+  return render_helper(std::string("qattn_lsefix_") + (bf16 ? "bf16" : "f16") + "_d" + d + "__rowdot", kLseHeader,
+                       std::string("qattn::lse_correction::RowDot<") + (bf16 ? "qattn::Fmt::bf16" : "qattn::Fmt::fp16") +
+                           ", " + d + ">",
+                       "qattn::LseCorrectionParams", 128, spec.arch);
+}
+
+Source add_scaled_source(Arch arch) {
+  return render_helper("qattn_lsefix__addscaled", kLseHeader, "qattn::lse_correction::AddScaled",
+                       "qattn::LseCorrectionParams", 256, arch);
+}
+
+std::vector<Source> helper_sources(const Spec& spec, int k_mean_sample_tokens) {
+  std::vector<Source> out;
+  if (spec.phase == Phase::decode && spec.qk.fmt == Fmt::flashq) {
+    // The flashq cache's pack kernels (they write its INT8 buffer too; append_kv has no flashq form)
+    // and the combine.
+    out = render_flashq_kernels(spec);
+    out.push_back(render_decode_combine(spec));
+    return out;
+  }
+  if (spec.phase == Phase::decode) return {render_decode_combine(spec), render_kv_append(spec)};
+  if (!spec.quantized()) return out;
+  // The default form (rt::ExperimentOptions::quant_one_pass off): statistics passes where a head needs them,
+  // over every token (a short sequence), and K's over a sample where the sequence is longer than it.
+  const Problem nominal{1, spec.gqa, 1, 128, 128};
+  const bool int4_mma = int4_mma_by_default(spec);
+  for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma, 0, k_mean_sample_tokens))
+    for (const quant::QuantLaunch& l : s.plan.launches) out.push_back(quant_source(s.request, l, spec.arch));
+  if (k_mean_sample_tokens > 0) {   // K's passes that only a longer sequence adds (the sampled statistics)
+    std::set<std::string> names;
+    for (const Source& src : out) names.insert(src.kernel_name);
+    const Problem beyond_sample{1, spec.gqa, 1, 1, k_mean_sample_tokens + 1};
+    const QuantSlot k = quant_slots(spec, beyond_sample, int4_mma, 0, k_mean_sample_tokens)[1];
+    for (const quant::QuantLaunch& l : k.plan.launches) {
+      Source src = quant_source(k.request, l, spec.arch);
+      if (names.insert(src.kernel_name).second) out.push_back(std::move(src));
+    }
+  }
+  if (spec.smooth & kSmoothK) {
+    out.push_back(row_dot_source(spec));
+    out.push_back(add_scaled_source(spec.arch));
+  }
+  return out;
+}
+
+}  // namespace qattn::rt

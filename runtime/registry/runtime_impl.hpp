@@ -1,0 +1,156 @@
+// Runtime::Impl — shared by the registry (registry.cpp), the tuner's GPU runner (gpu_runner.cpp) and
+// the high-level attention call (attention_call.cpp).
+#pragma once
+#include <array>
+#include <map>
+#include <tuple>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "cache/layered_store.hpp"
+#include "qattn/inflection.hpp"
+#include "qattn/runtime.hpp"
+#include "qattn/validate.hpp"
+#include "runtime/jit/binary_provider.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/device/module.hpp"
+#include "runtime/registry/experiment_options.hpp"
+
+namespace qattn {
+namespace rt {
+
+// A kernel loaded on the runtime's device.
+class LoadedKernel final : public qattn::Kernel {
+ public:
+  LoadedKernel(Spec spec, Tiling tiling, rt::Module module, rt::Kernel fn, unsigned smem)
+      : name_(kernel_name(spec, tiling)), spec_(spec), tiling_(tiling), module_(std::move(module)),
+        fn_(std::move(fn)), smem_(smem) {}
+  const std::string& name() const override { return name_; }
+  const Spec& spec() const override { return spec_; }
+  const Tiling& tiling() const override { return tiling_; }
+  void launch(const AttentionParams& params, const Problem& problem, void* stream) const override;
+  // _tma kernels: `params` with its K and V^T tensor maps encoded (in this kernel's context), and the
+  // launch of such a parameter block, so that a prepared call encodes its maps once, not per launch.
+  TmaAttentionParams tma_params(const AttentionParams& params) const;
+  void launch(const TmaAttentionParams& params, const Problem& problem, void* stream) const;
+  const rt::Kernel& function() const { return fn_; }
+
+ private:
+  static std::string kernel_name(const Spec& s, const Tiling& t);
+  std::string name_;
+  Spec spec_;
+  Tiling tiling_;
+  rt::Module module_;
+  rt::Kernel fn_;
+  unsigned smem_;
+};
+
+}  // namespace rt
+
+// Runtime::Impl of a Runtime, for the library's parts that are not members (the pretune worker, calibrate()).
+struct RuntimeAccess {
+  static Runtime::Impl& impl(Runtime& runtime) { return *runtime.impl_; }
+};
+
+struct Runtime::Impl {
+  explicit Impl(RuntimeOptions o);
+
+  const rt::DeviceInfo& device();   // throws Error(no_gpu) without a driver or device
+  cache::DeviceKey device_key();
+  DeviceLimits limits();
+  Arch device_arch();
+  Spec resolve(const Spec& spec);
+
+  // Loads (compiling or taking the cached cubin) the kernel of (spec, tiling); kept for the runtime's life.
+  std::shared_ptr<rt::LoadedKernel> load(const Spec& spec, const Tiling& tiling);
+  // A loaded quantization pass by its rendered source (see quant_pipeline.cpp).
+  std::shared_ptr<rt::Kernel> load_source(const Source& source);
+  TuningResult tune(const Spec& spec, const Problem& problem);
+  // Compiles into the binary cache the form attention() and prepare() launch for a tuned winner (its
+  // _qf / _tma twin, Runtime::launch_form), so that a cache pretuned and shipped holds the binaries an
+  // application runs, not only the ones the tuner timed. Nothing without a writable cache or when the
+  // winner is its own launch form; a twin that does not compile is logged once (attention() reports it).
+  void cache_launch_form(const Spec& spec, const Tiling& winner);
+  // The stored winner's tiling for (spec, bucket) on this device, if the cache has a usable one: an
+  // exact hit, or another driver's entry whose tiling passes verification here (then stored under this
+  // driver). Every other outcome but "absent" is recorded as a cache warning.
+  std::optional<Tiling> stored_tiling(const Spec& spec, const std::string& bucket);
+  // The calls (runtime/calls/), which the public Runtime forwards to and the tuner's GPU side
+  // (runtime/tuning/) uses directly: the tuning path never goes back through the public Runtime.
+  Tiling launch_form(const Spec& spec, const Tiling& tiling);   // Runtime::launch_form
+  // Throws bad_input unless `spec` (resolved) is a prefill spec that `problem` fits.
+  static void require_prefill(const Spec& spec, const Problem& problem);
+  std::unique_ptr<PreparedAttention> prepare_with(const AttentionCall& call, const Tiling& tiling, void* stream);
+  // `lent`: the runtime's per-stream workspace (attention()), or null: the prepared call owns one.
+  std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
+                                                void* stream, rt::DeviceBuffer* lent);
+  void run(const PreparedAttention& prepared, TensorView o, float softmax_scale, float* lse, void* stream);
+  void decode(const DecodeCall& call, void* stream);
+  void append_kv(const AppendKvCall& call, void* stream);
+  // Tiling, loaded kernel and split count of a decode call (decode_call.cpp).
+  struct DecodePlan;
+  DecodePlan plan_decode(const Spec& spec, const Problem& problem, const Tiling& requested, int requested_splits);
+
+  RuntimeOptions options;
+  rt::ExperimentOptions experiment = rt::ExperimentOptions::from_environment();
+  std::unique_ptr<cache::LayeredStore> store;   // user layer over the shipped one; null: cache off
+  std::unique_ptr<rt::BinaryProvider> binaries;
+  std::recursive_mutex mutex;   // guards the maps, counters and device info
+  // kernel()'s in-process map: (spec as asked, problem bucket) -> the loaded winner. Keyed by numbers,
+  // not text, so that a repeated request costs a validation of the problem and one map lookup.
+  // Every field of a spec as numbers: a map key that costs no text.
+  using SpecFields = std::array<int, 16>;
+  static SpecFields spec_fields(const Spec& spec);
+  struct RequestKey {
+    SpecFields spec{};
+    long long q = 0, kv = 0, bh = 0;
+    bool operator<(const RequestKey& o) const {
+      return std::tie(spec, q, kv, bh) < std::tie(o.spec, o.q, o.kv, o.bh);
+    }
+  };
+  static RequestKey request_key(const Spec& spec, const Problem& problem);
+  std::map<RequestKey, std::shared_ptr<rt::LoadedKernel>> by_request;
+  std::map<std::string, std::shared_ptr<rt::LoadedKernel>> by_name;
+  std::map<std::string, std::pair<rt::Module, std::shared_ptr<rt::Kernel>>> sources;   // quant passes
+  RuntimeCounters counters;
+  std::mutex workspace_mutex;
+  std::map<void*, rt::DeviceBuffer> workspaces;   // attention()'s workspace per stream
+  std::map<void*, rt::DeviceBuffer> decode_workspaces;   // decode()'s split partials per stream
+  // Quantized prefill: V's passes (and Q's, when K's run too) on side streams beside the caller's
+  // (rt::ExperimentOptions::concurrent_passes); per caller stream, two side streams and their fork / join events.
+  struct PassFork {
+    rt::Stream side[2];
+    rt::Event forked, joined[2];
+    explicit PassFork(int device)
+        : side{rt::Stream(device), rt::Stream(device)},
+          forked(device, false),
+          joined{rt::Event(device, false), rt::Event(device, false)} {}
+  };
+  std::mutex fork_mutex;
+  std::map<void*, std::unique_ptr<PassFork>> pass_forks;
+  // decode()'s tuned choices (decode_dispatch.cpp): the family's stored inflection and split tables,
+  // read from the cache once per family (null: none stored), then O(1) array lookups per call.
+  struct DecodeRoute {
+    Spec spec;       // flow resolved (never automatic)
+    Tiling tiling;   // block_m 0: the runtime's default for the flow
+    int splits = 0;  // 0: spec.split_k, else plan_decode_splits
+  };
+  DecodeRoute route_decode(const Spec& resolved, const Problem& p, const Tiling& tiling, int splits);
+  std::shared_ptr<const DecodeDispatch> decode_dispatch(const Spec& resolved);
+  // By the family's spec fields (flow automatic, no split count): found without building its text.
+  std::map<SpecFields, std::shared_ptr<const DecodeDispatch>> decode_dispatches;
+  std::vector<std::string> dispatch_warnings;   // stored decisions that could not be used, and why
+  // decode()'s unified-max row flags per stream: the workspace, and where the last call's flags went
+  // (the workspace or the caller's DecodeCall::row_flags) with their row count.
+  struct DecodeFlags {
+    rt::DeviceBuffer workspace;
+    int* last = nullptr;
+    long long rows = 0;
+  };
+  std::map<void*, DecodeFlags> decode_flags;
+  std::optional<rt::DeviceInfo> device_info;
+};
+
+}  // namespace qattn
