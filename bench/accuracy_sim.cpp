@@ -1,6 +1,8 @@
 #include "bench/accuracy_sim.hpp"
 
 #include "qattn/quant/quant_config.h"
+#include "reference/attention.hpp"
+#include "reference/metrics.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -256,30 +258,28 @@ Mat softmax_scores(const Mat& q, const Mat& k, const std::vector<int>& rows, dou
 }
 
 Mat reference_attention(const Mat& q, const Mat& k, const Mat& v, const std::vector<int>& rows, double scale) {
-  const Mat p = softmax_scores(q, k, rows, scale);
+  // One head of the shared float64 reference: a [rows][cols] matrix is a [1, 1, rows, cols] operand.
+  auto operand = [](const Mat& m) { return reference::Operand::of(m.v.data(), {0, 0, m.cols, 1}); };
+  const reference::Dims dims{1, 1, 1, q.rows, k.rows, q.cols, v.cols};
+  std::vector<reference::RowId> ids;
+  for (int r : rows) ids.push_back({0, 0, r});
   Mat out(static_cast<int>(rows.size()), v.cols);
-  for (int ri = 0; ri < p.rows; ++ri)
-    for (int j = 0; j < k.rows; ++j) {
-      const double w = p.at(ri, j);
-      for (int c = 0; c < v.cols; ++c) out.at(ri, c) += w * v.at(j, c);
-    }
+  out.v = reference::attention_rows(operand(q), operand(k), operand(v), dims, {false, scale}, ids);
   return out;
 }
 
 Errors compare(const Mat& ref, const Mat& got) {
   if (ref.v.size() != got.v.size()) throw std::invalid_argument("compare: sizes differ");
-  double dotp = 0, rr = 0, gg = 0, l1 = 0, rl1 = 0, sq = 0;
-  for (size_t i = 0; i < ref.v.size(); ++i) {
-    const double a = ref.v[i], b = got.v[i], e = b - a;
-    dotp += a * b, rr += a * a, gg += b * b, l1 += std::fabs(e), rl1 += std::fabs(a), sq += e * e;
-  }
+  const reference::ErrorMetrics m = reference::compare(ref.v, got.v);
   Errors e;
-  const double n = static_cast<double>(std::max<size_t>(1, ref.v.size()));
-  e.cosine = (rr == 0 && gg == 0) ? 1.0 : dotp / std::sqrt(rr * gg);
-  e.rel_l1 = rl1 > 0 ? l1 / rl1 : 0.0;
-  e.rmse = std::sqrt(sq / n);
+  e.cosine = m.cosine;
+  e.rel_l1 = m.rel_l1;
+  e.rmse = m.rmse;
   // Elementwise relative error diverges where the reference crosses 0; elements below 1e-3 of the
   // reference's RMS are left out (a fraction of a percent of them on these inputs).
+  double rr = 0;
+  for (double a : ref.v) rr += a * a;
+  const double n = static_cast<double>(std::max<size_t>(1, ref.v.size()));
   const double floor = 1e-3 * std::sqrt(rr / n);
   double mre = 0;
   long long counted = 0;

@@ -87,7 +87,7 @@ struct SimConfig {
 // (Q smoothing and Q scales are computed over the whole Q, so sampling rows changes nothing else.)
 Mat simulate_attention(const Mat& q, const Mat& k, const Mat& v, const std::vector<int>& rows, double scale,
                        const SimConfig& config);
-// Exact float64 attention of the same rows (two-pass softmax).
+// Exact float64 attention of the same rows: the shared reference (reference/attention.hpp).
 Mat reference_attention(const Mat& q, const Mat& k, const Mat& v, const std::vector<int>& rows, double scale);
 // softmax(scale · Q Kᵀ) of the given rows, [rows.size()][k.rows] (tests of the smoothing identities).
 Mat softmax_scores(const Mat& q, const Mat& k, const std::vector<int>& rows, double scale);
@@ -96,6 +96,7 @@ struct Errors {
   double cosine = 0, rel_l1 = 0, rmse = 0;
   double mre_elementwise = 0;   // mean |Δ| / |ref| over elements with |ref| >= 1e-3 * rms(ref)
 };
+// cosine, rel_l1 and rmse as reference/metrics.hpp computes them, plus the elementwise mean relative error.
 Errors compare(const Mat& ref, const Mat& got);
 
 // ---- inputs ---------------------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 #include "runtime/tuning/gpu_runner.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
 
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
+#include "reference/attention.hpp"
+#include "reference/metrics.hpp"
 #include "runtime/device/device_buffer.hpp"
 #include "runtime/tuning/host_data.hpp"
 
@@ -122,24 +125,27 @@ CheckResult check_against_reference(Runtime::Impl& runtime, const Spec& spec_in,
   stream.synchronize();
   const std::vector<float> all = download_output(in, spec.out, p, spec.head_dim, bhsd_layout);
   const int d = spec.head_dim;
-  const std::vector<RowId> rows = sample_rows(p, 4, 256);
+  const reference::Dims dims{p.batch, p.heads_q, p.heads_kv, p.q_len, p.kv_len, d, d};
+  const std::vector<reference::RowId> rows = reference::sample_rows(dims, 4, 256);
   std::vector<float> got;
-  for (const RowId& r : rows) {
+  for (const reference::RowId& r : rows) {
     const size_t at = ((static_cast<size_t>(r.b) * p.heads_q + r.h) * p.q_len + r.i) * d;
     got.insert(got.end(), all.begin() + static_cast<long>(at), all.begin() + static_cast<long>(at + d));
   }
   long long unwritten = 0;   // every element, not only the sampled rows, must have been written
   for (float x : all) unwritten += !std::isfinite(x);
-  const std::vector<double> want =
-      reference_attention(in.q, in.k, in.v, p, d, spec.causal, 1.0 / std::sqrt(static_cast<double>(d)), rows);
-  Agreement a = compare(got, want);
-  a.non_finite = std::max(a.non_finite, unwritten);
+  const reference::Options options{spec.causal, 1.0 / std::sqrt(static_cast<double>(d))};
+  const std::vector<double> want = reference::attention_rows(
+      reference::Operand::of(in.q.data(), reference::bhsd_strides(p.heads_q, p.q_len, d)),
+      reference::Operand::of(in.k.data(), reference::bhsd_strides(p.heads_kv, p.kv_len, d)),
+      reference::Operand::of(in.v.data(), reference::bhsd_strides(p.heads_kv, p.kv_len, d)), dims, options, rows);
+  const reference::ErrorMetrics m = reference::compare(want, got);
   CheckResult r;
-  r.cosine = a.cosine;
-  r.rel_l2 = a.rel_l2;
-  r.max_abs = a.max_abs;
-  r.non_finite = a.non_finite;
-  r.passed = a.non_finite == 0 && (spec.quantized() ? a.cosine >= min_cosine(spec) : a.rel_l2 <= kFloatMaxRelL2);
+  r.cosine = m.cosine;
+  r.rel_l2 = m.rel_l2;
+  r.max_abs = m.max_abs;
+  r.non_finite = std::max(m.nonfinite, unwritten);
+  r.passed = r.non_finite == 0 && (spec.quantized() ? r.cosine >= min_cosine(spec) : r.rel_l2 <= kFloatMaxRelL2);
   return r;
 }
 

@@ -10,6 +10,7 @@
 
 #include "qattn/decode/fp8_e4m3.h"
 #include "tests/common/random_data.hpp"
+#include "reference/attention.hpp"
 #include "tests/common/reference_attention.hpp"
 
 namespace qattn {
@@ -138,28 +139,11 @@ std::vector<double> read_head(const HostKvCache& c, int b, int h, int n) {
   return rows;
 }
 
-// Softmax attention of one query row over the first n rows of kh/vh; writes `out` and returns the LSE.
-// The same operation order as reference_attention, so the two agree to the last bit on equal inputs.
+// Softmax attention of one query row over the first n rows of kh/vh ([n][d] each): the library's
+// row kernel itself, so this model and reference_attention agree to the last bit on equal inputs.
 double attend_row(const double* qi, const std::vector<double>& kh, const std::vector<double>& vh, long long n,
                   int d, double scale, double* out) {
-  std::vector<double> s(static_cast<size_t>(std::max(0LL, n)));
-  double mx = -std::numeric_limits<double>::infinity();
-  for (long long j = 0; j < n; ++j) {
-    double dot = 0;
-    for (int c = 0; c < d; ++c) dot += qi[c] * kh[static_cast<size_t>(j) * d + c];
-    s[j] = dot * scale;
-    mx = std::max(mx, s[j]);
-  }
-  std::fill(out, out + d, 0.0);
-  if (n <= 0) return -std::numeric_limits<double>::infinity();
-  double sum = 0;
-  for (long long j = 0; j < n; ++j) {
-    const double p = std::exp(s[j] - mx);
-    sum += p;
-    for (int c = 0; c < d; ++c) out[c] += p * vh[static_cast<size_t>(j) * d + c];
-  }
-  for (int c = 0; c < d; ++c) out[c] /= sum;
-  return mx + std::log(sum);
+  return reference::attend_row(qi, kh.data(), vh.data(), n, d, d, scale, out);
 }
 
 }  // namespace

@@ -313,7 +313,7 @@ TEST_F(DecodeGpu, PagedAndContiguousGiveIdenticalBits) {
 }
 
 // softmax=sas against the exact float64 softmax: SAS drops every term below e^-6 of the running max and
-// its cubic is within 8e-4 of e^x (tests/decode/sas_test.cpp), so the output stays close (the same
+// its cubic is within 8e-4 of e^x (tests/templates/decode/sas_test.cpp), so the output stays close (the same
 // thresholds as the exact mode) while each row's sum can only lose mass: its LSE is at most the exact
 // one plus the cubic's error, and on these long rows clearly below it for some rows (the mode is live).
 // (A reference that applies SAS against the final row max is no closer: the kernel applies it against

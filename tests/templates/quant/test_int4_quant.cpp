@@ -1,7 +1,7 @@
 // qk=int4 quantization on the CPU (issue #3): the float64 reference math for every Q/K granularity
 // with qmax 7, the packed layout of the int4 rows (the mma.sync .s4 operand order), and the plan of
 // the packed quantizer. The GPU passes are checked against the same reference in
-// tests/e2e/prefill_int4_gpu_test.cpp.
+// tests/templates/attention/prefill_int4_gpu_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
