@@ -9,4 +9,10 @@ namespace qattn::cache {
 bool logging_enabled();                  // QATTN_LOG=1, read once
 void log_once(const std::string& line);  // prints "line\n" on stderr the first time, when enabled
 
+// Cache trouble (a layer that cannot be opened, read or written) is printed once per distinct line when
+// QATTN_LOG=1 or after report_trouble_on_stderr(true) (the qattn CLI turns it on: a command-line user
+// must see why nothing was stored). A library caller reads it instead from Runtime::cache_status().
+void report_trouble_on_stderr(bool on);
+void report_trouble(const std::string& line);
+
 }  // namespace qattn::cache

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "cache/log.hpp"
 #include "cli/commands.hpp"
 #include "qattn/error.hpp"
 
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  qattn::cache::report_trouble_on_stderr(true);   // a cache that cannot store is said once, not only under QATTN_LOG
   try {
     if (cmd == "doctor") return qattn::cli::doctor(argc, argv);
     if (cmd == "compile") return qattn::cli::compile(argc, argv);
