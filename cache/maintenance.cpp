@@ -339,7 +339,8 @@ std::string unless_export(const std::string& path) {
     return "it cannot be checked (" + std::string(e.what()) + ")";
   }
   if (text.empty()) return "";
-  if (text.find(std::string("\"format\": \"") + kFormat + "\"") != std::string::npos) return "";
+  const json parsed = json::parse(text, nullptr, false);
+  if (parsed.is_object() && parsed.contains("format") && parsed["format"] == kFormat) return "";
   return std::string("it is not a ") + kFormat + " JSON file (delete it first, or choose another name)";
 }
 
