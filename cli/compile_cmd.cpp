@@ -124,6 +124,11 @@ int compile(int argc, char** argv) {
   // How the spec runs when its text does not say it (e.g. qk=int4 as int8 compute on sm_90a).
   if (const std::string note = dispatch_note(spec, tiling); !note.empty())
     std::fprintf(report, "note: %s\n", note.c_str());
+  // Without --emit, storing the kernel in the cache is the point: trouble with the user cache (already
+  // said once on stderr) makes it a failure.
+  const std::string trouble = runtime.cache_status();
+  if (emit.empty() && !runtime.cache_path().empty() && trouble.rfind("qattn cache: " + runtime.cache_path() + ":", 0) == 0)
+    return 1;
   return 0;
 }
 
