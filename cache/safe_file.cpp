@@ -173,7 +173,7 @@ void replace_with_temporary(const std::string& temporary, const std::string& pat
 std::string read_input_file(const std::string& path, const std::string& what, std::uintmax_t max_bytes) {
   const std::string head = what + " " + path + ": ";
   struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) throw BadPath(head + "cannot open the file: " + system_error_text(errno));
+  if (::stat(path.c_str(), &info) != 0) throw BadPath(head + "cannot read the file (cannot open it: " + system_error_text(errno) + ")");
   if (!S_ISREG(info.st_mode)) {
     throw BadPath(head + "is " + kind_of_file(info.st_mode) + "; accepted: a regular file");
   }
@@ -183,7 +183,7 @@ std::string read_input_file(const std::string& path, const std::string& what, st
   }
   // O_NONBLOCK: should the path have become a FIFO since the stat, open does not wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw BadPath(head + "cannot open the file: " + system_error_text(errno));
+  if (fd < 0) throw BadPath(head + "cannot read the file (cannot open it: " + system_error_text(errno) + ")");
   struct stat opened {};
   if (::fstat(fd, &opened) != 0 || !S_ISREG(opened.st_mode)) {
     ::close(fd);
