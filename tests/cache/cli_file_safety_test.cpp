@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -94,6 +96,37 @@ TEST_F(CliFileSafety, DevicesAndFifosAreNoDatabaseAndNoInput) {
   expect_bad_input(run_cli(dir_, "cache import --json /dev/zero --db " + dir_.file("c.db")), "regular file");
   expect_bad_input(run_cli(dir_, "pretune --dry-run --grid /dev/zero"), "regular file");
   expect_bad_input(run_cli(dir_, "pretune --dry-run --grid " + fifo), "regular file");
+}
+
+// Cache trouble is said once, in one line, without QATTN_LOG (it was silent).
+TEST_F(CliFileSafety, CacheTroubleIsSaidOnceWithoutQattnLog) {
+  const Outcome o = run_cli(dir_, std::string("compile --no-cache --spec ") + kSpec + " --emit source --out " +
+                                      dir_.file("k.cu") + " --db " + dir_.file("ok.db"));
+  ASSERT_EQ(o.code, 0) << o.err;
+  const std::string shipped = dir_.file("missing-shipped.db");
+  ::setenv("QATTN_SHIPPED_CACHE", shipped.c_str(), 1);
+  ::unsetenv("QATTN_LOG");
+  const Outcome with_trouble = run_cli(dir_, std::string("compile --spec ") + kSpec + " --db " + dir_.file("ok.db"));
+  ::unsetenv("QATTN_SHIPPED_CACHE");
+  EXPECT_EQ(with_trouble.code, 0) << "a missing shipped cache stores nothing less: " << with_trouble.err;
+  EXPECT_EQ(std::count(with_trouble.err.begin(), with_trouble.err.end(), '\n'), 1) << with_trouble.err;
+  EXPECT_NE(with_trouble.err.find("missing-shipped.db"), std::string::npos) << with_trouble.err;
+}
+
+// Another process inside BEGIN EXCLUSIVE for the whole run: one bounded wait (about 10 s), one line,
+// and exit 1 because the kernel was not stored (it used to wait ~80 s on every write and exit 0).
+TEST_F(CliFileSafety, ALockedCacheCostsOneBoundedWaitAndFailsTheStore) {
+  const std::string db = dir_.file("locked.db");
+  { cache::Store create(db); }
+  cache::Database other(db, {});
+  cache::Transaction held(other, cache::Transaction::Mode::exclusive);
+  const auto start = std::chrono::steady_clock::now();
+  const Outcome o = run_cli(dir_, std::string("compile --spec ") + kSpec + " --db " + db);
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  EXPECT_NE(o.err.find("not used again"), std::string::npos) << o.err;
+  EXPECT_LT(seconds, 50) << "a 10 s budget per operation, once: " << o.err;
 }
 
 }  // namespace
