@@ -1,6 +1,7 @@
 // The cache's only direct output: with QATTN_LOG=1 in the environment, each distinct warning line is
-// printed once per process on stderr. Without it the cache prints nothing; warnings are still kept
-// (Store::warnings, LayeredStore::warnings, Runtime::cache_warnings) for callers to show as they like.
+// printed once per process on stderr; cache trouble is also printed when the program asked for it
+// (report_trouble_on_stderr: the CLI does). Otherwise the cache prints nothing; warnings are still kept
+// (Store::warnings, LayeredStore::warnings/status, Runtime::cache_warnings/cache_status) for callers.
 #pragma once
 #include <string>
 
