@@ -3,7 +3,7 @@
 //
 // Writing `path`:
 //   - missing or a regular file: the bytes go to a temporary file created with exclusive creation
-//     (O_CREAT|O_EXCL, unpredictable name) in the same directory, which is then renamed onto `path`:
+//     (O_CREAT|O_EXCL, which never follows a link; unpredictable name) in the same directory, then renamed onto `path`:
 //     a reader sees the old file or the new one, never half of one, and no existing file or link is
 //     ever opened for writing under a guessable name.
 //   - a character device or a FIFO (/dev/null, /dev/stdout, a pipe): written through, never replaced.
