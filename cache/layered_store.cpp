@@ -51,7 +51,7 @@ LayeredStore::LayeredStore(std::unique_ptr<Store> user, std::unique_ptr<Store> s
   shipped_.usable = shipped != nullptr;
   shipped_.store = std::move(shipped);
   for (const auto& note : notes) {
-    if (!note.empty()) warn(note);
+    if (!note.empty()) trouble(note);
   }
 }
 
@@ -63,6 +63,18 @@ void LayeredStore::warn(const std::string& line) {
   if (std::find(warnings_.begin(), warnings_.end(), line) != warnings_.end()) return;
   if (warnings_.size() == kMaxWarnings) warnings_.erase(warnings_.begin());
   warnings_.push_back(line);
+}
+
+void LayeredStore::trouble(const std::string& line) {
+  report_trouble(line);
+  warn(line);
+  std::lock_guard<std::mutex> lock(mutex_);
+  status_ = line;
+}
+
+std::string LayeredStore::status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return status_;
 }
 
 std::vector<std::string> LayeredStore::warnings() const {
@@ -81,8 +93,10 @@ std::vector<std::string> LayeredStore::warnings() const {
 }
 
 // A cache must never take the process down: a layer's CacheError becomes a warning and an empty Result.
-// A damaged layer is dropped (its next query would fail the same way); a busy or read-only one stays.
-// Dropping only clears a flag: another thread may be inside the same Store, which stays alive.
+// A damaged layer is dropped (its next query would fail the same way), and so is one locked by another
+// process past the whole busy budget (waiting again on every write would multiply that wait); any other
+// failure skips this operation only. Dropping only clears a flag: another thread may be inside the same
+// Store, which stays alive.
 template <class Result, class Body>
 Result LayeredStore::guarded(Layer& layer, const char* operation, Body&& body) {
   Store* store = layer.get();
@@ -90,11 +104,11 @@ Result LayeredStore::guarded(Layer& layer, const char* operation, Body&& body) {
   try {
     return body(*store);
   } catch (const CacheError& error) {
-    if (error.kind() == CacheError::Kind::damaged) {
-      warn(std::string(error.what()) + "; " + operation + " failed, this layer is not used again by this process");
-      layer.usable = false;
+    if (error.kind() == CacheError::Kind::damaged || error.kind() == CacheError::Kind::busy) {
+      const bool first = layer.usable.exchange(false);
+      if (first) trouble(std::string(error.what()) + "; " + operation + " failed, this layer is not used again by this process");
     } else {
-      warn(std::string(error.what()) + "; " + operation + " skipped");
+      trouble(std::string(error.what()) + "; " + operation + " skipped");
     }
     return Result{};
   }

@@ -4,8 +4,9 @@
 // what is there, and writes without a writable user layer are dropped (the open note already says why).
 //
 // A layer that fails after it was opened (a file damaged under a running process, a lock held past the
-// busy timeout) never fails the caller: the lookup is a miss or the write is dropped, and a warning is
-// recorded; a damaged layer is not used again by this object.
+// busy budget, see StoreOptions::busy_timeout_ms) never fails the caller: the lookup is a miss or the
+// write is dropped, and a warning is recorded; a damaged or locked layer is not used again by this object,
+// so a lock held by another process costs one bounded wait, not one per write.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -61,6 +62,12 @@ class LayeredStore {
   std::vector<std::string> warnings() const;
   void warn(const std::string& line);
 
+  // Trouble: a layer that could not be opened as asked, or that failed and was dropped or skipped (its
+  // writes are lost). Recorded as a warning too, and printed once on stderr (cache/log.hpp
+  // report_trouble). status() is the latest such line, "" while every layer works as opened.
+  void trouble(const std::string& line);
+  std::string status() const;
+
  private:
   struct Layer {
     std::unique_ptr<Store> store;
@@ -73,6 +80,7 @@ class LayeredStore {
   Layer user_, shipped_;
   mutable std::mutex mutex_;   // guards warnings_
   std::vector<std::string> warnings_;
+  std::string status_;
 };
 
 }  // namespace qattn::cache

@@ -12,6 +12,8 @@
 
 #include "cache/base64.hpp"
 #include "cache/digest.hpp"
+#include "cache/open_layer.hpp"
+#include "cache/safe_file.hpp"
 #include "cache/schema.hpp"
 #include "cache/sqlite.hpp"
 #include "cache/store.hpp"
@@ -319,37 +321,40 @@ void merge_into(Database& db, const Contents& rows, const std::string& stored_la
   }
 }
 
-std::string temporary_name(const std::string& path) {
-  return path + ".tmp-" + std::to_string(static_cast<long long>(::getpid()));
-}
-
-void remove_quietly(const std::string& path) {
-  std::error_code ec;
-  for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(path + suffix, ec);
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = temporary_name(path);
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      remove_quietly(tmp);
-      throw CacheError("qattn cache: cannot write " + tmp + " (disk full, or the directory is not writable)");
+// What may be replaced by an output: the command's own kind of file, or an empty one; never one of the
+// command's inputs (writing there would destroy what is being read).
+void refuse_input_as_output(const std::string& output, const std::vector<std::string>& inputs) {
+  for (const std::string& input : inputs) {
+    if (output == input || same_file(output, input)) {
+      throw BadPath(output + ": is also an input of this command; write the result to another file");
     }
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    remove_quietly(tmp);
-    throw CacheError("qattn cache: cannot rename " + tmp + " to " + path + ": " + ec.message());
+}
+
+std::string unless_export(const std::string& path) {
+  std::string text;
+  try {
+    text = read_input_file(path, "existing output");
+  } catch (const std::exception& e) {
+    return "it cannot be checked (" + std::string(e.what()) + ")";
   }
+  if (text.empty()) return "";
+  const json parsed = json::parse(text, nullptr, false);
+  if (parsed.is_object() && parsed.contains("format") && parsed["format"] == kFormat) return "";
+  return std::string("it is not a ") + kFormat + " JSON file (delete it first, or choose another name)";
+}
+
+std::string unless_cache(const std::string& path) {
+  std::error_code ec;
+  if (fs::file_size(path, ec) == 0 && !ec) return "";
+  if (looks_like_qattn_cache(path)) return "";
+  return "it is not a qattn cache (delete it first, or choose another name)";
 }
 
 }  // namespace
 
 std::vector<std::string> export_json(const std::string& db_path, const std::string& json_path) {
+  refuse_input_as_output(json_path, {db_path});
   Contents contents = read_contents(db_path);
   std::vector<std::string> skipped;
   std::vector<StoredBinary> sound;
@@ -362,14 +367,13 @@ std::vector<std::string> export_json(const std::string& db_path, const std::stri
     }
   }
   contents.binaries = std::move(sound);
-  write_text_atomically(json_path, to_json(contents).dump(1) + "\n");
+  write_file_safely(json_path, to_json(contents).dump(1) + "\n", unless_export);
   return skipped;
 }
 
 MergeReport import_json(const std::string& json_path, const std::string& db_path) {
-  std::ifstream in(json_path, std::ios::binary);
-  if (!in) throw std::invalid_argument("import " + json_path + ": cannot read the file");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  refuse_input_as_output(db_path, {json_path});
+  const std::string text = read_input_file(json_path, "import");
   json parsed = json::parse(text, nullptr, false);
   if (parsed.is_discarded()) throw std::invalid_argument("import " + json_path + ": not valid JSON");
   const Contents contents = from_json(parsed, json_path);
@@ -383,10 +387,10 @@ MergeReport import_json(const std::string& json_path, const std::string& db_path
 }
 
 MergeReport merge_files(const std::string& a, const std::string& b, const std::string& out) {
+  refuse_input_as_output(out, {a, b});
   const Contents first = read_contents(a);
   const Contents second = read_contents(b);
-  const std::string tmp = temporary_name(out);
-  remove_quietly(tmp);
+  const std::string tmp = create_temporary_beside(out, unless_cache);   // empty: SQLite makes it a database
   MergeReport report;
   try {
     {
@@ -397,9 +401,7 @@ MergeReport merge_files(const std::string& a, const std::string& b, const std::s
       merge_into(db, second, a, b, report);
       transaction.commit();
     }
-    std::error_code ec;
-    fs::rename(tmp, out, ec);
-    if (ec) throw CacheError("qattn cache: cannot rename " + tmp + " to " + out + ": " + ec.message());
+    replace_with_temporary(tmp, out);
   } catch (...) {
     remove_quietly(tmp);
     throw;

@@ -1,6 +1,9 @@
 // Whole-file maintenance behind `qattn cache export|import|merge|verify|prune`: moving a tuned cache
 // between machines (JSON), combining caches, checking one, and dropping entries of other drivers or
-// toolchains. Every write is all or nothing: one transaction, or a temporary file renamed into place.
+// toolchains. Every write is all or nothing: one transaction, or a temporary file renamed into place
+// (cache/safe_file.hpp). An output that is one of the inputs, or an existing file of another kind than
+// the command makes (export: a qattn-cache-export JSON; merge: a qattn cache; an empty file is fine), is
+// refused with BadPath (std::invalid_argument) before anything is written.
 //
 // Export JSON format (format_version 1), one object:
 //   { "format": "qattn-cache-export", "format_version": 1, "schema_version": <of the exported file>,
@@ -33,6 +36,7 @@ std::vector<std::string> export_json(const std::string& db_path, const std::stri
 // Validates the whole file first (format, every field's presence and type, base64, each image's size
 // and sha256, decision JSON), then adds every row to `db_path` (created when missing) in one
 // transaction. Throws std::invalid_argument naming the first bad entry and field; nothing is written.
+// The JSON must be a regular file of at most kMaxInputFileBytes (cache/safe_file.hpp).
 MergeReport import_json(const std::string& json_path, const std::string& db_path);
 
 // The union of `a` and `b` (both opened read-only) written to `out` through a temporary file and a

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 namespace qattn::cache {
@@ -46,7 +47,25 @@ CacheError::Kind kind_of(const std::exception& error) {
 
 std::string head(const std::string& path) { return "qattn cache: " + path + ": "; }
 
+bool contains(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
+
 }  // namespace
+
+bool looks_like_qattn_cache(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::string start(64 * 1024, '\0');   // the largest SQLite page: page 1 holds the schema's text
+  in.read(&start[0], static_cast<std::streamsize>(start.size()));
+  start.resize(static_cast<std::size_t>(in.gcount()));
+  if (start.size() < 100) return false;
+  // The header: its magic, or (when the magic itself is what was damaged) the three payload fractions
+  // every SQLite file has at offsets 21..23.
+  const bool sqlite_header = start.compare(0, 16, std::string("SQLite format 3\0", 16)) == 0 ||
+                             (start[21] == 64 && start[22] == 32 && start[23] == 32);
+  const bool current_schema = contains(start, "CREATE TABLE meta") && contains(start, "CREATE TABLE kernel_binary");
+  const bool prototype_schema = contains(start, "CREATE TABLE binaries") && contains(start, "CREATE TABLE tuned");
+  return sqlite_header && (current_schema || prototype_schema);
+}
 
 std::string set_aside(const std::string& path) {
   const std::string base = path + ".corrupt-" + utc_stamp();
@@ -71,6 +90,12 @@ OpenedLayer open_user_layer(const std::string& path, StoreOptions options) {
     const std::string cause = cause_of(error, path);
     switch (kind_of(error)) {
       case CacheError::Kind::damaged: {
+        if (!looks_like_qattn_cache(path)) {
+          opened.refused = true;
+          opened.note = head(path) + "not a qattn cache (" + cause +
+                        "); it was left as it is, going on without the user cache (name another --db / cache path)";
+          return opened;
+        }
         if (options.read_only) {
           opened.note = head(path) + cause + "; not used (opened read-only, so it was not set aside)";
           return opened;
@@ -108,6 +133,10 @@ OpenedLayer open_user_layer(const std::string& path, StoreOptions options) {
         opened.note = head(path) + "locked by another process (" + cause +
                       "); going on without the user cache, nothing is read from or written to it";
         return opened;
+      case CacheError::Kind::not_a_cache:
+        opened.refused = true;
+        opened.note = head(path) + cause + "; it was left as it is, going on without the user cache";
+        return opened;
       case CacheError::Kind::future_schema:
       case CacheError::Kind::other:
         opened.note = head(path) + cause + "; going on without the user cache, the file was left as it is";
@@ -131,9 +160,15 @@ OpenedLayer open_shipped_layer(const std::string& path, int busy_timeout_ms) {
 }
 
 std::unique_ptr<LayeredStore> open_layers(const std::string& user_path, const std::string& shipped_path,
-                                          StoreOptions user_options) {
+                                          StoreOptions user_options, bool refuse_foreign_user_file) {
   OpenedLayer user, shipped;
   if (!user_path.empty()) user = open_user_layer(user_path, user_options);
+  if (user.refused && refuse_foreign_user_file) {
+    const std::string left = "; it was left as it is";   // what follows ("going on without ...") is not done
+    const std::size_t end = user.note.find(left);
+    throw CacheError(end == std::string::npos ? user.note : user.note.substr(0, end + left.size()), 0,
+                     CacheError::Kind::not_a_cache);
+  }
   if (!shipped_path.empty()) shipped = open_shipped_layer(shipped_path, user_options.busy_timeout_ms);
   return std::make_unique<LayeredStore>(std::move(user.store), std::move(shipped.store),
                                         std::vector<std::string>{user.note, shipped.note});

@@ -258,6 +258,8 @@ std::string Database::enable_wal() {
   return mode;
 }
 
+void Database::set_busy_timeout(int ms) { sqlite3_busy_timeout(db_, std::max(0, ms)); }
+
 long long Database::changes() const { return sqlite3_changes(db_); }
 
 bool Database::in_transaction() const { return sqlite3_get_autocommit(db_) == 0; }

@@ -25,6 +25,8 @@ class CacheError : public std::runtime_error {
     future_schema,   // written by a newer qattn this one cannot read safely
     busy,            // locked by another connection past the busy timeout
     unwritable,      // read-only file or directory, permission denied
+    not_a_cache,     // an existing file that is not a qattn cache (not a regular file, or another
+                     // program's data): never renamed or written, refused (bad input) when named explicitly
   };
   explicit CacheError(const std::string& message, int sqlite_code = 0, Kind kind = Kind::other)
       : std::runtime_error(message), sqlite_code_(sqlite_code), kind_(kind) {}
@@ -65,6 +67,8 @@ class Database {
   std::string enable_wal();
   std::string journal_mode();
 
+  // How long the next statements wait for another connection's lock (sqlite3_busy_timeout).
+  void set_busy_timeout(int ms);
   long long changes() const;   // rows changed by the last INSERT/UPDATE/DELETE
   bool in_transaction() const;
   bool read_only() const { return read_only_; }

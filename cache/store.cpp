@@ -21,7 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kMaxBusyAttempts = 8;
 constexpr std::size_t kMaxWarnings = 100;
 
 long long unix_now() { return static_cast<long long>(std::time(nullptr)); }
@@ -184,20 +183,50 @@ const char* to_string(TunedLookup::Status status) {
   return "unknown";
 }
 
-// SQLITE_BUSY can still come back after the busy timeout (or without it, e.g. while another
-// connection recovers a WAL); a bounded number of retries with jittered, doubling delays absorbs
-// those bursts without ever spinning forever. The body must be a whole transaction, so that a retry
-// starts it afresh.
+namespace {
+
+// Anything but a regular file is refused before it is opened: reading a FIFO blocks until a writer comes,
+// a device (/dev/full, /dev/zero) is no place for a database. A missing file is created later.
+void require_regular_or_missing(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (ec || !fs::exists(status) || fs::is_regular_file(status)) return;
+  const char* what = fs::is_directory(status) ? "a directory" : fs::is_fifo(status) ? "a FIFO"
+                     : fs::is_character_file(status) ? "a character device" : fs::is_block_file(status) ? "a block device"
+                     : "not a regular file";
+  throw CacheError("qattn cache: " + path + ": is " + std::string(what) + "; a cache must be a regular file", 0,
+                   CacheError::Kind::not_a_cache);
+}
+
+}  // namespace
+
+// One operation (a whole transaction, or the open) waits at most options_.busy_timeout_ms in total for
+// another connection's lock: SQLite's busy handler gets what is left of that budget on each attempt,
+// and SQLITE_BUSY that comes back early (e.g. while another connection recovers a WAL) is retried after
+// a short jittered, doubling delay until the budget is spent. Then the last CacheError (Kind::busy) is
+// thrown with the wait added; LayeredStore stops using the layer after it (docs/reliability.md).
 template <class Body>
 auto Store::with_busy_retry(Body&& body) -> decltype(body()) {
+  using Clock = std::chrono::steady_clock;
   thread_local std::minstd_rand jitter(static_cast<unsigned>(::getpid()) * 7919u +
                                        static_cast<unsigned>(std::hash<std::thread::id>()(std::this_thread::get_id())));
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(std::max(0, options_.busy_timeout_ms));
   std::chrono::milliseconds delay(2);
-  for (int attempt = 1;; ++attempt) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (db_) db_->set_busy_timeout(static_cast<int>(std::max<long long>(0, left.count())));
     try {
       return body();
     } catch (const CacheError& error) {
-      if (!error.is_busy() || attempt == kMaxBusyAttempts) throw;
+      if (!error.is_busy()) throw;
+      const auto now = Clock::now();
+      if (now + delay >= deadline) {
+        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
+        throw CacheError(std::string(error.what()) + " [waited " + std::to_string(waited) + " ms in all, the limit " +
+                             "of one operation]",
+                         error.sqlite_code(), CacheError::Kind::busy);
+      }
       ++counters_.busy_retries;
       std::this_thread::sleep_for(delay + std::chrono::milliseconds(jitter() % (delay.count() + 1)));
       delay = std::min(delay * 2, std::chrono::milliseconds(500));
@@ -207,13 +236,18 @@ auto Store::with_busy_retry(Body&& body) -> decltype(body()) {
 
 Store::Store(const std::string& path, Options options) : path_(path), options_(options) {
   if (path_.empty()) throw CacheError("qattn cache: empty database path");
+  require_regular_or_missing(path_);
   if (!options_.read_only) create_parent_directories(path_);
   check_not_truncated(path_);
   std::lock_guard<std::mutex> lock(mutex_);
+  const auto open_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.busy_timeout_ms);
   with_busy_retry([&] {
     Database::Options open_options;
     open_options.read_only = options_.read_only;
-    open_options.busy_timeout_ms = options_.busy_timeout_ms;
+    // What is left of the operation's budget (with_busy_retry has no connection to lower it on yet).
+    open_options.busy_timeout_ms = static_cast<int>(std::max<long long>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(open_deadline - std::chrono::steady_clock::now())
+               .count()));
     auto db = std::make_unique<Database>(path_, open_options);
     // Refuse a foreign or too-new database before anything (even the journal mode) is written.
     inspect_schema(*db);

@@ -71,7 +71,9 @@ const char* to_string(TunedLookup::Status status);
 // (a nested struct with member initializers is incomplete there).
 struct StoreOptions {
   bool read_only = false;       // never creates, migrates or writes; writes throw CacheError
-  int busy_timeout_ms = 10000;  // per attempt; SQLITE_BUSY is then retried a few times with backoff
+  // The most one operation (an open, a lookup, a write transaction) waits for another process's lock,
+  // retries included; then it fails with CacheError::Kind::busy (see docs/reliability.md).
+  int busy_timeout_ms = 10000;
 };
 
 class Store {

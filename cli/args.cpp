@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "cache/safe_file.hpp"
 #include "generator/text.hpp"
 #include "qattn/error.hpp"
 
@@ -111,20 +112,21 @@ RuntimeOptions runtime_options(const Args& args) {
 }
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(ErrorKind::failure, "cannot write " + tmp);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw Error(ErrorKind::failure, "writing " + tmp + " failed (disk full?)");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(ErrorKind::failure, "cannot rename " + tmp + " to " + path);
+  // An existing SQLite file is someone's database, never a --out of ours: refuse rather than replace it.
+  const cache::ReplaceCheck not_a_database = [](const std::string& existing) -> std::string {
+    std::ifstream f(existing, std::ios::binary);
+    char magic[16] = {};
+    f.read(magic, sizeof magic);
+    return std::string(magic, sizeof magic) == std::string("SQLite format 3\0", 16)
+               ? "it is a SQLite database (delete it first, or choose another name)"
+               : "";
+  };
+  try {
+    cache::write_file_safely(path, bytes, not_a_database);
+  } catch (const cache::BadPath& e) {
+    throw_bad_input(e.what());
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::failure, e.what());
   }
 }
 

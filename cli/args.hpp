@@ -41,7 +41,8 @@ class Args {
 // Runtime options from the common flags: --db F, --no-cache, --no-tune, --device N.
 RuntimeOptions runtime_options(const Args& args);
 
-// Writes `bytes` to `path` through a temporary file and a rename: a failure never leaves half a file.
+// Writes `bytes` to `path` by cache/safe_file.hpp's rules (temporary file + rename; devices and FIFOs
+// written through; links, directories and existing SQLite databases refused with bad_input).
 void write_file_atomically(const std::string& path, const std::string& bytes);
 
 }  // namespace qattn::cli

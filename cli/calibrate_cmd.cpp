@@ -9,6 +9,7 @@
 #include <iterator>
 #include <random>
 
+#include "cache/safe_file.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/verbs.hpp"
@@ -37,9 +38,13 @@ double get_double(const Args& args, const std::string& key, double fallback) {
 }
 
 std::vector<unsigned char> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw_bad_input("--inputs " + path + ": cannot open the file");
-  return std::vector<unsigned char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  std::string bytes;
+  try {
+    bytes = cache::read_input_file(path, "--inputs", 1ull << 34);   // regular files only (no FIFO, no /dev/zero)
+  } catch (const std::exception& e) {
+    throw_bad_input(e.what());
+  }
+  return std::vector<unsigned char>(bytes.begin(), bytes.end());
 }
 
 // Random Q, K, V with the outliers real activations show (runtime/tuning/host_data.cpp): 4 Q channels x10,

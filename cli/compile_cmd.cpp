@@ -124,6 +124,11 @@ int compile_one(const Args& args) {
     notes.push_back("ptxas serialized the wgmma pipeline (its C75xx line in the log): correct, possibly slower");
   // How the spec runs when its text does not say it (e.g. qk=int4 as int8 compute on sm_90a).
   if (const std::string note = dispatch_note(spec, tiling); !note.empty()) notes.push_back(note);
+  // Without --emit, storing the kernel in the cache is the point: trouble with the user cache (already
+  // said once on stderr) makes it a failure.
+  const std::string trouble = runtime.cache_status();
+  const bool store_failed = emit.empty() && !runtime.cache_path().empty() &&
+                            trouble.rfind("qattn cache: " + runtime.cache_path() + ":", 0) == 0;
   if (args.has("json")) {
     nlohmann::json j = {{"kernel", k.kernel_name}, {"arch", to_string(spec.arch)}, {"tiling", to_string(tiling)},
                         {"registers", k.registers}, {"spill_bytes", k.spill_bytes}, {"smem_bytes", k.smem_bytes},
@@ -131,7 +136,7 @@ int compile_one(const Args& args) {
                         {"cubin_bytes", k.cubin.size()}, {"notes", notes}};
     j["out"] = args.has("out") ? nlohmann::json(args.get("out")) : nlohmann::json(nullptr);
     std::printf("%s\n", j.dump(2).c_str());
-    return 0;
+    return store_failed ? 1 : 0;
   }
   // The report goes to stdout unless the payload does (then to stderr, to keep the payload clean).
   FILE* report = emit.empty() || args.has("out") ? stdout : stderr;
@@ -139,7 +144,7 @@ int compile_one(const Args& args) {
                "%s  regs %d  spills %d  smem %d  %s %.0f ms  (%zu bytes of cubin)\n", k.kernel_name.c_str(), k.registers,
                k.spill_bytes, k.smem_bytes, k.from_cache ? "cached, compiled in" : "compiled in", k.compile_ms, k.cubin.size());
   for (const std::string& note : notes) std::fprintf(report, "note: %s\n", note.c_str());
-  return 0;
+  return store_failed ? 1 : 0;
 }
 
 int compile(const Args& args) {

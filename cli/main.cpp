@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/log.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/verbs.hpp"
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, ", --version, --help (see qattn --help)\n");
     return 2;
   }
+  qattn::cache::report_trouble_on_stderr(true);   // a cache that cannot store is said once, not only under QATTN_LOG
   try {
     return dispatch(verb, std::vector<std::string>(argv + 2, argv + argc));
   } catch (const qattn::Error& e) {

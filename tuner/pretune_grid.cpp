@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "cache/safe_file.hpp"
 #include "qattn/error.hpp"
 #include "qattn/pretune.hpp"
 #include "generator/search_space.hpp"
@@ -189,11 +190,14 @@ PretuneGrid parse_pretune_grid(const std::string& text, const std::string& sourc
 
 PretuneGrid load_pretune_grid(const std::string& name_or_path) {
   if (name_or_path == "default") return parse_pretune_grid(default_pretune_grid_json(), "default grid");
-  std::ifstream in(name_or_path, std::ios::binary);
-  if (!in) throw_bad_input("--grid " + name_or_path + ": cannot read the file; accepted: default or a grid JSON file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_pretune_grid(text.str(), "grid " + name_or_path);
+  std::string text;
+  try {
+    // A regular file of at most 256 MiB: a FIFO or /dev/zero would never end (cache/safe_file.hpp).
+    text = cache::read_input_file(name_or_path, "--grid");
+  } catch (const std::exception& e) {
+    throw_bad_input(std::string(e.what()) + " (or the word default)");
+  }
+  return parse_pretune_grid(text, "grid " + name_or_path);
 }
 
 std::string default_pretune_grid_json() {

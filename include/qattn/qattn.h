@@ -4,7 +4,16 @@
  * valid until the next qattn call on that thread). Status values equal the CLI exit codes.
  * Tensors are device pointers with element strides: element (b, h, s, c) at
  * data + b*sb + h*sh + s*ss + c. Their element type is the spec's out= type (fp16 or bf16).
- * Streams are CUstream values (NULL: the legacy default stream); every launch is asynchronous. */
+ * Streams are CUstream values (NULL: the legacy default stream); every launch is asynchronous.
+ *
+ * Threads: calls on one qattn_runtime may come from several threads at once (the runtime serializes
+ * what must be: its kernel table, the cache's connection). qattn_runtime_destroy must not race with any
+ * other call on that runtime or on a qattn_prepared made from it, and must come after every such
+ * qattn_prepared is destroyed: the caller waits for calls in flight (the Python wrapper's close() does).
+ * A qattn_prepared is used by one thread at a time (qattn_run_prepared writes its workspace), and
+ * qattn_prepared_destroy must not race with a call on it. qattn_last_error() is per thread. Several
+ * processes may share one cache file: a lock held by another process costs one operation at most
+ * ~10 s, after which this runtime stops using that file (qattn_cache_status says so). */
 #ifndef QATTN_QATTN_H_
 #define QATTN_QATTN_H_
 
@@ -49,6 +58,12 @@ qattn_runtime_options qattn_default_options(void);
 
 qattn_status qattn_runtime_create(const qattn_runtime_options* options, qattn_runtime** out);
 void qattn_runtime_destroy(qattn_runtime* runtime);
+
+/* The latest cache trouble as one line into text_out (at most text_len bytes with the terminator), ""
+ * while the cache works as opened: a layer not opened as asked, or one that failed after opening
+ * (locked by another process past its ~10 s budget, damaged, not writable), so that results are not
+ * stored. The runtime itself keeps working without that layer. See docs/reliability.md. */
+qattn_status qattn_cache_status(qattn_runtime* runtime, char* text_out, size_t text_len);
 
 /* Compile-only (no GPU): renders and compiles `spec` (which must name arch=) with `tiling`
  * ("bm128_bn64_w4_s2", or NULL for the default), storing the cubin in the cache. Writes the kernel name

@@ -207,6 +207,10 @@ class Runtime {
   // tuned entry of another driver/device/toolchain (and what was done instead), a dropped binary.
   // Also printed once each on stderr when QATTN_LOG=1.
   std::vector<std::string> cache_warnings() const;
+  // The latest cache trouble, one line: a layer that could not be opened as asked, or that failed (locked
+  // by another process past the busy budget, damaged, not writable) so that results are not stored.
+  // "" while the cache works as opened (or is off). See docs/reliability.md.
+  std::string cache_status() const;
 
   struct Impl;
 

@@ -41,6 +41,7 @@ PROTOTYPES = {
     "qattn_default_options": (RuntimeOptions, []),
     "qattn_runtime_create": (_STATUS, [ctypes.POINTER(RuntimeOptions), ctypes.POINTER(_RT)]),
     "qattn_runtime_destroy": (None, [_RT]),
+    "qattn_cache_status": (_STATUS, [_RT, ctypes.c_char_p, ctypes.c_size_t]),
     "qattn_compile": (_STATUS, [_RT, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
     "qattn_tune": (_STATUS, [_RT, ctypes.c_char_p, Shape, ctypes.c_char_p, ctypes.c_size_t,
                              ctypes.POINTER(ctypes.c_double)]),

@@ -2,7 +2,9 @@
 
 torch is imported only by the calls that take tensors, so compile() and tune() work without it.
 """
+import contextlib
 import ctypes
+import threading
 import weakref
 
 from . import _library
@@ -95,6 +97,12 @@ class Runtime:
 
     def __init__(self, cache_path=None, use_cache=True, read_only=False, tune=True, device=0):
         self._handle = None   # first, so that close() from __del__ works whatever fails below
+        # Calls in flight on the C handle: close() waits for them to return before it frees the handle
+        # (freeing it under a running compile() is a use-after-free in C). New calls are refused once
+        # close() has begun.
+        self._calls = threading.Condition()
+        self._in_flight = 0
+        self._closing = False
         self._lib = _library.load()
         self.device = int(device)
         self._prepared = weakref.WeakSet()
@@ -117,13 +125,27 @@ class Runtime:
         return self._handle is None
 
     def close(self):
-        """Frees the runtime, after every Prepared made from it (their workspaces belong to it)."""
-        if self._handle is None:
-            return
-        for prepared in list(self._prepared):
-            prepared.close()
-        self._lib.qattn_runtime_destroy(self._handle)
-        self._handle = None
+        """Frees the runtime, after every Prepared made from it (their workspaces belong to it).
+
+        Thread-safe: waits for calls other threads have in flight on this runtime to return; calls that
+        start after close() began raise BadInput. Calling close() from inside a call (e.g. a callback)
+        would wait forever and is not supported."""
+        with self._calls:
+            if self._handle is None or self._closing:
+                # Closed, or another thread is closing: wait until it is done, so that close() returning
+                # always means the handle is freed.
+                self._calls.wait_for(lambda: self._handle is None)
+                return
+            self._closing = True
+            self._calls.wait_for(lambda: self._in_flight == 0)
+        try:
+            for prepared in list(self._prepared):
+                prepared.close()
+            self._lib.qattn_runtime_destroy(self._handle)
+        finally:
+            with self._calls:
+                self._handle = None
+                self._calls.notify_all()
 
     def __del__(self):
         try:
@@ -137,10 +159,31 @@ class Runtime:
     def __exit__(self, *exc):
         self.close()
 
-    def _live(self):
-        if self._handle is None:
-            raise BadInput("this qattn Runtime is closed")
-        return self._handle
+    @contextlib.contextmanager
+    def _call(self):
+        """The live handle for one C call; close() waits until the block is left."""
+        with self._calls:
+            if self._handle is None or self._closing:
+                raise BadInput("this qattn Runtime is closed" if self._handle is None else
+                               "this qattn Runtime is being closed")
+            self._in_flight += 1
+        try:
+            yield self._handle
+        finally:
+            with self._calls:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._calls.notify_all()
+
+    @property
+    def cache_status(self):
+        """The latest cache trouble in one line ('' while the cache works as opened): a cache file not
+        opened as asked, or one that failed (locked by another process past its ~10 s budget, damaged,
+        not writable), so that compiled kernels and tuning results are not stored."""
+        buf = ctypes.create_string_buffer(4096)
+        with self._call() as handle:
+            check(self._lib, self._lib.qattn_cache_status(handle, buf, len(buf)), "qattn_cache_status")
+        return buf.value.decode("utf-8", "replace")
 
     # -- compile-only and tuning ------------------------------------------------------------------
     def compile(self, spec, tiling=None):
@@ -148,25 +191,23 @@ class Runtime:
         storing the binary in the cache; returns the kernel name. Needs no GPU."""
         spec_b = _encode(spec, "spec")
         tiling_b = None if tiling is None else _encode(tiling, "tiling")
-        handle = self._live()
+        with self._call() as handle:
+            def call(buf, size):
+                check(self._lib, self._lib.qattn_compile(handle, spec_b, tiling_b, buf, size), "qattn_compile")
 
-        def call(buf, size):
-            check(self._lib, self._lib.qattn_compile(handle, spec_b, tiling_b, buf, size), "qattn_compile")
-
-        return _call_with_name(call)
+            return _call_with_name(call)
 
     def tune(self, spec, batch, heads_q, heads_kv, q_len, kv_len):
         """Tunes `spec` for the bucket of this shape on the device; returns (kernel name, median time us)."""
         spec_b = _encode(spec, "spec")
         shape = _library.Shape(int(batch), int(heads_q), int(heads_kv), int(q_len), int(kv_len))
-        handle = self._live()
         time_us = ctypes.c_double(0.0)
+        with self._call() as handle:
+            def call(buf, size):
+                check(self._lib, self._lib.qattn_tune(handle, spec_b, shape, buf, size, ctypes.byref(time_us)),
+                      "qattn_tune")
 
-        def call(buf, size):
-            check(self._lib, self._lib.qattn_tune(handle, spec_b, shape, buf, size, ctypes.byref(time_us)),
-                  "qattn_tune")
-
-        name = _call_with_name(call)
+            name = _call_with_name(call)
         return name, time_us.value
 
     # -- tensors ----------------------------------------------------------------------------------
@@ -197,9 +238,10 @@ class Runtime:
         o = _output("out", out, dq, layout, spec)
         _check_same_device(self, (("out", o.tensor),))
         lse_ptr = _lse_pointer(lse, dq.dims, shape.heads_q, self.device)
-        check(self._lib, self._lib.qattn_attention(self._live(), spec_b, shape, dq.c, dk.c, dv.c, o.c,
-                                                   _scale(softmax_scale), lse_ptr, self._stream()),
-              "qattn_attention")
+        with self._call() as handle:
+            check(self._lib, self._lib.qattn_attention(handle, spec_b, shape, dq.c, dk.c, dv.c, o.c,
+                                                       _scale(softmax_scale), lse_ptr, self._stream()),
+                  "qattn_attention")
         return o.tensor
 
     def prepare(self, q, k, v, spec, layout="bshd"):
@@ -207,11 +249,13 @@ class Runtime:
         attention kernel alone."""
         spec_b, dq, dk, dv, shape = self._describe_inputs(q, k, v, spec, layout)
         handle = ctypes.c_void_p()
-        check(self._lib, self._lib.qattn_prepare(self._live(), spec_b, shape, dq.c, dk.c, dv.c, self._stream(),
-                                                 ctypes.byref(handle)),
-              "qattn_prepare")
-        prepared = Prepared(self, handle.value, spec, layout, dq, (q, k, v))
-        self._prepared.add(prepared)
+        with self._call() as rt_handle:
+            check(self._lib, self._lib.qattn_prepare(rt_handle, spec_b, shape, dq.c, dk.c, dv.c, self._stream(),
+                                                     ctypes.byref(handle)),
+                  "qattn_prepare")
+            # Registered before close() may run, so that close() frees it first.
+            prepared = Prepared(self, handle.value, spec, layout, dq, (q, k, v))
+            self._prepared.add(prepared)
         return prepared
 
 
@@ -242,9 +286,12 @@ class Prepared:
         _check_same_device(rt, (("out", o.tensor),))
         heads_q = self._q.dims[2]
         lse_ptr = _lse_pointer(lse, self._q.dims, heads_q, rt.device)
-        check(rt._lib, rt._lib.qattn_run_prepared(rt._live(), self._handle, o.c, _scale(softmax_scale), lse_ptr,
-                                                  rt._stream()),
-              "qattn_run_prepared")
+        with rt._call() as rt_handle:
+            if self._handle is None:
+                raise BadInput("this qattn Prepared is closed")
+            check(rt._lib, rt._lib.qattn_run_prepared(rt_handle, self._handle, o.c, _scale(softmax_scale), lse_ptr,
+                                                      rt._stream()),
+                  "qattn_run_prepared")
         return o.tensor
 
     def close(self):

@@ -102,6 +102,13 @@ qattn_status qattn_runtime_create(const qattn_runtime_options* options, qattn_ru
 
 void qattn_runtime_destroy(qattn_runtime* runtime) { delete runtime; }
 
+qattn_status qattn_cache_status(qattn_runtime* runtime, char* text_out, size_t text_len) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    copy_out(runtime->rt.cache_status(), text_out, text_len);
+  });
+}
+
 qattn_status qattn_compile(qattn_runtime* runtime, const char* spec, const char* tiling, char* name_out,
                            size_t name_len) {
   return guarded([&] {

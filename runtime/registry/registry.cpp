@@ -70,7 +70,15 @@ std::unique_ptr<cache::LayeredStore> open_store(const RuntimeOptions& o) {
   }
   cache::StoreOptions so;
   so.read_only = o.read_only;
-  auto store = cache::open_layers(user, shipped, so);
+  std::unique_ptr<cache::LayeredStore> store;
+  try {
+    // A path the caller named that is not a qattn cache (their notes.json, a FIFO, /dev/full) is a
+    // mistake to report, not a file to work around.
+    store = cache::open_layers(user, shipped, so, /*refuse_foreign_user_file=*/!o.cache_path.empty());
+  } catch (const cache::CacheError& e) {
+    if (e.kind() == cache::CacheError::Kind::not_a_cache) throw_bad_input(e.what());
+    throw;
+  }
   if (!note.empty()) store->warn(note);
   return store;
 }
@@ -415,6 +423,8 @@ RuntimeCounters Runtime::counters() const {
 const RuntimeOptions& Runtime::options() const { return impl_->options; }
 
 std::string Runtime::cache_path() const { return impl_->store ? impl_->store->path() : std::string(); }
+
+std::string Runtime::cache_status() const { return impl_->store ? impl_->store->status() : std::string(); }
 
 std::vector<std::string> Runtime::cache_warnings() const {
   return impl_->store ? impl_->store->warnings() : std::vector<std::string>();

@@ -93,14 +93,22 @@ TEST(Robustness, TruncatedFileIsSetAsideAndReplaced) {
   expect_set_aside_and_fresh(dir, path, bytes, "truncated");
 }
 
-TEST(Robustness, ForeignDatabaseIsSetAsideAndReplaced) {
+// Another program's database is not qattn's to rename: it is left as it is and not used.
+TEST(Robustness, ForeignDatabaseIsLeftAloneAndNotUsed) {
   TempDir dir;
   const std::string path = dir.file("user.db");
   {
     Database db(path, {});
     db.exec("CREATE TABLE users (name TEXT); INSERT INTO users VALUES ('ada');", "create a foreign db");
   }
-  expect_set_aside_and_fresh(dir, path, testing::read_bytes(path), "not a qattn cache");
+  const std::string bytes = testing::read_bytes(path);
+  OpenedLayer opened = open_user_layer(path, StoreOptions{false, 1000});
+  expect_one_line(opened.note);
+  EXPECT_TRUE(opened.refused);
+  EXPECT_EQ(opened.store, nullptr);
+  EXPECT_NE(opened.note.find("not a qattn cache"), std::string::npos) << opened.note;
+  EXPECT_TRUE(set_aside_files(dir, "user.db").empty());
+  EXPECT_EQ(testing::read_bytes(path), bytes);
 }
 
 // A stale -wal left next to a fresh file would be replayed into it: set_aside moves the companions too,

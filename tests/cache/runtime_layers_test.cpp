@@ -8,6 +8,7 @@
 
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
+#include "qattn/error.hpp"
 #include "qattn/runtime.hpp"
 #include "generator/search_space.hpp"
 
@@ -64,13 +65,48 @@ TEST(RuntimeLayers, DamagedUserCacheIsSetAsideAndReported) {
   ShippedCache fixture;
   RuntimeOptions o;
   o.cache_path = fixture.dir.file("user.db");
-  cache::testing::write_bytes(o.cache_path, std::string(5000, '#'));
+  {
+    cache::Store user(o.cache_path);
+    user.put_binary(cache::testing::sample_binary(1));
+  }
+  std::string bytes = cache::testing::read_bytes(o.cache_path);
+  for (std::size_t i = 0; i < 16; ++i) bytes[i] = '#';   // a qattn cache whose header magic is damaged
+  cache::testing::write_bytes(o.cache_path, bytes);
   o.shipped_cache_path = fixture.shipped;
   Runtime rt(o);
   const std::vector<std::string> warnings = rt.cache_warnings();
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("moved it to " + o.cache_path + ".corrupt-"), std::string::npos) << warnings[0];
+  EXPECT_EQ(rt.cache_status(), warnings[0]);
   EXPECT_TRUE(rt.compile(fixture.spec, fixture.tiling).from_cache);
+}
+
+// A file the caller named as the cache that is not one (issue 29: `--db notes.json` renamed the user's
+// file): refused as bad input, the file left byte-identical and nothing created beside it.
+TEST(RuntimeLayers, ANamedFileThatIsNotACacheIsRefusedAndLeftAlone) {
+  TempDir dir;
+  RuntimeOptions o;
+  o.cache_path = dir.file("notes.json");
+  cache::testing::write_bytes(o.cache_path, std::string(5000, '#'));
+  try {
+    Runtime rt(o);
+    FAIL() << "a runtime opened over the user's file";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::bad_input) << error.what();
+    EXPECT_NE(std::string(error.what()).find("not a qattn cache"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(cache::testing::read_bytes(o.cache_path), std::string(5000, '#'));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 1);
+  o.cache_path = "/dev/full";
+  EXPECT_THROW(Runtime{o}, Error) << "a device is no cache";
+}
+
+TEST(RuntimeLayers, CacheStatusIsEmptyWhileTheCacheWorks) {
+  TempDir dir;
+  RuntimeOptions o;
+  o.cache_path = dir.file("user.db");
+  Runtime rt(o);
+  EXPECT_EQ(rt.cache_status(), "");
 }
 
 TEST(RuntimeLayers, MissingShippedCacheIsReportedNotFatal) {
