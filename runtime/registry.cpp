@@ -325,12 +325,7 @@ std::vector<CompiledKernel> Runtime::compile_helpers(const Spec& spec) {
   return out;
 }
 
-Runtime::Impl::SpecFields Runtime::Impl::spec_fields(const Spec& s) {
-  return {static_cast<int>(s.phase), static_cast<int>(s.qk.fmt), static_cast<int>(s.qk.gran),
-          static_cast<int>(s.pv.fmt), static_cast<int>(s.pv.gran), static_cast<int>(s.out), s.head_dim, s.causal,
-          s.gqa, s.split_k, static_cast<int>(s.softmax), static_cast<int>(s.accum), s.smooth, s.paged,
-          static_cast<int>(s.flow), static_cast<int>(s.arch)};
-}
+Runtime::Impl::SpecFields Runtime::Impl::spec_fields(const Spec& s) { return schema::spec_key(s); }
 
 Runtime::Impl::RequestKey Runtime::Impl::request_key(const Spec& s, const Problem& problem) {
   RequestKey k;
