@@ -8,6 +8,7 @@
 
 #include "qattn/decode/decode_shape.h"
 #include "qattn/error.hpp"
+#include "generator/render_helpers.hpp"
 #include "qattn/render.hpp"
 #include "qattn/search_space.hpp"
 #include "runtime/device.hpp"

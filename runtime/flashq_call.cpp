@@ -9,6 +9,7 @@
 #include "qattn/decode/flashq_params.h"
 #include "qattn/decode/kv_layout.h"
 #include "qattn/error.hpp"
+#include "generator/render_helpers.hpp"
 #include "qattn/render.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver.hpp"

@@ -13,7 +13,7 @@
 #include <cmath>
 #include <map>
 
-#include "qattn/quant/quant_shape.h"
+#include "generator/quant_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/helper_kernels.hpp"
