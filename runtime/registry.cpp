@@ -79,7 +79,8 @@ std::unique_ptr<cache::LayeredStore> open_store(const RuntimeOptions& o) {
 std::optional<Tiling> usable_tiling(const Spec& spec, const std::string& kernel_name, const DeviceLimits& limits) {
   try {
     const ParsedKernelName parsed = parse_kernel_name(kernel_name);
-    if (parsed.spec == spec && validate(spec, parsed.tiling, limits)) return parsed.tiling;
+    if (parsed.family == KernelFamily::attention && parsed.spec == spec && validate(spec, parsed.tiling, limits))
+      return parsed.tiling;
   } catch (const std::exception&) {
     // A name this qattn cannot parse is as unusable as a tiling that does not fit.
   }
