@@ -82,10 +82,11 @@ Field make_operand(const char* key) {
 #define QATTN_MEMBER(expr, assign) \
   [](const Spec& s) { return static_cast<int>(expr); }, [](Spec& s, int x) { assign; }
 
-Field bind(Field f, int (*get)(const Spec&), void (*set)(Spec&, int), int fallback) {
+// The default of a field is Spec's own member initializer, read back through the accessor.
+Field bind(Field f, int (*get)(const Spec&), void (*set)(Spec&, int)) {
   f.get = get;
   f.set = set;
-  f.fallback = fallback;
+  f.fallback = get(Spec{});
   return f;
 }
 
@@ -96,33 +97,32 @@ std::array<Field, kFieldCount> build() {
   Field paged{"paged", "paged", Domain::flag};
   return {{
       bind(with_name(required(phase, "spec has no phase; start it with prefill or decode"), "", 0, true),
-           QATTN_MEMBER(s.phase, s.phase = static_cast<Phase>(x)), v(Phase::prefill)),
+           QATTN_MEMBER(s.phase, s.phase = static_cast<Phase>(x))),
       bind(with_name(required(make_operand("qk"), "spec has no qk=<fmt>[:<gran>] (e.g. qk=int8:per_token or qk=fp16)"),
                      "qk", 2, true),
-           QATTN_MEMBER(operand_value(s.qk), s.qk = operand_of(x)), operand_value(Operand{})),
+           QATTN_MEMBER(operand_value(s.qk), s.qk = operand_of(x))),
       bind(with_name(required(make_operand("pv"), "spec has no pv=<fmt>[:<gran>] (e.g. pv=int8:per_channel or pv=fp16)"),
                      "pv", 3, true),
-           QATTN_MEMBER(operand_value(s.pv), s.pv = operand_of(x)), operand_value(Operand{})),
+           QATTN_MEMBER(operand_value(s.pv), s.pv = operand_of(x))),
       bind(with_name(required(choice("out", "output format", kFmts), "spec has no out=<fp16|bf16>"), "o", 4, true),
-           QATTN_MEMBER(s.out, s.out = static_cast<Fmt>(x)), v(Fmt::fp16)),
+           QATTN_MEMBER(s.out, s.out = static_cast<Fmt>(x))),
       bind(with_name(required(count("d", 1, 1024), "spec has no head dimension d=<n> (e.g. d=128)"), "d", 5, true),
-           QATTN_MEMBER(s.head_dim, s.head_dim = x), 128),
-      bind(with_name(causal, "causal", 6), QATTN_MEMBER(s.causal, s.causal = x != 0), 0),
-      bind(with_name(count("gqa", 1, 256), "gqa", 7), QATTN_MEMBER(s.gqa, s.gqa = x), 1),
-      bind(with_name(count("splitk", 1, 1024), "sk", 8), QATTN_MEMBER(s.split_k, s.split_k = x), 0),
+           QATTN_MEMBER(s.head_dim, s.head_dim = x)),
+      bind(with_name(causal, "causal", 6), QATTN_MEMBER(s.causal, s.causal = x != 0)),
+      bind(with_name(count("gqa", 1, 256), "gqa", 7), QATTN_MEMBER(s.gqa, s.gqa = x)),
+      bind(with_name(count("splitk", 1, 1024), "sk", 8), QATTN_MEMBER(s.split_k, s.split_k = x)),
       bind(with_name(choice("softmax", "softmax mode", kSoftmax), "smx", 9),
-           QATTN_MEMBER(s.softmax, s.softmax = static_cast<SoftmaxMode>(x)), v(SoftmaxMode::exact)),
+           QATTN_MEMBER(s.softmax, s.softmax = static_cast<SoftmaxMode>(x))),
       bind(with_name(choice("accum", "accumulation mode", kAccums), "acc", 10),
-           QATTN_MEMBER(s.accum, s.accum = static_cast<Accum>(x)), v(Accum::fp32)),
+           QATTN_MEMBER(s.accum, s.accum = static_cast<Accum>(x))),
       bind(with_name(Field{"smooth", "smoothing set", Domain::smooth}, "smooth", 11),
-           QATTN_MEMBER(s.smooth, s.smooth = x), kSmoothNone),
+           QATTN_MEMBER(s.smooth, s.smooth = x)),
       bind(with_name(choice("rotate", "rotation", kRotations), "rot", 12),
-           QATTN_MEMBER(s.rotate, s.rotate = static_cast<Rotation>(x)), v(Rotation::none)),
-      bind(with_name(paged, "paged", 13), QATTN_MEMBER(s.paged, s.paged = x != 0), 0),
+           QATTN_MEMBER(s.rotate, s.rotate = static_cast<Rotation>(x))),
+      bind(with_name(paged, "paged", 13), QATTN_MEMBER(s.paged, s.paged = x != 0)),
       bind(with_name(choice("flow", "dataflow", kFlows), "", 14),
-           QATTN_MEMBER(s.flow, s.flow = static_cast<Dataflow>(x)), v(Dataflow::automatic)),
-      bind(with_name(choice("arch", "arch", kArchs), "", 1, true), QATTN_MEMBER(s.arch, s.arch = static_cast<Arch>(x)),
-           v(Arch::unset)),
+           QATTN_MEMBER(s.flow, s.flow = static_cast<Dataflow>(x))),
+      bind(with_name(choice("arch", "arch", kArchs), "", 1, true), QATTN_MEMBER(s.arch, s.arch = static_cast<Arch>(x))),
   }};
 }
 

@@ -39,7 +39,7 @@ struct Field {
   bool bare = false;                 // text: the value alone (the phase), not key=value
   bool required = false;             // text: must be given, always printed
   const char* missing = "";          // error when a required field is not given
-  int fallback = 0;                  // the value of a field not given (as get() returns it)
+  int fallback = 0;                  // the value of a field not given: get(Spec{}), Spec's own default
   const char* name_prefix = "";      // kernel names: a token is name_prefix + the value's code
   int name_rank = 0;                 // position among the kernel-name tokens
   bool name_required = false;        // kernel names: always written (positional)
