@@ -25,14 +25,14 @@
 #include <nlohmann/json.hpp>
 
 #include "qattn/error.hpp"
-#include "qattn/quant/quant_shape.h"
+#include "generator/quant_plan.hpp"
+#include "runtime/calls/helper_kernels.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
 #include "runtime/device/driver.hpp"
-#include "runtime/calls/helper_kernels.hpp"
-#include "runtime/tuning/host_data.hpp"
 #include "runtime/device/module.hpp"
 #include "runtime/jit/nvrtc_compiler.hpp"
+#include "runtime/tuning/host_data.hpp"
 
 namespace {
 
@@ -141,7 +141,7 @@ class Bench {
     const std::string err = quant::quant_params_error(op.request, qp);
     if (!err.empty()) throw_bad_input(err);
     std::vector<const rt::Kernel*> kernels;
-    for (const quant::QuantLaunch& l : plan.launches) kernels.push_back(&kernel(rt::quant_source(op.request, l, parse_arch(arch_))));
+    for (const quant::QuantLaunch& l : plan.launches) kernels.push_back(&kernel(qattn::render_quant_pass(op.request, l, parse_arch(arch_))));
 
     std::vector<double> us;
     for (int i = -3; i < o_.iters; ++i) {   // 3 warm-up calls

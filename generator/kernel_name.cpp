@@ -1,95 +1,209 @@
 #include "qattn/kernel_name.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <utility>
 #include <vector>
 
+#include "generator/spec_schema.hpp"
 #include "generator/text.hpp"
 #include "qattn/error.hpp"
 
 namespace qattn {
 namespace {
 
-const std::pair<Fmt, const char*> kFmtCodes[] = {
-    {Fmt::bf16, "bf16"}, {Fmt::fp16, "f16"}, {Fmt::int8, "i8"}, {Fmt::int4, "i4"}, {Fmt::fp8e4m3, "e4m3"},
-    {Fmt::flashq, "fq"}};
-const std::pair<Gran, const char*> kGranCodes[] = {
-    {Gran::per_tensor, "ten"}, {Gran::per_block, "blk"}, {Gran::per_warp, "wrp"},
-    {Gran::per_thread, "thr"}, {Gran::per_token, "tok"}, {Gran::per_channel, "chn"},
-    {Gran::per_group, "grp"}, {Gran::per_head, "hd"}};
-const std::pair<SoftmaxMode, const char*> kSoftmaxCodes[] = {{SoftmaxMode::unified_max, "umax"},
-                                                             {SoftmaxMode::sas, "sas"}};
-const std::pair<Accum, const char*> kAccumCodes[] = {{Accum::fp16, "f16"}, {Accum::two_level, "2lvl"}};
-const std::pair<Arch, const char*> kArchCodes[] = {{Arch::sm_80, "sm80"}, {Arch::sm_86, "sm86"},
-                                                   {Arch::sm_89, "sm89"}, {Arch::sm_90a, "sm90a"},
-                                                   {Arch::sm_90, "sm90"}};
-
-template <class E, size_t N>
-const char* code_of(const std::pair<E, const char*> (&table)[N], E v) {
-  for (const auto& [value, code] : table)
-    if (value == v) return code;
-  return "";
-}
-
-// Matches a whole code (exact) from the table; the order of the table breaks prefix ties.
-template <class E, size_t N>
-bool match_exact(const std::pair<E, const char*> (&table)[N], std::string_view s, E& out) {
-  for (const auto& [value, code] : table)
-    if (s == code) {
-      out = value;
-      return true;
-    }
-  return false;
-}
-
-bool parse_operand_code(std::string_view s, Operand& op) {
-  for (const auto& [fmt, code] : kFmtCodes) {
-    if (!text::starts_with(s, code)) continue;
-    const std::string_view rest = s.substr(std::string_view(code).size());
-    op.fmt = fmt;
-    if (rest.empty()) {
-      op.gran = Gran::none;
-      return true;
-    }
-    if (match_exact(kGranCodes, rest, op.gran)) return true;
-  }
-  return false;
-}
-
 [[noreturn]] void bad_name(std::string_view name, const std::string& why) {
   throw_bad_input("bad kernel name '" + std::string(name) + "': " + why +
-                  "; expected qattn_<phase>_<arch>_qk<fmt><gran>_pv<fmt><gran>_o<fmt>_d<n>[_causal][_gqa<n>]"
-                  "[_sk<n>][_smx<mode>][_acc<mode>][_smooth<qkv>][_rothad][_paged][_gemv]__bm<n>_bn<n>_w<n>_s<n>");
+                  "; expected qattn_<prefill|decode>_<arch>_qk<fmt><gran>_pv<fmt><gran>_o<fmt>_d<n>[_<option>...]__<tiling> "
+                  "or a helper kernel qattn_<quant|lsefix|combine|kvappend|flashq>_... (grammar: include/qattn/kernel_name.hpp)");
 }
 
-int parse_suffix_int(std::string_view name, std::string_view tok, std::string_view prefix) {
-  long long v = 0;
-  if (!text::parse_int(tok.substr(prefix.size()), v) || v <= 0 || v > 1 << 20)
-    bad_name(name, "token '" + std::string(tok) + "' needs a positive integer after '" + std::string(prefix) + "'");
-  return static_cast<int>(v);
+// ---- Helper kernels -------------------------------------------------------------------------------
+
+const std::pair<KernelFamily, const char*> kFamilies[] = {{KernelFamily::quant, "quant"},
+                                                          {KernelFamily::lse_correction, "lsefix"},
+                                                          {KernelFamily::decode_combine, "combine"},
+                                                          {KernelFamily::kv_append, "kvappend"},
+                                                          {KernelFamily::flashq, "flashq"}};
+// Quantizer codes: int4 here means packed two per byte (unpacked int4 codes are int8 storage: "i8").
+const std::pair<Fmt, const char*> kQuantCodes[] = {{Fmt::int8, "i8"}, {Fmt::int4, "i4p"}, {Fmt::fp8e4m3, "e4m3"}};
+
+const char* family_word(KernelFamily f) {
+  for (const auto& [family, word] : kFamilies)
+    if (family == f) return word;
+  throw_bad_input("attention kernels are named by kernel_name(spec, tiling), not helper_kernel_name");
+}
+
+const char* quant_code(Fmt f) {
+  for (const auto& [fmt, code] : kQuantCodes)
+    if (fmt == f) return code;
+  throw_bad_input(std::string("a quantizer writes int8, packed int4 or fp8e4m3 codes, not ") + to_string(f));
+}
+
+std::string element(const HelperKernel& h) {
+  if (h.in != Fmt::fp16 && h.in != Fmt::bf16)
+    throw_bad_input(std::string("helper kernels read fp16 or bf16, not ") + to_string(h.in));
+  return schema::fmt_code(h.in);
+}
+
+std::string in_and_dim(const HelperKernel& h) { return element(h) + "_d" + std::to_string(h.head_dim); }
+
+bool is_name_text(std::string_view s) {
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return !s.empty();
+}
+
+// Reads a helper name's tokens in the order helper_kernel_name writes them; the caller checks that the
+// fields print back to the same name.
+struct HelperReader {
+  std::string_view name;
+  const std::vector<std::string>& toks;
+  size_t i = 2;
+
+  bool more() const { return i < toks.size(); }
+  const std::string& next(const char* what) {
+    if (!more()) bad_name(name, std::string("missing ") + what);
+    return toks[i++];
+  }
+  Fmt element() {
+    const std::string& t = next("element type");
+    Fmt f = Fmt::fp16;
+    if (!schema::parse_fmt_code(t, f) || (f != Fmt::fp16 && f != Fmt::bf16))
+      bad_name(name, "element type '" + t + "' is not f16 or bf16");
+    return f;
+  }
+  int head_dim() {
+    const std::string& t = next("head dim");
+    long long d = 0;
+    if (!text::starts_with(t, "d") || !text::parse_int(std::string_view(t).substr(1), d) || d < 1 || d > 1024)
+      bad_name(name, "bad head-dim token '" + t + "'");
+    return static_cast<int>(d);
+  }
+  bool flag(const char* word) {
+    if (more() && toks[i] == word) return ++i, true;
+    return false;
+  }
+};
+
+void read_quant_code(std::string_view name, const std::string& t, HelperKernel& h) {
+  for (const auto& [fmt, code] : kQuantCodes) {
+    if (!text::starts_with(t, code)) continue;
+    std::string_view rest = std::string_view(t).substr(std::string_view(code).size());
+    size_t letters = 0;
+    while (letters < rest.size() && std::isalpha(static_cast<unsigned char>(rest[letters]))) ++letters;
+    Gran g = Gran::none;
+    if (!schema::parse_gran_code(rest.substr(0, letters), g)) continue;
+    long long group = 0;
+    if (letters < rest.size() && !text::parse_int(rest.substr(letters), group)) continue;
+    h.code = {fmt, g};
+    h.group = static_cast<int>(group);
+    return;
+  }
+  bad_name(name, "bad quantizer code '" + t + "' (i8|i4p|e4m3, then a granularity code and its group)");
+}
+
+HelperKernel read_helper(std::string_view name, const std::vector<std::string>& toks, std::string_view op) {
+  HelperKernel h;
+  bool known = false;
+  for (const auto& [family, word] : kFamilies)
+    if (toks[1] == word) h.family = family, known = true;
+  if (!known) bad_name(name, "unknown kernel family '" + toks[1] + "'");
+  HelperReader r{name, toks};
+  switch (h.family) {
+    case KernelFamily::quant:
+      h.in = r.element();
+      read_quant_code(name, r.next("quantizer code"), h);
+      h.smooth = r.flag("smooth");
+      h.block_mean = r.flag("qmean");
+      h.rotate = r.flag("rotq") ? 1 : r.flag("rotk") ? 2 : 0;
+      h.transpose = r.flag("vt");
+      h.head_dim = r.head_dim();
+      break;
+    case KernelFamily::lse_correction:
+    case KernelFamily::flashq:
+      if (!r.more()) break;   // one kernel for every head dim
+      h.in = r.element();
+      h.head_dim = r.head_dim();
+      h.paged = h.family == KernelFamily::flashq && r.flag("paged");
+      break;
+    case KernelFamily::decode_combine:
+      h.in = r.element();
+      h.head_dim = r.head_dim();
+      break;
+    case KernelFamily::kv_append: {
+      const std::string& cache = r.next("cache operand");
+      if (!schema::parse_operand_code(cache, h.code)) bad_name(name, "bad cache operand '" + cache + "'");
+      h.in = r.element();
+      h.head_dim = r.head_dim();
+      h.paged = r.flag("paged");
+      break;
+    }
+    case KernelFamily::attention: break;
+  }
+  if (r.more()) bad_name(name, "unknown token '" + toks[r.i] + "'");
+  h.op = std::string(op);
+  return h;
+}
+
+// The spec fields in kernel-name order (schema::Field::name_rank).
+std::vector<const schema::Field*> fields_in_name_order() {
+  std::vector<const schema::Field*> out;
+  for (const schema::Field& f : schema::fields()) out.push_back(&f);
+  std::sort(out.begin(), out.end(), [](const schema::Field* a, const schema::Field* b) { return a->name_rank < b->name_rank; });
+  return out;
+}
+
+const std::vector<const schema::Field*>& name_order() {
+  static const std::vector<const schema::Field*> order = fields_in_name_order();
+  return order;
 }
 
 }  // namespace
 
-std::string operand_code(const Operand& op) {
-  return std::string(code_of(kFmtCodes, op.fmt)) + (op.gran == Gran::none ? "" : code_of(kGranCodes, op.gran));
-}
+std::string operand_code(const Operand& op) { return schema::operand_code(op); }
 
 std::string spec_name(const Spec& s) {
   if (s.arch == Arch::unset)
     throw_bad_input("a kernel name needs a concrete arch; set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a>");
-  std::string n = std::string("qattn_") + to_string(s.phase) + "_" + code_of(kArchCodes, s.arch) + "_qk" +
-                  operand_code(s.qk) + "_pv" + operand_code(s.pv) + "_o" + code_of(kFmtCodes, s.out) + "_d" +
-                  std::to_string(s.head_dim);
-  if (s.causal) n += "_causal";
-  if (s.gqa != 1) n += "_gqa" + std::to_string(s.gqa);
-  if (s.split_k != 0) n += "_sk" + std::to_string(s.split_k);
-  if (s.softmax != SoftmaxMode::exact) n += std::string("_smx") + code_of(kSoftmaxCodes, s.softmax);
-  if (s.accum != Accum::fp32) n += std::string("_acc") + code_of(kAccumCodes, s.accum);
-  if (s.smooth != kSmoothNone) n += "_smooth" + smooth_to_string(s.smooth);
-  if (s.rotate == Rotation::hadamard) n += "_rothad";
-  if (s.paged) n += "_paged";
-  if (s.flow == Dataflow::gemv) n += "_gemv";
+  std::string n = "qattn";
+  for (const schema::Field* f : name_order()) {
+    const std::string token = schema::name_token(*f, s);
+    if (!token.empty()) n += "_" + token;
+  }
   return n;
+}
+
+bool HelperKernel::operator==(const HelperKernel& o) const {
+  return family == o.family && in == o.in && head_dim == o.head_dim && code == o.code && group == o.group &&
+         smooth == o.smooth && block_mean == o.block_mean && rotate == o.rotate && transpose == o.transpose &&
+         paged == o.paged && op == o.op;
+}
+
+std::string helper_kernel_name(const HelperKernel& h) {
+  std::string n = std::string("qattn_") + family_word(h.family);
+  switch (h.family) {
+    case KernelFamily::quant:
+      n += "_" + element(h) + "_" + quant_code(h.code.fmt) + schema::gran_code(h.code.gran) +
+           (h.group > 0 ? std::to_string(h.group) : "") + (h.smooth ? "_smooth" : "") + (h.block_mean ? "_qmean" : "") +
+           (h.rotate == 1 ? "_rotq" : h.rotate == 2 ? "_rotk" : "") + (h.transpose ? "_vt" : "") + "_d" +
+           std::to_string(h.head_dim);
+      break;
+    case KernelFamily::lse_correction:
+    case KernelFamily::flashq:
+      if (h.head_dim > 0) n += "_" + in_and_dim(h) + (h.paged ? "_paged" : "");
+      break;
+    case KernelFamily::decode_combine: n += "_" + in_and_dim(h); break;
+    case KernelFamily::kv_append:
+      n += "_" + schema::operand_code(h.code) + "_" + in_and_dim(h) + (h.paged ? "_paged" : "");
+      break;
+    case KernelFamily::attention: break;
+  }
+  const bool has_op = h.family == KernelFamily::quant || h.family == KernelFamily::lse_correction ||
+                      h.family == KernelFamily::flashq;
+  if (has_op != !h.op.empty() || (has_op && !is_name_text(h.op)))
+    throw_bad_input("helper kernel " + n + (has_op ? " needs an op of [A-Za-z0-9_] after '__'" : " takes no op"));
+  return has_op ? n + "__" + h.op : n;
 }
 
 std::string kernel_name(const Spec& spec, const Tiling& tiling) {
@@ -98,44 +212,39 @@ std::string kernel_name(const Spec& spec, const Tiling& tiling) {
 
 ParsedKernelName parse_kernel_name(std::string_view name) {
   const size_t sep = name.find("__");
-  if (sep == std::string_view::npos) bad_name(name, "no '__' between spec and tiling");
-  ParsedKernelName out;
-  out.tiling = parse_tiling(name.substr(sep + 2));
   const std::vector<std::string> toks = text::split(name.substr(0, sep), "_");
-  if (toks.size() < 7 || toks[0] != "qattn") bad_name(name, "too few tokens or no 'qattn' prefix");
-  Spec& s = out.spec;
-  if (toks[1] == "prefill") s.phase = Phase::prefill;
-  else if (toks[1] == "decode") s.phase = Phase::decode;
-  else bad_name(name, "unknown phase '" + toks[1] + "'");
-  if (!match_exact(kArchCodes, toks[2], s.arch)) bad_name(name, "unknown arch '" + toks[2] + "'");
-  if (!text::starts_with(toks[3], "qk") || !parse_operand_code(std::string_view(toks[3]).substr(2), s.qk))
-    bad_name(name, "bad qk token '" + toks[3] + "'");
-  if (!text::starts_with(toks[4], "pv") || !parse_operand_code(std::string_view(toks[4]).substr(2), s.pv))
-    bad_name(name, "bad pv token '" + toks[4] + "'");
-  Operand out_op;
-  if (!text::starts_with(toks[5], "o") || !parse_operand_code(std::string_view(toks[5]).substr(1), out_op) ||
-      out_op.gran != Gran::none)
-    bad_name(name, "bad output token '" + toks[5] + "'");
-  s.out = out_op.fmt;
-  if (!text::starts_with(toks[6], "d")) bad_name(name, "bad head-dim token '" + toks[6] + "'");
-  s.head_dim = parse_suffix_int(name, toks[6], "d");
-  for (size_t i = 7; i < toks.size(); ++i) {
-    const std::string_view t = toks[i];
-    if (t == "causal") s.causal = true;
-    else if (t == "paged") s.paged = true;
-    else if (t == "gemv") s.flow = Dataflow::gemv;
-    else if (t == "rothad") s.rotate = Rotation::hadamard;
-    else if (text::starts_with(t, "gqa")) s.gqa = parse_suffix_int(name, t, "gqa");
-    else if (text::starts_with(t, "sk")) s.split_k = parse_suffix_int(name, t, "sk");
-    else if (text::starts_with(t, "smx")) {
-      if (!match_exact(kSoftmaxCodes, t.substr(3), s.softmax)) bad_name(name, "bad softmax token '" + std::string(t) + "'");
-    } else if (text::starts_with(t, "acc")) {
-      if (!match_exact(kAccumCodes, t.substr(3), s.accum)) bad_name(name, "bad accum token '" + std::string(t) + "'");
-    } else if (text::starts_with(t, "smooth")) {
-      s.smooth = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=1 smooth=" + std::string(t.substr(6))).smooth;
-    } else {
-      bad_name(name, "unknown token '" + std::string(t) + "'");
+  ParsedKernelName out;
+  if (toks.size() >= 2 && toks[0] == "qattn" && toks[1] != "prefill" && toks[1] != "decode") {
+    out.family = KernelFamily::quant;   // overwritten below
+    out.helper = read_helper(name, toks, sep == std::string_view::npos ? std::string_view() : name.substr(sep + 2));
+    out.family = out.helper.family;
+    std::string again;
+    try {
+      again = helper_kernel_name(out.helper);
+    } catch (const Error& e) {
+      bad_name(name, e.what());
     }
+    if (again != name) bad_name(name, "not canonical (it prints back as " + again + ")");
+    return out;
+  }
+  if (sep == std::string_view::npos) bad_name(name, "no '__' between spec and tiling");
+  out.tiling = parse_tiling(name.substr(sep + 2));
+  size_t positional = 0;
+  for (const schema::Field* f : name_order()) positional += f->name_required ? 1 : 0;
+  if (toks.size() < positional + 1 || toks[0] != "qattn") bad_name(name, "too few tokens or no 'qattn' prefix");
+  Spec& s = out.spec;
+  size_t i = 1;
+  for (const schema::Field* f : name_order())
+    if (f->name_required && !schema::parse_name_token(*f, s, toks[i++]))
+      bad_name(name, std::string("bad ") + f->what + " token '" + toks[i - 1] + "'");
+  for (; i < toks.size(); ++i) {
+    bool matched = false;
+    for (const schema::Field* f : name_order())
+      if (!f->name_required && schema::parse_name_token(*f, s, toks[i])) {
+        matched = true;
+        break;
+      }
+    if (!matched) bad_name(name, "unknown token '" + toks[i] + "'");
   }
   if (kernel_name(out.spec, out.tiling) != name) bad_name(name, "not in canonical token order");
   return out;

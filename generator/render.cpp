@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "generator/template_args.hpp"
 #include "qattn/attention/tile_order.h"
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
@@ -13,52 +14,7 @@
 namespace qattn {
 namespace {
 
-const char* fmt_enum(Fmt f) {
-  switch (f) {
-    case Fmt::fp16: return "qattn::Fmt::fp16";
-    case Fmt::bf16: return "qattn::Fmt::bf16";
-    case Fmt::int8: return "qattn::Fmt::int8";
-    case Fmt::int4: return "qattn::Fmt::int4";
-    case Fmt::fp8e4m3: return "qattn::Fmt::fp8e4m3";
-    case Fmt::flashq: return "qattn::Fmt::flashq";
-  }
-  return "";
-}
-
-const char* gran_enum(Gran g) {
-  switch (g) {
-    case Gran::none: return "qattn::Gran::none";
-    case Gran::per_tensor: return "qattn::Gran::per_tensor";
-    case Gran::per_block: return "qattn::Gran::per_block";
-    case Gran::per_warp: return "qattn::Gran::per_warp";
-    case Gran::per_thread: return "qattn::Gran::per_thread";
-    case Gran::per_token: return "qattn::Gran::per_token";
-    case Gran::per_channel: return "qattn::Gran::per_channel";
-    case Gran::per_group: return "qattn::Gran::per_group";
-    case Gran::per_head: return "qattn::Gran::per_head";
-  }
-  return "";
-}
-
-const char* softmax_enum(SoftmaxMode m) {
-  switch (m) {
-    case SoftmaxMode::exact: return "qattn::SoftmaxMode::exact";
-    case SoftmaxMode::unified_max: return "qattn::SoftmaxMode::unified_max";
-    case SoftmaxMode::sas: return "qattn::SoftmaxMode::sas";
-  }
-  return "";
-}
-
-const char* accum_enum(Accum a) {
-  switch (a) {
-    case Accum::fp32: return "qattn::Accum::fp32";
-    case Accum::fp16: return "qattn::Accum::fp16";
-    case Accum::two_level: return "qattn::Accum::two_level";
-  }
-  return "";
-}
-
-const char* flag(bool b) { return b ? "true" : "false"; }
+using namespace template_args;
 
 // The grid layout of each prefill kernel (templates/qattn/attention/tile_order.h says why).
 tile_order::Order prefill_order(const Spec& spec, const Tiling& tiling) {
@@ -153,68 +109,6 @@ Source render_attention(const Spec& spec, const Tiling& tiling) {
      << "}\n";
   src.text = os.str();
   return src;
-}
-
-Source render_helper(const std::string& kernel_name, const std::string& header, const std::string& body,
-                     const std::string& params_type, unsigned block, Arch arch, unsigned min_blocks) {
-  Source src;
-  src.kernel_name = kernel_name;
-  src.arch = arch;
-  src.text = "// qattn generated helper kernel\n#include \"" + header + "\"\nextern \"C\" __global__ void __launch_bounds__(" +
-             std::to_string(block) + (min_blocks ? ", " + std::to_string(min_blocks) : std::string()) + ") " + kernel_name + "(const " + params_type + " p) {\n  " + body + "::run(p);\n}\n";
-  return src;
-}
-
-// qattn_decode_combine_o<fmt>_d<n>: merges the split partials (any KV format).
-Source render_decode_combine(const Spec& spec) {
-  const std::string d = std::to_string(spec.head_dim);
-  return render_helper(std::string("qattn_decode_combine_o") + (spec.out == Fmt::bf16 ? "bf16" : "f16") + "_d" + d,
-                       "qattn/decode/decode_combine.cuh",
-                       std::string("qattn::decode::Combine<") + fmt_enum(spec.out) + ", " + d + ">",
-                       "qattn::DecodeCombineParams", 128, spec.arch);
-}
-
-// qattn_kvappend_<cache>_<in>_d<n>[_paged]: quantizes new tokens into the cache (kv_layout.h).
-Source render_kv_append(const Spec& spec) {
-  const std::string d = std::to_string(spec.head_dim);
-  return render_helper(std::string("qattn_kvappend_") + operand_code(spec.qk) + "_" + (spec.out == Fmt::bf16 ? "bf16" : "f16") + "_d" + d +
-                           (spec.paged ? "_paged" : ""),
-                       "qattn/decode/kv_append.cuh",
-                       std::string("qattn::decode::Append<") + fmt_enum(spec.qk.fmt) + ", " + gran_enum(spec.qk.gran) +
-                           ", " + fmt_enum(spec.out) + ", " + d + ", " + flag(spec.paged) + ">",
-                       "qattn::KvAppendParams", 128, spec.arch);
-}
-
-// qattn_flashq_<op>_<in>_d<n>[_paged]: the FlashQ cache's writers (flashq_pack.cuh).
-namespace {
-std::string flashq_args(const Spec& spec, bool paged) {
-  if (spec.qk.fmt != Fmt::flashq)
-    throw_bad_input("the flashq kernels take a flashq spec (qk=flashq:per_channel), got '" + to_string(spec) + "'");
-  require(validate(spec));
-  return std::string("<") + fmt_enum(spec.out) + ", " + std::to_string(spec.head_dim) +
-         (paged ? std::string(", ") + flag(spec.paged) : std::string()) + ">";
-}
-std::string flashq_name(const char* op, const Spec& spec, bool paged) {
-  return std::string("qattn_flashq_") + op + "_" + (spec.out == Fmt::bf16 ? "bf16" : "f16") + "_d" +
-         std::to_string(spec.head_dim) + (paged && spec.paged ? "_paged" : "");
-}
-Source flashq_source(const char* op, const char* type, const Spec& spec, bool paged) {
-  return render_helper(flashq_name(op, spec, paged), "qattn/decode/flashq_pack.cuh",
-                       std::string("qattn::decode::flashq::") + type + flashq_args(spec, paged),
-                       "qattn::FlashQPackParams", 128, spec.arch);
-}
-}  // namespace
-
-Source render_flashq_stats(const Spec& spec) { return flashq_source("stats", "Stats", spec, false); }
-Source render_flashq_prefill(const Spec& spec) { return flashq_source("prefill", "Prefill", spec, true); }
-Source render_flashq_append(const Spec& spec) { return flashq_source("append", "Append", spec, true); }
-Source render_flashq_lens(const Spec& spec) {
-  flashq_args(spec, false);
-  return render_helper("qattn_flashq_lens", "qattn/decode/flashq_pack.cuh", "qattn::decode::flashq::Lens",
-                       "qattn::FlashQPackParams", 128, spec.arch);
-}
-std::vector<Source> render_flashq_kernels(const Spec& spec) {
-  return {render_flashq_stats(spec), render_flashq_prefill(spec), render_flashq_append(spec), render_flashq_lens(spec)};
 }
 
 LaunchShape decode_launch(const Spec& spec, const Tiling& tiling, const Problem& p, int splits) {

@@ -40,27 +40,10 @@ Verdict grid_fits(const Spec& spec, const Tiling& tiling, const Problem& problem
 // (non-causal, FP16/BF16, mma.sync) or l2_bytes is unknown (<= 0).
 int attention_band_heads(const Spec& spec, const Tiling& tiling, const Problem& problem, long long l2_bytes);
 
-// Decode (spec.phase == decode): render_attention() gives the split-K kernel (DecodeParams); these
-// give its combine kernel (DecodeCombineParams, 4 rows per 128-thread block) and the cache-append
-// kernel (KvAppendParams, 4 tokens per 128-thread block, grid (tokens/4, heads_kv, batch)).
+// Decode (spec.phase == decode): render_attention() gives the split-K kernel (DecodeParams).
 LaunchShape decode_launch(const Spec& spec, const Tiling& tiling, const Problem& problem, int splits);
-Source render_decode_combine(const Spec& spec);
-Source render_kv_append(const Spec& spec);
 
-// FlashQ caches (spec qk=flashq:per_channel; templates/qattn/decode/flashq_pack.cuh, FlashQPackParams,
-// 128 threads): per-channel statistics and quantization of the prefill tokens (grid (ceil(n/64),
-// heads_kv, 2 batch)), the decode step's flush + append (grid (heads_kv, 2, batch)) and its length
-// update (grid ceil(batch/128)). Names qattn_flashq_<op>_<in>_d<n>[_paged], qattn_flashq_lens.
-Source render_flashq_stats(const Spec& spec);
-Source render_flashq_prefill(const Spec& spec);
-Source render_flashq_append(const Spec& spec);
-Source render_flashq_lens(const Spec& spec);
-std::vector<Source> render_flashq_kernels(const Spec& spec);   // the four above
-
-// A helper kernel (quantization pass, LSE correction): `body` names a type with
-// `static __device__ void run(const <params_type>&)`, declared in `header`. min_blocks > 0: the second
-// __launch_bounds__ argument (blocks per SM the registers must allow).
-Source render_helper(const std::string& kernel_name, const std::string& header, const std::string& body,
-                     const std::string& params_type, unsigned block, Arch arch, unsigned min_blocks = 0);
+// The helper kernels (quantization passes, LSE correction, decode's combine and cache writers) are
+// rendered by generator/render_helpers.hpp.
 
 }  // namespace qattn

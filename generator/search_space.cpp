@@ -204,7 +204,7 @@ std::vector<Spec> default_grid(Arch arch) {
       add({Fmt::int8, Gran::per_token}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, d, causal, kSmoothK | kSmoothV);
     }
   // per_warp / per_thread Q/K: the per_token kernel with group scales expanded per row
-  // (quant_shape.h), so these points add only their quantization passes and kernel names.
+  // (generator/quant_plan.hpp), so these points add only their quantization passes and kernel names.
   for (Gran qg : {Gran::per_warp, Gran::per_thread}) {
     add({Fmt::int8, qg}, {Fmt::int8, Gran::per_tensor}, Fmt::fp16, 128, false, kSmoothK);
     add({Fmt::int8, qg}, {Fmt::int8, Gran::per_channel}, Fmt::bf16, 128, true, kSmoothK | kSmoothV);

@@ -20,6 +20,8 @@
 //   gran = per_tensor | per_block | per_warp | per_thread | per_token | per_channel | per_group | per_head
 // Example: "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k arch=sm_90a"
 // parse(to_string(s)) == s for every spec, and to_string(parse(t)) == t for every canonical text t.
+// The fields are listed once, in generator/spec_schema.cpp: that table drives operator==, the runtime's
+// map key, this text form and the kernel-name tokens (include/qattn/kernel_name.hpp).
 #pragma once
 #include <string>
 #include <string_view>

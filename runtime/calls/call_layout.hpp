@@ -14,7 +14,7 @@ namespace qattn::rt {
 //   fp16/bf16 specs         the FP16 kernel copies 16-byte chunks of Q, K and V rows;
 //   the fused-Q form (_qf)  the kernel reads Q itself, 16-byte chunks;
 //   pv=fp16                 the kernel reads V as given, 16-byte chunks.
-// The quantization passes read the other tensors and check them themselves (quant_shape.h).
+// The quantization passes read the other tensors and check them themselves (generator/quant_plan.hpp).
 // Returns "" when every tensor the kernel reads directly qualifies, else a one-line reason.
 std::string input_layout_problem(const Spec& spec, const Tiling& tiling, const TensorView& q, const TensorView& k,
                                  const TensorView& v);

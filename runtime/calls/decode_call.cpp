@@ -9,6 +9,7 @@
 #include "qattn/decode/decode_shape.h"
 #include "qattn/error.hpp"
 #include "generator/render.hpp"
+#include "generator/render_helpers.hpp"
 #include "generator/search_space.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"

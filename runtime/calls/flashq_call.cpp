@@ -10,6 +10,7 @@
 #include "qattn/decode/kv_layout.h"
 #include "qattn/error.hpp"
 #include "generator/render.hpp"
+#include "generator/render_helpers.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/driver.hpp"
 #include "runtime/registry/runtime_impl.hpp"

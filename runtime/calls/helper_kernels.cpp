@@ -5,28 +5,6 @@
 #include "qattn/validate.hpp"
 
 namespace qattn::rt {
-namespace {
-
-const char* kLseHeader = "qattn/attention/lse_correction.cuh";
-
-// qattn_quant_<in>_i8<gran>[_smooth][_qmean][_rotq|_rotk][_vt]_d<d>__<pass>: the quantization family of the name grammar.
-std::string quant_kernel_name(const quant::QuantRequest& r, const quant::QuantLaunch& l) {
-  const std::string g = r.gran == Gran::per_token    ? "tok"
-                        : r.gran == Gran::per_block  ? "blk" + std::to_string(r.group)
-                        : r.gran == Gran::per_warp   ? "wrp" + std::to_string(r.group)
-                        : r.gran == Gran::per_thread ? "thr" + std::to_string(r.group)
-                        : r.gran == Gran::per_tensor ? "ten"
-                                                     : "chn";
-  // _i8: one code per byte (int8, and int4's [-7, 7] codes: qmax is a launch parameter); _i4p: packed int4;
-  // _e4m3: fp8 V^T; _qmean: Q minus its 64-row block means (Q smoothing); _rotq / _rotk: the Hadamard
-  // rotation of the Q / K side (rotate=hadamard).
-  return std::string("qattn_quant_") + (r.in == Fmt::bf16 ? "bf16" : "f16") +
-         (r.code == Fmt::fp8e4m3 ? "_e4m3" : r.pack4 ? "_i4p" : "_i8") + g + (r.smooth ? "_smooth" : "") +
-         (r.block_mean ? "_qmean" : "") + (r.rotate == quant::kRotateQ ? "_rotq" : r.rotate == quant::kRotateK ? "_rotk" : "") +
-         (r.transpose ? "_vt" : "") + "_d" + std::to_string(r.d) + "__" + l.tag;
-}
-
-}  // namespace
 
 std::array<int, 3> pass_lanes(const std::array<QuantSlot, 3>& slots, bool concurrent) {
   std::array<int, 3> lane{-1, -1, -1};
@@ -39,7 +17,7 @@ std::array<int, 3> pass_lanes(const std::array<QuantSlot, 3>& slots, bool concur
 std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool int4_mma, int resident_blocks,
                                      int k_mean_sample_tokens, bool q_fused, bool tma) {
   const int d = spec.head_dim;
-  // per_warp / per_thread: the Q mapping (group 32) and the K mapping (group 64) of quant_shape.h; the
+  // per_warp / per_thread: the Q mapping (group 32) and the K mapping (group 64) of generator/quant_plan.hpp; the
   // scales come out expanded per row, so the attention kernel runs its per-token path.
   const bool fragment = spec.qk.gran == Gran::per_warp || spec.qk.gran == Gran::per_thread;
   const int q_group = spec.qk.gran == Gran::per_block ? 64 : fragment ? 32 : 0;
@@ -70,25 +48,6 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool in
   return slots;
 }
 
-Source quant_source(const quant::QuantRequest& r, const quant::QuantLaunch& l, Arch arch) {
-  return render_helper(quant_kernel_name(r, l), "qattn/quant/quant.cuh", l.pass, "qattn::QuantParams", l.block, arch,
-                       static_cast<unsigned>(l.min_blocks));
-}
-
-Source row_dot_source(const Spec& spec) {
-  const bool bf16 = spec.out == Fmt::bf16;
-  const std::string d = std::to_string(spec.head_dim);
-  return render_helper(std::string("qattn_lsefix_") + (bf16 ? "bf16" : "f16") + "_d" + d + "__rowdot", kLseHeader,
-                       std::string("qattn::lse_correction::RowDot<") + (bf16 ? "qattn::Fmt::bf16" : "qattn::Fmt::fp16") +
-                           ", " + d + ">",
-                       "qattn::LseCorrectionParams", 128, spec.arch);
-}
-
-Source add_scaled_source(Arch arch) {
-  return render_helper("qattn_lsefix__addscaled", kLseHeader, "qattn::lse_correction::AddScaled",
-                       "qattn::LseCorrectionParams", 256, arch);
-}
-
 std::vector<Source> helper_sources(const Spec& spec, int k_mean_sample_tokens) {
   std::vector<Source> out;
   if (spec.phase == Phase::decode && spec.qk.fmt == Fmt::flashq) {
@@ -105,20 +64,20 @@ std::vector<Source> helper_sources(const Spec& spec, int k_mean_sample_tokens) {
   const Problem nominal{1, spec.gqa, 1, 128, 128};
   const bool int4_mma = int4_mma_by_default(spec);
   for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma, 0, k_mean_sample_tokens))
-    for (const quant::QuantLaunch& l : s.plan.launches) out.push_back(quant_source(s.request, l, spec.arch));
+    for (const quant::QuantLaunch& l : s.plan.launches) out.push_back(render_quant_pass(s.request, l, spec.arch));
   if (k_mean_sample_tokens > 0) {   // K's passes that only a longer sequence adds (the sampled statistics)
     std::set<std::string> names;
     for (const Source& src : out) names.insert(src.kernel_name);
     const Problem beyond_sample{1, spec.gqa, 1, 1, k_mean_sample_tokens + 1};
     const QuantSlot k = quant_slots(spec, beyond_sample, int4_mma, 0, k_mean_sample_tokens)[1];
     for (const quant::QuantLaunch& l : k.plan.launches) {
-      Source src = quant_source(k.request, l, spec.arch);
+      Source src = render_quant_pass(k.request, l, spec.arch);
       if (names.insert(src.kernel_name).second) out.push_back(std::move(src));
     }
   }
   if (spec.smooth & kSmoothK) {
-    out.push_back(row_dot_source(spec));
-    out.push_back(add_scaled_source(spec.arch));
+    out.push_back(render_lse_rowdot(spec));
+    out.push_back(render_lse_addscaled(spec.arch));
   }
   return out;
 }

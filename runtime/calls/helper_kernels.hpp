@@ -1,12 +1,12 @@
 // The helper kernels around a quantized attention kernel: the quantization passes of Q, K and V (their
-// plans come from templates/qattn/quant/quant_shape.h) and the LSE correction after K smoothing.
+// plans come from generator/quant_plan.hpp) and the LSE correction after K smoothing.
 #pragma once
 #include <array>
 #include <vector>
 
 #include "qattn/problem.hpp"
-#include "qattn/quant/quant_shape.h"
-#include "generator/render.hpp"
+#include "generator/quant_plan.hpp"
+#include "generator/render_helpers.hpp"
 #include "qattn/spec.hpp"
 
 namespace qattn::rt {
@@ -41,10 +41,6 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& problem, b
 // and Q's on side stream 1 when K's run on the caller's; K's always on the caller's (the LSE correction
 // after them reads K's mean). Not concurrent, or a single operand with passes: all -1.
 std::array<int, 3> pass_lanes(const std::array<QuantSlot, 3>& slots, bool concurrent);
-
-Source quant_source(const quant::QuantRequest& request, const quant::QuantLaunch& launch, Arch arch);
-Source row_dot_source(const Spec& spec);   // q · mean_k per row (K smoothing)
-Source add_scaled_source(Arch arch);       // lse += softmax_scale * dot
 
 // Every helper kernel attention() launches for `spec` (arch set): for compile-only cache warm-up and tests.
 // qk=int4: the quantizers of the arch's default form (int4_mma_by_default, validate.hpp). With

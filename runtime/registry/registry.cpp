@@ -86,7 +86,8 @@ std::unique_ptr<cache::LayeredStore> open_store(const RuntimeOptions& o) {
 std::optional<Tiling> usable_tiling(const Spec& spec, const std::string& kernel_name, const DeviceLimits& limits) {
   try {
     const ParsedKernelName parsed = parse_kernel_name(kernel_name);
-    if (parsed.spec == spec && validate(spec, parsed.tiling, limits)) return parsed.tiling;
+    if (parsed.family == KernelFamily::attention && parsed.spec == spec && validate(spec, parsed.tiling, limits))
+      return parsed.tiling;
   } catch (const std::exception&) {
     // A name this qattn cannot parse is as unusable as a tiling that does not fit.
   }
@@ -348,12 +349,7 @@ std::vector<CompiledKernel> Runtime::compile_helpers(const Spec& spec) {
   return out;
 }
 
-Runtime::Impl::SpecFields Runtime::Impl::spec_fields(const Spec& s) {
-  return {static_cast<int>(s.phase), static_cast<int>(s.qk.fmt), static_cast<int>(s.qk.gran),
-          static_cast<int>(s.pv.fmt), static_cast<int>(s.pv.gran), static_cast<int>(s.out), s.head_dim, s.causal,
-          s.gqa, s.split_k, static_cast<int>(s.softmax), static_cast<int>(s.accum), s.smooth, s.paged,
-          static_cast<int>(s.flow), static_cast<int>(s.arch)};
-}
+Runtime::Impl::SpecFields Runtime::Impl::spec_fields(const Spec& s) { return schema::spec_key(s); }
 
 Runtime::Impl::RequestKey Runtime::Impl::request_key(const Spec& s, const Problem& problem) {
   RequestKey k;

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "cache/layered_store.hpp"
+#include "generator/spec_schema.hpp"
 #include "qattn/inflection.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/validate.hpp"
@@ -100,8 +101,8 @@ struct Runtime::Impl {
   std::recursive_mutex mutex;   // guards the maps, counters and device info
   // kernel()'s in-process map: (spec as asked, problem bucket) -> the loaded winner. Keyed by numbers,
   // not text, so that a repeated request costs a validation of the problem and one map lookup.
-  // Every field of a spec as numbers: a map key that costs no text.
-  using SpecFields = std::array<int, 16>;
+  // Every field of a spec as numbers (generator/spec_schema.hpp): a map key that costs no text.
+  using SpecFields = schema::SpecKey;
   static SpecFields spec_fields(const Spec& spec);
   struct RequestKey {
     SpecFields spec{};

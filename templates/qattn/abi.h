@@ -83,7 +83,7 @@ struct AttentionParams {
 //  x, y: [batch, heads, seq, d] in TensorRef index order. y may be the transposed V layout (ss = 1).
 //  scale: written with the layout described by ScaleRef (scale.ptr is written through a cast).
 //  mean: per-channel mean over tokens, [batch, heads, d] contiguous, written when smoothing; may be null.
-//  amax_scratch: the passes' scratch, plan.scratch_floats floats (qattn/quant/quant_shape.h says which
+//  amax_scratch: the passes' scratch, plan.scratch_floats floats (generator/quant_plan.hpp says which
 //  to zero first): [0] the per_tensor abs-max, then per-chunk channel statistics when smoothing/per_channel.
 struct QuantParams {
   TensorRef x, y;

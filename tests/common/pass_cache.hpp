@@ -10,8 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "qattn/quant/quant_shape.h"
+#include "generator/quant_plan.hpp"
 #include "generator/render.hpp"
+#include "generator/render_helpers.hpp"
 #include "qattn/spec.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
@@ -49,7 +50,7 @@ inline void run_quant_plan(PassCache& passes, const quant::QuantRequest& req, co
   const Arch arch = parse_arch(rt::arch_for(rt::query_device(device)));
   for (const quant::QuantLaunch& l : plan.launches) {
     if (l.zero_scratch_floats) rt::fill_bytes(reinterpret_cast<CUdeviceptr>(qp.amax_scratch), 0, sizeof(float) * l.zero_scratch_floats, device);
-    passes.get(rt::quant_source(req, l, arch), device)
+    passes.get(render_quant_pass(req, l, arch), device)
         .launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes, nullptr, qp);
   }
   rt::synchronize_device(device);

@@ -39,7 +39,7 @@ struct QuantRef {
   Shape shape;
   QuantConfig config;
   std::vector<std::int8_t> codes;   // [b][h][s][c]
-  std::vector<double> scales;       // compact, the layout of quant_shape.h's dense_scale_ref:
+  std::vector<double> scales;       // compact, the layout of generator/quant_plan.hpp's dense_scale_ref:
                                     //   per_token, per_warp, per_thread [b][h][s],
                                     //   per_block [b][h][ceil(s/G)],
                                     //   per_channel [b][h][c], per_tensor [1]
@@ -108,7 +108,7 @@ struct QuantCheck {
 // `x` must be exactly the kernel's input (already rounded to fp16/bf16).
 QuantCheck check_quantized(const HostTensor& x, const QuantRef& ref, const QuantizedView& got);
 
-// Packed int4 rows (qk=int4's packed form, quant_shape.h): codes in [-8, 7], two per byte, code 2i in
+// Packed int4 rows (qk=int4's packed form, generator/quant_plan.hpp): codes in [-8, 7], two per byte, code 2i in
 // the low nibble of byte i and 2i + 1 in the high one (two's complement). `codes` holds rows of `d`
 // codes (d even); the result rows of d / 2 bytes, in the same row order. unpack_int4 is its inverse
 // (sign-extending each nibble).

@@ -26,7 +26,7 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
   if (rotate)
     for (size_t at = 0; at < q_means_seen.size(); at += static_cast<size_t>(q.shape.dim))
       quant::rotate_row_reference(&q_means_seen[at], q.shape.dim, rot_q);
-  // The runtime samples K's mean only for token-local scales (quant_shape.h, quant_samples_mean);
+  // The runtime samples K's mean only for token-local scales (generator/quant_plan.hpp, quant_samples_mean);
   // per_tensor and per_channel K keep the mean over every key.
   const int sample = quant::token_local_gran(gran) ? k_mean_sample : 0;
   const QuantRef kr = quantize_reference(k, {gran, fragment ? 64 : group, qmax, smooth_k, sample, rot_k});

@@ -3,6 +3,7 @@
 #include "generator/embedded_templates.hpp"
 #include "qattn/error.hpp"
 #include "generator/render.hpp"
+#include "generator/render_helpers.hpp"
 #include "generator/search_space.hpp"
 
 namespace qattn {
@@ -106,7 +107,7 @@ TEST(Render, VSmoothingWithInt8PvAddsTheLastTemplateArgument) {
   EXPECT_NE(fused.text.find("false, false, false, qattn::Gran::per_warp, true, true>"), std::string::npos) << fused.text;
 }
 
-// per_warp / per_thread Q/K scales reach the kernel expanded per row (quant_shape.h): the spec renders
+// per_warp / per_thread Q/K scales reach the kernel expanded per row (generator/quant_plan.hpp): the spec renders
 // the per_token kernel body, under a name that keeps its own granularity. per_warp K shares one scale per
 // 64 keys, which the wgmma form folds into the row factor (KBLOCK, the last argument).
 TEST(Render, FragmentGranularitiesRenderThePerTokenKernel) {
@@ -208,7 +209,7 @@ TEST(Render, DecodeLaunchCoversSplitsAndRowBlocks) {
   EXPECT_NE(src.text.find("qattn::Fmt::int4, qattn::Gran::per_token, qattn::Fmt::bf16, 128, true, true, qattn::SoftmaxMode::exact, 16, 32, 4, 2>"),
             std::string::npos) << src.text;
   // The helper kernels of a decode spec: combine and append, named by the family grammar.
-  EXPECT_EQ(render_decode_combine(s).kernel_name, "qattn_decode_combine_obf16_d128");
+  EXPECT_EQ(render_decode_combine(s).kernel_name, "qattn_combine_bf16_d128");
   EXPECT_EQ(render_kv_append(s).kernel_name, "qattn_kvappend_i4tok_bf16_d128_paged");
 }
 

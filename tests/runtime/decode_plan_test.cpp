@@ -60,7 +60,7 @@ TEST(DecodeCompileOnly, KernelAndHelpersCompileWithoutAGpu) {
   EXPECT_EQ(k.spill_bytes, 0);
   const std::vector<CompiledKernel> helpers = rt.compile_helpers(s);
   ASSERT_EQ(helpers.size(), 2u);
-  EXPECT_EQ(helpers[0].kernel_name, "qattn_decode_combine_of16_d128");
+  EXPECT_EQ(helpers[0].kernel_name, "qattn_combine_f16_d128");
   EXPECT_EQ(helpers[1].kernel_name, "qattn_kvappend_i4grp_f16_d128_paged");
   for (const CompiledKernel& h : helpers) EXPECT_EQ(h.spill_bytes, 0) << h.kernel_name;
   // The prefill entry points refuse a decode spec with the way to run it.

@@ -13,10 +13,10 @@
 #include <cmath>
 #include <map>
 
-#include "qattn/quant/quant_shape.h"
+#include "generator/quant_plan.hpp"
+#include "runtime/calls/helper_kernels.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
-#include "runtime/calls/helper_kernels.hpp"
 #include "runtime/device/module.hpp"
 #include "runtime/jit/nvrtc_compiler.hpp"
 #include "tests/common/gpu_test.hpp"

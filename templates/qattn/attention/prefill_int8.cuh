@@ -1310,7 +1310,7 @@ struct Kernel {
   }
 
   // Fused Q (QF != none, tiling _qf): the CTA quantizes its own Q tile from the fp16/bf16 Q (p.q is then
-  // the caller's tensor, element strides), as the Q pass would (quant_shape.h): per row its abs-max, the
+  // the caller's tensor, element strides), as the Q pass would (generator/quant_plan.hpp): per row its abs-max, the
   // max over the row's scale group (per_token: the row; per_warp: 32 consecutive rows; per_thread: rows
   // g, g + 8, g + 16, g + 24 of 32; per_block: 64 rows; all inside the CTA's tile, whose first row is a
   // multiple of bm), scale = amax / qmax, code = round-half-even(x · m) with m = qmax / amax in fp32 (qmax

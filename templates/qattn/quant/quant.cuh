@@ -1,5 +1,5 @@
 // The quantization passes, for a rendered translation unit to #include "qattn/quant/quant.cuh".
-// Which passes to launch, in which order, with which grids: see quant_shape.h.
+// Which passes to launch, in which order, with which grids: see generator/quant_plan.hpp.
 #pragma once
 
 #include "qattn/quant/block_mean.cuh"

@@ -1,4 +1,4 @@
-// Constants shared by the quantization passes (device) and their launch plan (quant_shape.h, host).
+// Constants shared by the quantization passes (device) and their launch plan (generator/quant_plan.hpp, host).
 // Plain C++ so both sides include the very same numbers: a grid the host computes always matches the
 // tile the device assumes.
 #pragma once

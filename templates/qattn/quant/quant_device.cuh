@@ -105,7 +105,7 @@ __device__ __forceinline__ float group_max(float v) {
 }
 
 // The abs-max of row r's scale group, from the abs-maxes of the rows of a tile that holds whole groups
-// (the groups of quant_shape.h): per_warp and per_block: Group consecutive rows; per_thread with Group 32
+// (the groups of generator/quant_plan.hpp): per_warp and per_block: Group consecutive rows; per_thread with Group 32
 // (Q): rows g, g+8, g+16, g+24 of a 32-row chunk; with Group 64 (K): keys 8i+2t, 8i+2t+1 (i < 8) of a
 // 64-key block; per_token: the row itself. Shared by the row quantizer and the attention kernel's fused Q.
 template <Gran G, int Group>

@@ -6,7 +6,7 @@
 //   per_block:   the block reduces the group's abs-max; thread 0 writes the group's scale.
 //   per_tensor:  the abs-max comes from amax_scratch[0] (TensorAmax or FinalizeStats ran before).
 //   per_channel: the scales come from FinalizeStats (scale.ptr[b*sb + h*sh + c]).
-//   per_warp / per_thread (SageAttention2's groups, mapped as quant_shape.h describes; Group = 32 for
+//   per_warp / per_thread (SageAttention2's groups, mapped as generator/quant_plan.hpp describes; Group = 32 for
 //                Q, 64 for K): every group lies inside one 64-token tile, so the block reduces each
 //                row's abs-max with shuffles, then the group's abs-max over its rows in shared memory,
 //                and writes that group scale to EVERY row of the group in the per-token scale array.
@@ -144,7 +144,7 @@ struct QuantizeRows {
         Means::store(p, b, h, tile, mean);
       }
     }
-    // x' of quant_shape.h is row(j) - offset(j, i), formed where used from the loaded bytes (forming the
+    // x' of generator/quant_plan.hpp is row(j) - offset(j, i), formed where used from the loaded bytes (forming the
     // rows once as floats and keeping them made ptxas hold all of them: d 256 per_block 128 spilled on
     // sm_80). Rotate: row(j) is the rotated x' (offset 0), rotated once here for the whole pass (8 floats
     // per row held; rotating again at each use would about double the pass's time), and here because

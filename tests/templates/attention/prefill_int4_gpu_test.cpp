@@ -23,7 +23,7 @@
 #include <optional>
 
 #include "qattn/kernel_name.hpp"
-#include "qattn/quant/quant_shape.h"
+#include "generator/quant_plan.hpp"
 #include "qattn/runtime.hpp"
 #include "generator/search_space.hpp"
 #include "qattn/validate.hpp"

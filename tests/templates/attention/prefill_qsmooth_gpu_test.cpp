@@ -13,7 +13,7 @@
 #include <map>
 
 #include "qattn/kernel_name.hpp"
-#include "qattn/quant/quant_shape.h"
+#include "generator/quant_plan.hpp"
 #include "qattn/runtime.hpp"
 #include "generator/search_space.hpp"
 #include "runtime/device/device.hpp"

@@ -19,6 +19,7 @@
 #include "qattn/error.hpp"
 #include "qattn/flashq.hpp"
 #include "generator/render.hpp"
+#include "generator/render_helpers.hpp"
 #include "qattn/runtime.hpp"
 #include "runtime/jit/nvrtc_compiler.hpp"
 #include "tests/common/expect_error.hpp"
@@ -662,10 +663,10 @@ TEST(FlashQKernels, NamesAndRefusals) {
   const Spec s = parse_spec("decode qk=flashq:per_channel pv=flashq:per_channel out=bf16 d=128 gqa=4 causal paged arch=sm_90a");
   std::vector<std::string> names;
   for (const Source& src : render_flashq_kernels(s)) names.push_back(src.kernel_name);
-  EXPECT_EQ(names, (std::vector<std::string>{"qattn_flashq_stats_bf16_d128", "qattn_flashq_prefill_bf16_d128_paged",
-                                             "qattn_flashq_append_bf16_d128_paged", "qattn_flashq_lens"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"qattn_flashq_bf16_d128__stats", "qattn_flashq_bf16_d128_paged__prefill",
+                                             "qattn_flashq_bf16_d128_paged__append", "qattn_flashq__lens"}));
   EXPECT_EQ(render_flashq_append(parse_spec("decode qk=flashq:per_channel pv=flashq:per_channel out=fp16 d=64")).kernel_name,
-            "qattn_flashq_append_f16_d64");
+            "qattn_flashq_f16_d64__append");
   expect_bad_input([] { render_flashq_append(parse_spec("decode qk=int4:per_token pv=int4:per_token out=fp16 d=64")); },
                    "flashq");
 }

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <string>
 
-#include "qattn/quant/quant_shape.h"
+#include "generator/quant_plan.hpp"
 #include "tests/common/quant_reference.hpp"
 #include "tests/common/random_data.hpp"
 

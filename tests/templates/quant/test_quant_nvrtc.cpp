@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "generator/embedded_templates.hpp"
-#include "qattn/quant/quant_shape.h"
+#include "generator/quant_plan.hpp"
 
 namespace qattn {
 namespace quant {

@@ -149,7 +149,7 @@ TEST(QuantReference, PerBlockGroupsEndAtSequenceEnd) {
     }
 }
 
-// The rows of each per_warp / per_thread group, written out from the mapping of quant_shape.h (not
+// The rows of each per_warp / per_thread group, written out from the mapping of generator/quant_plan.hpp (not
 // through fragment_group), for heads of `seq` tokens.
 std::vector<std::vector<int>> fragment_groups(Gran gran, int group, int seq) {
   std::vector<std::vector<int>> out;

@@ -1,7 +1,7 @@
 // The launch plan of the quantization passes: which passes, in which order, with which grids.
 #include <gtest/gtest.h>
 
-#include "qattn/quant/quant_shape.h"
+#include "generator/quant_plan.hpp"
 
 namespace qattn {
 namespace quant {
