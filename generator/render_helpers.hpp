@@ -7,7 +7,7 @@
 
 #include "generator/quant_plan.hpp"
 #include "qattn/kernel_name.hpp"
-#include "qattn/render.hpp"
+#include "generator/render.hpp"
 #include "qattn/spec.hpp"
 
 namespace qattn {

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "qattn/kernel_name.hpp"
-#include "qattn/search_space.hpp"
-#include "runtime/helper_kernels.hpp"
+#include "generator/search_space.hpp"
+#include "runtime/calls/helper_kernels.hpp"
 
 namespace qattn {
 namespace {

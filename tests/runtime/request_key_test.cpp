@@ -5,7 +5,7 @@
 
 #include "generator/spec_schema.hpp"
 #include "qattn/spec.hpp"
-#include "runtime/runtime_impl.hpp"
+#include "runtime/registry/runtime_impl.hpp"
 
 namespace qattn {
 namespace {
