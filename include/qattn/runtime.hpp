@@ -11,6 +11,7 @@
 
 #include "qattn/abi.h"
 #include "qattn/decode.hpp"
+#include "qattn/export.h"
 #include "qattn/flashq.hpp"
 #include "qattn/inflection.hpp"
 #include "qattn/problem.hpp"
@@ -20,8 +21,12 @@
 
 namespace qattn {
 namespace rt {
-class DeviceBuffer;
+class DeviceBuffer;   // internal: declared outside the exported region
 }
+}  // namespace qattn
+
+QATTN_PUBLIC_BEGIN
+namespace qattn {
 
 struct RuntimeOptions {
   std::string cache_path;    // SQLite file; empty: $QATTN_CACHE_DIR/qattn.db or ~/.cache/qattn/qattn.db
@@ -242,7 +247,7 @@ class Runtime {
   // Also printed once each on stderr when QATTN_LOG=1.
   std::vector<std::string> cache_warnings() const;
 
-  struct Impl;
+  struct QATTN_LOCAL Impl;   // runtime/runtime_impl.hpp; not exported
 
  private:
   friend struct RuntimeAccess;   // the library's own parts outside this class (runtime/runtime_impl.hpp)
@@ -255,3 +260,4 @@ class Runtime {
 std::string version_string();
 
 }  // namespace qattn
+QATTN_PUBLIC_END
