@@ -13,16 +13,17 @@ set(QATTN_PYTHON_DIR ${CMAKE_INSTALL_DATADIR}/qattn/python)
 install(TARGETS qattn EXPORT qattnTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev)
 # Everything left in include/qattn is public (internal headers live beside their code).
-install(DIRECTORY include/qattn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/qattn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev
         FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
-install(FILES templates/qattn/abi.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/qattn COMPONENT dev)
+install(FILES ${PROJECT_SOURCE_DIR}/templates/qattn/abi.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/qattn
+        COMPONENT dev)
 
 # The CLI links the static runtime (it uses internals); it needs libnvrtc from the same place.
 set_target_properties(qattn_cli PROPERTIES INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR}")
 install(TARGETS qattn_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 
 # The Python package, and where the installed library is relative to it (read by qattn/_library.py).
-install(DIRECTORY python/qattn DESTINATION ${QATTN_PYTHON_DIR} COMPONENT python
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/qattn DESTINATION ${QATTN_PYTHON_DIR} COMPONENT python
         PATTERN "__pycache__" EXCLUDE PATTERN "*.pyc" EXCLUDE)
 file(RELATIVE_PATH QATTN_LIBRARY_FROM_PYTHON /${QATTN_PYTHON_DIR}/qattn
      /${CMAKE_INSTALL_LIBDIR}/libqattn.so.${PROJECT_VERSION_MAJOR})
@@ -33,14 +34,15 @@ file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/python/_installed.py CONTENT
 "\"\"\"Written by cmake --install: where this installed package's libqattn is, relative to it.\"\"\"
 LIBRARY = \"@QATTN_LIBRARY_FROM_PYTHON@\"
 " @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/python/_installed.py DESTINATION ${QATTN_PYTHON_DIR}/qattn COMPONENT python)
+install(FILES ${PROJECT_BINARY_DIR}/python/_installed.py DESTINATION ${QATTN_PYTHON_DIR}/qattn
+        COMPONENT python)
 
 # find_package(qattn): qattn::qattn and nothing else. Its interface is the include directory, C++17
 # (and nlohmann_json while a public header includes it); nvrtc and sqlite stay private to the library.
 install(EXPORT qattnTargets NAMESPACE qattn:: FILE qattnTargets.cmake DESTINATION ${QATTN_CMAKE_DIR}
         COMPONENT dev)
-configure_package_config_file(cmake/qattnConfig.cmake.in ${PROJECT_BINARY_DIR}/qattnConfig.cmake
-                              INSTALL_DESTINATION ${QATTN_CMAKE_DIR})
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/qattnConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/qattnConfig.cmake INSTALL_DESTINATION ${QATTN_CMAKE_DIR})
 # Compatible within a major version, as the SONAME (libqattn.so.<major>) promises.
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/qattnConfigVersion.cmake
                                  COMPATIBILITY SameMajorVersion)
