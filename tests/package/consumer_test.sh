@@ -23,8 +23,9 @@ config=$(find "$prefix" -name qattnConfig.cmake)
 [ -n "$config" ] || { echo "not installed: qattnConfig.cmake"; exit 1; }
 libdir=$(dirname "$(dirname "$(dirname "$config")")")
 real=$(readlink -f "$libdir/libqattn.so")
-[ -L "$libdir/libqattn.so" ] && [ -L "$libdir/libqattn.so.0" ] && [[ "$real" == */libqattn.so.0.* ]] ||
-  { echo "expected libqattn.so -> libqattn.so.0 -> libqattn.so.0.<minor>.<patch> in $libdir"; ls -l "$libdir"; exit 1; }
+soname=$(objdump -p "$real" | awk '$1 == "SONAME" {print $2}')
+[ -L "$libdir/libqattn.so" ] && [ -n "$soname" ] && [ -L "$libdir/$soname" ] && [[ "$real" == */"$soname".* ]] ||
+  { echo "expected libqattn.so -> $soname -> $soname.<minor>.<patch> in $libdir"; ls -l "$libdir"; exit 1; }
 
 step "each installed header compiles alone against $prefix/include"
 for h in "$prefix"/include/qattn/*.hpp; do
