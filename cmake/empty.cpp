@@ -1,1 +1,2 @@
-// Anchor source of the libqattn.so target: its code comes whole from qattn_runtime.
+// Anchor source of the libqattn.so target: its code comes whole from the component archives
+// (cmake/libqattn.cmake).

@@ -22,9 +22,11 @@
 #include <string_view>
 #include <vector>
 
+#include "qattn/export.h"
 #include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 class Runtime;
@@ -200,3 +202,4 @@ std::vector<unsigned char> encode_sample_file(const SampleFile& header, const st
                                               const std::vector<std::uint16_t>& v);
 
 }  // namespace qattn
+QATTN_PUBLIC_END

@@ -11,12 +11,14 @@
 // outputs have element type `out`.
 #pragma once
 #include "qattn/abi.h"
+#include "qattn/export.h"
 #include "qattn/flashq.hpp"
 #include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
 #include "qattn/unified_max.hpp"
 
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 // A KV cache on the device (both the K and the V cache have this layout; see kv_layout.h).
@@ -93,3 +95,4 @@ struct AppendKvCall {
 };
 
 }  // namespace qattn
+QATTN_PUBLIC_END

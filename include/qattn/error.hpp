@@ -5,6 +5,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "qattn/export.h"
+
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 enum class ErrorKind : int { failure = 1, bad_input = 2, no_gpu = 3 };
@@ -23,3 +26,4 @@ class Error : public std::runtime_error {
 }
 
 }  // namespace qattn
+QATTN_PUBLIC_END

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "qattn/abi.h"
+#include "qattn/export.h"
 #include "qattn/spec.hpp"
 
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 // Bit width (2 or 4) of every KV head, K and V separately.
@@ -125,3 +127,4 @@ struct FlashQAppendCall {
 };
 
 }  // namespace qattn
+QATTN_PUBLIC_END

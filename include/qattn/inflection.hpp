@@ -22,11 +22,13 @@
 #include <string_view>
 #include <vector>
 
+#include "qattn/export.h"
 #include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
 #include "qattn/validate.hpp"
 
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 constexpr int kMaxDecodeRows = 64;     // M = gqa x q_len handled by the decode kernels
@@ -218,3 +220,4 @@ std::string report_text(const InflectionTable* dataflow, const SplitTable* split
 std::string report_svg(const InflectionTable& dataflow, const std::string& device);
 
 }  // namespace qattn
+QATTN_PUBLIC_END

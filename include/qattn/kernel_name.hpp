@@ -28,9 +28,11 @@
 #include <string>
 #include <string_view>
 
+#include "qattn/export.h"
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
 
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 std::string kernel_name(const Spec& spec, const Tiling& tiling);   // spec.arch must be set
@@ -67,3 +69,4 @@ struct ParsedKernelName {
 ParsedKernelName parse_kernel_name(std::string_view name);   // throws qattn::Error(bad_input)
 
 }  // namespace qattn
+QATTN_PUBLIC_END

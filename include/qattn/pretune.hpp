@@ -33,9 +33,11 @@
 #include <utility>
 #include <vector>
 
+#include "qattn/export.h"
 #include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 // ---- Grid ---------------------------------------------------------------------------------------------
@@ -195,3 +197,4 @@ class TerminalProgress final : public ProgressSink {
 };
 
 }  // namespace qattn
+QATTN_PUBLIC_END

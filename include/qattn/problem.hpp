@@ -5,6 +5,9 @@
 #include <string>
 #include <string_view>
 
+#include "qattn/export.h"
+
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 struct Problem {
@@ -27,3 +30,4 @@ Problem parse_problem(std::string_view text);   // throws qattn::Error(bad_input
 double attention_flops(const Problem& p, int head_dim, bool causal);
 
 }  // namespace qattn
+QATTN_PUBLIC_END

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qattn/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -52,46 +54,47 @@ typedef struct qattn_runtime_options {
 } qattn_runtime_options;
 
 /* Library version, e.g. "0.1.0". */
-const char* qattn_version(void);
-const char* qattn_last_error(void);
-qattn_runtime_options qattn_default_options(void);
+QATTN_API const char* qattn_version(void);
+QATTN_API const char* qattn_last_error(void);
+QATTN_API qattn_runtime_options qattn_default_options(void);
 
-qattn_status qattn_runtime_create(const qattn_runtime_options* options, qattn_runtime** out);
-void qattn_runtime_destroy(qattn_runtime* runtime);
+QATTN_API qattn_status qattn_runtime_create(const qattn_runtime_options* options, qattn_runtime** out);
+QATTN_API void qattn_runtime_destroy(qattn_runtime* runtime);
 
 /* The latest cache trouble as one line into text_out (at most text_len bytes with the terminator), ""
  * while the cache works as opened: a layer not opened as asked, or one that failed after opening
  * (locked by another process past its ~10 s budget, damaged, not writable), so that results are not
  * stored. The runtime itself keeps working without that layer. See docs/reliability.md. */
-qattn_status qattn_cache_status(qattn_runtime* runtime, char* text_out, size_t text_len);
+QATTN_API qattn_status qattn_cache_status(qattn_runtime* runtime, char* text_out, size_t text_len);
 
 /* Compile-only (no GPU): renders and compiles `spec` (which must name arch=) with `tiling`
  * ("bm128_bn64_w4_s2", or NULL for the default), storing the cubin in the cache. Writes the kernel name
  * into name_out (if not NULL, at most name_len bytes including the terminator). */
-qattn_status qattn_compile(qattn_runtime* runtime, const char* spec, const char* tiling, char* name_out,
-                           size_t name_len);
+QATTN_API qattn_status qattn_compile(qattn_runtime* runtime, const char* spec, const char* tiling,
+                                     char* name_out, size_t name_len);
 
 /* Tunes `spec` for the bucket of `shape` on the runtime's device and stores the winner; writes the
  * winning kernel name and its median time in microseconds. */
-qattn_status qattn_tune(qattn_runtime* runtime, const char* spec, qattn_shape shape, char* name_out,
-                        size_t name_len, double* time_us);
+QATTN_API qattn_status qattn_tune(qattn_runtime* runtime, const char* spec, qattn_shape shape, char* name_out,
+                                  size_t name_len, double* time_us);
 
 /* O = attention(Q, K, V): quantizes internally when the spec is quantized. softmax_scale 0 means
  * 1/sqrt(d). lse: NULL or a float[b][hq][q_len] device buffer (natural-log log-sum-exp). */
-qattn_status qattn_attention(qattn_runtime* runtime, const char* spec, qattn_shape shape, qattn_tensor q,
-                             qattn_tensor k, qattn_tensor v, qattn_tensor o, float softmax_scale, float* lse,
-                             void* stream);
+QATTN_API qattn_status qattn_attention(qattn_runtime* runtime, const char* spec, qattn_shape shape,
+                                       qattn_tensor q, qattn_tensor k, qattn_tensor v, qattn_tensor o,
+                                       float softmax_scale, float* lse, void* stream);
 
 /* Two-step form: quantize Q, K and V once into a workspace owned by the handle, then run the attention
  * kernel alone as often as wanted (kernel-only timing, or K/V reused). The inputs may be freed after
  * prepare's work has completed on `stream`. */
-qattn_status qattn_prepare(qattn_runtime* runtime, const char* spec, qattn_shape shape, qattn_tensor q,
-                           qattn_tensor k, qattn_tensor v, void* stream, qattn_prepared** out);
-qattn_status qattn_run_prepared(qattn_runtime* runtime, qattn_prepared* prepared, qattn_tensor o,
-                                float softmax_scale, float* lse, void* stream);
+QATTN_API qattn_status qattn_prepare(qattn_runtime* runtime, const char* spec, qattn_shape shape,
+                                     qattn_tensor q, qattn_tensor k, qattn_tensor v, void* stream,
+                                     qattn_prepared** out);
+QATTN_API qattn_status qattn_run_prepared(qattn_runtime* runtime, qattn_prepared* prepared, qattn_tensor o,
+                                          float softmax_scale, float* lse, void* stream);
 /* Name of the attention kernel a prepared call runs (valid while the handle lives). */
-const char* qattn_prepared_kernel_name(const qattn_prepared* prepared);
-void qattn_prepared_destroy(qattn_prepared* prepared);
+QATTN_API const char* qattn_prepared_kernel_name(const qattn_prepared* prepared);
+QATTN_API void qattn_prepared_destroy(qattn_prepared* prepared);
 
 #ifdef __cplusplus
 }

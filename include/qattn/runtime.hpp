@@ -11,6 +11,7 @@
 
 #include "qattn/abi.h"
 #include "qattn/decode.hpp"
+#include "qattn/export.h"
 #include "qattn/flashq.hpp"
 #include "qattn/inflection.hpp"
 #include "qattn/problem.hpp"
@@ -18,6 +19,7 @@
 #include "qattn/tiling.hpp"
 #include "qattn/tuner.hpp"
 
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 struct RuntimeOptions {
@@ -212,7 +214,7 @@ class Runtime {
   // "" while the cache works as opened (or is off). See docs/reliability.md.
   std::string cache_status() const;
 
-  struct Impl;
+  struct QATTN_LOCAL Impl;   // runtime/registry/runtime_impl.hpp; not exported
 
  private:
   friend struct RuntimeAccess;   // the library's own parts outside this class (runtime/registry/runtime_impl.hpp)
@@ -223,3 +225,4 @@ class Runtime {
 std::string version_string();
 
 }  // namespace qattn
+QATTN_PUBLIC_END

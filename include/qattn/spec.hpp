@@ -27,7 +27,9 @@
 #include <string_view>
 
 #include "qattn/abi.h"
+#include "qattn/export.h"
 
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 enum class Phase : int { prefill = 0, decode = 1 };
@@ -90,3 +92,4 @@ Arch parse_arch(std::string_view text);          // throws bad_input listing the
 int arch_cc(Arch arch);
 
 }  // namespace qattn
+QATTN_PUBLIC_END

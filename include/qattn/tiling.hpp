@@ -12,6 +12,9 @@
 #include <string>
 #include <string_view>
 
+#include "qattn/export.h"
+
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 struct Tiling {
@@ -41,3 +44,4 @@ std::string to_string(const Tiling& t);
 Tiling parse_tiling(std::string_view text);   // throws qattn::Error(bad_input)
 
 }  // namespace qattn
+QATTN_PUBLIC_END

@@ -5,10 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "qattn/export.h"
 #include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
 
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 struct TimingOptions {
@@ -71,3 +73,4 @@ Problem bucket_representative(const std::string& bucket, const Problem& like);
 double median(std::vector<double> samples);
 
 }  // namespace qattn
+QATTN_PUBLIC_END

@@ -26,8 +26,10 @@
 #include <vector>
 
 #include "qattn/abi.h"
+#include "qattn/export.h"
 #include "qattn/spec.hpp"
 
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 // The unified max of a decode call, in units of x. The default window suits an fp16 P operand
@@ -113,3 +115,4 @@ long long count_fallback_rows(const int* flags, std::size_t rows);
 void check_unified_max(const Spec& decode_spec, const UnifiedMax& um);
 
 }  // namespace qattn
+QATTN_PUBLIC_END

@@ -2,10 +2,12 @@
 #pragma once
 #include <string>
 
+#include "qattn/export.h"
 #include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
 
+QATTN_PUBLIC_BEGIN
 namespace qattn {
 
 struct Verdict {
@@ -67,3 +69,4 @@ bool int4_mma_by_default(const Spec& spec);
 int kernel_smem_bytes(const Spec& spec, const Tiling& tiling);
 
 }  // namespace qattn
+QATTN_PUBLIC_END

@@ -5,7 +5,7 @@
     out = rt.attention(q, k, v, "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=k")
 
 The shared library is found through $QATTN_LIBRARY (a file, or a folder holding libqattn.so), else next
-to this package or in the repository's build folders (<repo>/build*/runtime/libqattn.so). It is loaded on
+to this package or in the repository's build folders (<repo>/build*/lib/libqattn.so). It is loaded on
 first use, and PyTorch only by the calls that take tensors: importing needs neither.
 """
 from ._library import candidate_paths, load as load_library

@@ -64,9 +64,14 @@ def candidate_paths():
     package_dir = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(os.path.dirname(package_dir))   # python/qattn -> repository root
     paths = [os.path.join(package_dir, LIBRARY_NAME)]        # an installed copy next to the package
+    try:   # installed by `cmake --install`: the library of the same prefix
+        from ._installed import LIBRARY as installed
+        paths.append(os.path.normpath(os.path.join(package_dir, installed)))
+    except ImportError:
+        pass
     for build in ["build", "build-release", "build-debug"]:
-        paths.append(os.path.join(repo, build, "runtime", LIBRARY_NAME))
-    paths += sorted(glob.glob(os.path.join(repo, "build*", "runtime", LIBRARY_NAME)))
+        paths.append(os.path.join(repo, build, "lib", LIBRARY_NAME))
+    paths += sorted(glob.glob(os.path.join(repo, "build*", "lib", LIBRARY_NAME)))
     paths += sorted(glob.glob(os.path.join(repo, "dev", "*", "runtime", LIBRARY_NAME)))
     seen = []
     for p in paths:
@@ -114,4 +119,4 @@ def load(path=None):
             source = "the path argument" if path else "$QATTN_LIBRARY"
             raise OSError(f"qattn library not found at {paths[0]} (from {source})")
         raise OSError(f"{LIBRARY_NAME} not found; build it (cmake --build <build>) and set "
-                      f"QATTN_LIBRARY=<build>/runtime/{LIBRARY_NAME}; looked in: " + ", ".join(paths))
+                      f"QATTN_LIBRARY=<build>/lib/{LIBRARY_NAME}; looked in: " + ", ".join(paths))

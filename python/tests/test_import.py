@@ -1,7 +1,7 @@
 """CPU-only smoke test of the qattn package: import without torch or GPU, then (with $QATTN_LIBRARY set)
 the compile-only path through the real library.
 
-    QATTN_LIBRARY=build/runtime/libqattn.so PYTHONPATH=python python3 -m pytest -q python/tests
+    QATTN_LIBRARY=build/lib/libqattn.so PYTHONPATH=python python3 -m pytest -q python/tests
 """
 import os
 import subprocess
@@ -19,7 +19,7 @@ VALID_SPEC = "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causa
 BAD_SPEC = "prefill qk=int9:per_token pv=int8:per_channel out=fp16 d=128 arch=sm_90a"
 
 needs_library = pytest.mark.skipif(not os.environ.get("QATTN_LIBRARY"),
-                                   reason="QATTN_LIBRARY is not set (path to <build>/runtime/libqattn.so)")
+                                   reason="QATTN_LIBRARY is not set (path to <build>/lib/libqattn.so)")
 
 
 def test_import_pulls_in_neither_torch_nor_the_library():
