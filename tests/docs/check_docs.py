@@ -137,7 +137,8 @@ def check_quickstarts(repo, lib, cli, work, cuda_include, cuda_lib):
     env["QATTN_LIBRARY"] = os.path.abspath(lib)
     gpu = driver_present()
     link = ["-L", libdir, "-lqattn", "-L", cuda_lib, "-lcudart", "-Wl,-rpath," + libdir + ":" + cuda_lib]
-    includes = ["-I", os.path.join(repo, "include"), "-I", os.path.join(repo, "templates"),
+    # As the README's build lines: the public headers and the build tree's copy of qattn/abi.h.
+    includes = ["-I", os.path.join(repo, "include"), "-I", os.path.join(os.path.dirname(libdir), "include"),
                 "-I", cuda_include]
     compilers = {"cpp": (os.environ.get("CXX", "c++"), ["-std=c++17"], "quickstart.cpp"),
                  "c": (os.environ.get("CC", "cc"), ["-std=c11", "-Wall", "-Werror"], "quickstart.c")}
