@@ -2,7 +2,7 @@
 """Prefill attention benchmark: qattn FP16 and INT8 against PyTorch SDPA (flash and cuDNN backends) on the
 same inputs, in one run. Writes prefill_<device>_<date>.json and .md (see bench/README.md).
 
-    PYTHONPATH=python QATTN_LIBRARY=build/runtime/libqattn.so python3 bench/bench_prefill.py --quick
+    PYTHONPATH=python QATTN_LIBRARY=build/lib/libqattn.so python3 bench/bench_prefill.py --quick
 """
 import argparse
 import datetime
