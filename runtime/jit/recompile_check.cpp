@@ -107,6 +107,9 @@ std::string digest_line(const std::vector<unsigned char>& image) {
          cache::sha256_hex(image.data(), image.size()).substr(0, 12) + "...";
 }
 
+// -1 is "unknown" (a spill count NVRTC left out of a repeated compile's report, see KernelUsage).
+bool known_and_differ(int stored, int rebuilt) { return stored >= 0 && rebuilt >= 0 && stored != rebuilt; }
+
 }  // namespace
 
 const char* to_string(RecompileEntry::Status status) {
@@ -196,6 +199,13 @@ RecompileReport recompile_check(const std::string& db_path, const RecompileOptio
       e.status = RecompileEntry::Status::mismatched;
       e.detail = "stored image (" + digest_line(stored) + ") is not what this qattn builds (" +
                  digest_line(o.result.cubin) + ")";
+    } else if (known_and_differ(stored_image[j]->registers, o.result.registers) ||
+               known_and_differ(stored_image[j]->spill_bytes, o.result.spill_store_bytes)) {
+      // The runtime reads these beside the image (reports, spill checks), so they are bound to it too.
+      e.status = RecompileEntry::Status::mismatched;
+      e.detail = "stored registers " + std::to_string(stored_image[j]->registers) + ", spills " +
+                 std::to_string(stored_image[j]->spill_bytes) + " are not the rebuilt kernel's (" +
+                 std::to_string(o.result.registers) + ", " + std::to_string(o.result.spill_store_bytes) + ")";
     }
   }
   for (const RecompileEntry& e : report.entries) {

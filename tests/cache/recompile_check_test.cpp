@@ -121,9 +121,14 @@ class RecompileCheck : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     db_ = dir_->file("small.db");
-    const ParsedKernelName prefill = parse_kernel_name(kPrefill), decode = parse_kernel_name(kDecode);
-    store_compiled(db_, {render_attention(prefill.spec, prefill.tiling), render_attention(decode.spec, decode.tiling),
-                         sampled_stats_pass()});
+    // The attention kernels as the tool stores them; the helper as the runtime would (it stores
+    // helpers only around a launch, which needs a GPU).
+    for (const std::string args : {"--spec 'prefill qk=int8:per_token pv=fp16 out=fp16 d=64' --arch sm_80",
+                                   "--spec 'decode qk=int8:per_token pv=int8:per_token out=fp16 d=64' --arch sm_90a"}) {
+      const Outcome o = run_cli(*dir_, "compile " + args + " --db " + db_);
+      ASSERT_EQ(o.code, 0) << o.out << o.err;
+    }
+    store_compiled(db_, {sampled_stats_pass()});
   }
   static void TearDownTestSuite() { delete dir_; }
   // A copy per test, so that one test's tampering is not another's input.
@@ -139,7 +144,9 @@ TempDir* RecompileCheck::dir_ = nullptr;
 std::string RecompileCheck::db_;
 
 // NVRTC gives the same bytes for the same source, options and library: the rebuild compares cubins
-// byte for byte, with nothing masked.
+// byte for byte, with nothing masked. The second compile's source has a trailing comment, so that no
+// compile cache keyed on the text can answer it (NVRTC can serve a repeated compile from one, see
+// rt::KernelUsage): it is compiled again, and a comment changes no byte of the cubin.
 TEST(RecompileDeterminism, SameSourceTwiceGivesTheSameCubin) {
   const Source s = sampled_stats_pass();
   rt::CompileRequest r;
@@ -147,7 +154,9 @@ TEST(RecompileDeterminism, SameSourceTwiceGivesTheSameCubin) {
   r.program_name = s.kernel_name + ".cu";
   r.arch = to_string(s.arch);
   r.extra_options = s.options;
-  const rt::CompileResult a = rt::compile(r), b = rt::compile(r);
+  const rt::CompileResult a = rt::compile(r);
+  r.source += "// compiled again\n";
+  const rt::CompileResult b = rt::compile(r);
   ASSERT_TRUE(a.ok && b.ok) << a.log << b.log;
   EXPECT_FALSE(a.cubin.empty());
   EXPECT_EQ(a.cubin, b.cubin);
@@ -164,6 +173,29 @@ TEST(RecompileRebuild, EveryFamilyRendersBackUnderItsOwnName) {
   helpers.push_back(render_lse_rowdot(kv));
   helpers.push_back(render_lse_addscaled(Arch::sm_80));
   helpers.push_back(sampled_stats_pass());
+  // Every pass of a few plans: one pass ("_1p"), V transposed to fp8, packed int4 with rotation, Q block means.
+  auto add_plan = [&](const quant::QuantRequest& r, int resident_blocks) {
+    quant::QuantProblem p;
+    p.seq_len = p.seq_pad = 1024;
+    p.resident_blocks = resident_blocks;
+    for (const auto& launch : quant::plan_quant(r, p).launches) helpers.push_back(render_quant_pass(r, launch, Arch::sm_89));
+  };
+  quant::QuantRequest one_pass;
+  one_pass.smooth = true;
+  add_plan(one_pass, 1 << 20);
+  quant::QuantRequest v;
+  v.transpose = true, v.gran = Gran::per_channel, v.code = Fmt::fp8e4m3, v.in = Fmt::bf16;
+  add_plan(v, 0);
+  quant::QuantRequest packed;
+  packed.pack4 = true, packed.qmax = 7, packed.rotate = quant::kRotateK, packed.gran = Gran::per_warp, packed.group = 64;
+  add_plan(packed, 0);
+  quant::QuantRequest q_mean;
+  q_mean.block_mean = true, q_mean.gran = Gran::per_tensor, q_mean.d = 256;
+  add_plan(q_mean, 0);
+  std::string names;
+  for (const Source& s : helpers) names += s.kernel_name + " ";
+  for (const char* form : {"__quantize_rows_1p ", "__channel_stats_s256 ", "_vt_d", "_rotk_", "_qmean_", "_i4pwrp"})
+    EXPECT_NE(names.find(form), std::string::npos) << form << " is not among " << names;
   for (const Source& s : helpers) {
     ASSERT_TRUE(rt::rebuild_source(s.kernel_name, to_string(s.arch), &out, &why)) << s.kernel_name << ": " << why;
     EXPECT_EQ(out.text, s.text) << s.kernel_name;
@@ -210,6 +242,7 @@ TEST_F(RecompileCheck, AReplacedCubinWithItsDigestPassesVerifyButNotRecompile) {
   EXPECT_EQ(o.out.find(": ok\n"), std::string::npos) << o.out;
 
   const rt::RecompileReport r = rt::recompile_check(db, {2, ""});
+  ASSERT_EQ(r.entries.size(), 3u);
   EXPECT_EQ(r.checked, 3);
   EXPECT_EQ(r.matched, 2);
   ASSERT_EQ(r.mismatched, 1);
@@ -255,6 +288,21 @@ TEST_F(RecompileCheck, RowsOfAnotherToolchainAreNotCheckableAndAStrangeNameIsAMi
   const nlohmann::json r = nlohmann::json::parse(o.out).at("recompile");
   EXPECT_EQ(r.at("mismatched"), 1);
   EXPECT_EQ(r.at("not_checkable"), 1);
+}
+
+// The resources stored beside a binary are checked too where the rebuild knows them.
+TEST_F(RecompileCheck, AChangedRegisterCountIsAMismatch) {
+  const std::string db = copy("registers.db");
+  {
+    cache::Database file(db, cache::Database::Options{});
+    cache::Statement update(file, "UPDATE kernel_binary SET registers = 7 WHERE kernel_name = ?1");
+    update.bind(1, kPrefill);
+    update.run();
+    ASSERT_EQ(file.changes(), 1);
+  }
+  const rt::RecompileReport r = rt::recompile_check(db, {2, "_prefill_"});
+  ASSERT_EQ(r.mismatched, 1);
+  EXPECT_NE(r.entries.at(0).detail.find("registers"), std::string::npos) << r.entries.at(0).detail;
 }
 
 TEST_F(RecompileCheck, BadOptionsAreRefused) {
