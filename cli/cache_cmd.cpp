@@ -160,14 +160,20 @@ int verify(const Args& args) {
   for (const char* name : {"jobs", "filter"})
     if (!recompile && args.has(name))
       throw_bad_input(std::string("--") + name + " applies to --recompile only (see qattn cache verify --help)");
-  const std::vector<std::string> problems = cache::verify_file(db);
+  std::vector<std::string> problems = cache::verify_file(db);
   rt::RecompileReport r;
   if (recompile) {
     rt::RecompileOptions o;
     o.jobs = static_cast<unsigned>(
         args.get_int("jobs", static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), 1, 256));
     o.filter = args.get("filter", "");
-    r = rt::recompile_check(db, o);
+    try {
+      r = rt::recompile_check(db, o);
+    } catch (const cache::CacheError& e) {
+      // A file that cannot be read is already among the problems (verify_file opened it first).
+      if (problems.empty()) problems.push_back(e.what());
+      r.toolchain = rt::toolchain_fingerprint();
+    }
   }
   const bool ok = problems.empty() && r.mismatched == 0;
   if (args.has("json")) {
