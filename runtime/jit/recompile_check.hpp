@@ -39,7 +39,8 @@ bool rebuild_source(const std::string& kernel_name, const std::string& arch, Sou
 
 // Reads every binary of `db_path` (read-only) and checks it as the top says. Rows of another toolchain
 // are not_checkable (they cannot be rebuilt identically here). A row of the current toolchain that
-// cannot be rebuilt, whose key is not its rebuilt source's key, or whose image differs, is mismatched.
+// cannot be rebuilt, whose key is not its rebuilt source's key, whose image differs, or whose stored
+// register or spill count differs from the rebuilt one's (where both are known), is mismatched.
 // Throws std::invalid_argument for a bad filter, cache::CacheError for an unreadable file.
 RecompileReport recompile_check(const std::string& db_path, const RecompileOptions& options = {});
 
