@@ -409,6 +409,12 @@ MergeReport merge_files(const std::string& a, const std::string& b, const std::s
   return report;
 }
 
+std::vector<BinaryRecord> read_binaries(const std::string& db_path) {
+  std::vector<BinaryRecord> out;
+  for (StoredBinary& b : read_contents(db_path).binaries) out.push_back(std::move(b.record));
+  return out;
+}
+
 std::vector<std::string> verify_file(const std::string& db_path) {
   std::vector<std::string> problems;
   std::unique_ptr<Database> db;

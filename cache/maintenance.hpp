@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "cache/store.hpp"
+
 namespace qattn::cache {
 
 // How rows from one source went into a target. On the same key: binaries keep the stored one (same key
@@ -46,6 +48,10 @@ MergeReport merge_files(const std::string& a, const std::string& b, const std::s
 // Every problem found, one line each; empty when the file is sound: SQLite's quick_check, the schema
 // version, each binary's size and sha256, each tuned row's binary present, each decision's JSON.
 std::vector<std::string> verify_file(const std::string& db_path);
+
+// Every binary row as stored (read-only; no digest check), ordered by key: what `verify --recompile`
+// rebuilds and compares (runtime/jit/recompile_check.hpp).
+std::vector<BinaryRecord> read_binaries(const std::string& db_path);
 
 // Deletes tuned rows and decisions measured under a driver other than keep_driver (0: any driver is
 // kept) or made by another toolchain than keep_toolchain ("": any), and binaries of other toolchains,

@@ -1,8 +1,10 @@
 // qattn cache list|stats|clear|export|import|merge|verify|prune: inspect, move and maintain the SQLite
 // kernel cache (formats and rules: cache/maintenance.hpp; docs/design/cache.md).
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "cache/maintenance.hpp"
@@ -13,6 +15,7 @@
 #include "qattn/error.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/driver.hpp"
+#include "runtime/jit/recompile_check.hpp"
 #include "runtime/jit/toolchain.hpp"
 
 namespace qattn::cli {
@@ -150,16 +153,57 @@ int merge(const Args& args) {
   return 0;
 }
 
+// --recompile: the digest check, then every binary rebuilt and compared (runtime/jit/recompile_check.hpp).
 int verify(const Args& args) {
   const std::string db = args.require("db", "(the cache to verify)");
-  const std::vector<std::string> problems = cache::verify_file(db);
-  if (args.has("json")) {
-    print_json({{"db", db}, {"ok", problems.empty()}, {"problems", problems}});
-  } else {
-    for (const auto& line : problems) std::printf("%s: %s\n", db.c_str(), line.c_str());
-    if (problems.empty()) std::printf("%s: ok\n", db.c_str());
+  const bool recompile = args.has("recompile");
+  for (const char* name : {"jobs", "filter"})
+    if (!recompile && args.has(name))
+      throw_bad_input(std::string("--") + name + " applies to --recompile only (see qattn cache verify --help)");
+  std::vector<std::string> problems = cache::verify_file(db);
+  rt::RecompileReport r;
+  if (recompile) {
+    rt::RecompileOptions o;
+    o.jobs = static_cast<unsigned>(
+        args.get_int("jobs", static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), 1, 256));
+    o.filter = args.get("filter", "");
+    try {
+      r = rt::recompile_check(db, o);
+    } catch (const cache::CacheError& e) {
+      // A file that cannot be read is already among the problems (verify_file opened it first).
+      if (problems.empty()) problems.push_back(e.what());
+      r.toolchain = rt::toolchain_fingerprint();
+    }
   }
-  return problems.empty() ? 0 : 1;
+  const bool ok = problems.empty() && r.mismatched == 0;
+  if (args.has("json")) {
+    nlohmann::json j = {{"db", db}, {"ok", ok}, {"problems", problems}};
+    if (recompile) {
+      nlohmann::json entries = nlohmann::json::array();
+      for (const auto& e : r.entries)
+        entries.push_back({{"key", e.key}, {"kernel_name", e.kernel_name}, {"arch", e.arch}, {"toolchain", e.toolchain},
+                           {"status", rt::to_string(e.status)}, {"detail", e.detail}});
+      j["recompile"] = {{"toolchain", r.toolchain}, {"checked", r.checked}, {"matched", r.matched},
+                        {"mismatched", r.mismatched}, {"not_checkable", r.not_checkable},
+                        {"filtered_out", r.filtered_out}, {"binaries", entries}};
+    }
+    print_json(j);
+    return ok ? 0 : 1;
+  }
+  for (const auto& line : problems) std::printf("%s: %s\n", db.c_str(), line.c_str());
+  if (recompile) {
+    for (const auto& e : r.entries)
+      if (e.status != rt::RecompileEntry::Status::matched)
+        std::printf("%s: %s %s (%s, key %s): %s\n", db.c_str(),
+                    e.status == rt::RecompileEntry::Status::mismatched ? "MISMATCH" : "skipped", e.kernel_name.c_str(),
+                    e.arch.c_str(), e.key.substr(0, 12).c_str(), e.detail.c_str());
+    std::printf("%s: recompiled %lld binaries: %lld matched, %lld mismatched, %lld not checkable here", db.c_str(),
+                r.checked, r.matched, r.mismatched, r.not_checkable);
+    if (r.filtered_out) std::printf(" (%lld not matching --filter)", r.filtered_out);
+    std::printf("\n");
+  }
+  if (ok) std::printf("%s: ok\n", db.c_str());
+  return ok ? 0 : 1;
 }
 
 // prune's defaults: this qattn's toolchain, and the driver when one is loaded (no GPU: --keep-driver).
@@ -270,12 +314,24 @@ const std::vector<const Verb*>& cache_actions() {
       2, {{"-o", "out"}}, invalid_argument_is_bad_input<merge>};
   static const Verb verify_verb{
       "cache verify",
-      "check a cache's integrity: schema, every binary against its stored digest",
-      {"cache verify --db FILE [--json]"},
+      "check a cache's integrity (digests), or with --recompile that each binary is what this qattn builds",
+      {"cache verify --db FILE [--json]", "cache verify --db FILE --recompile [--jobs N] [--filter REGEX] [--json]"},
       "Checks the database's integrity and each stored binary against its digest, and prints one line per "
-      "problem or \"ok\"; exit 1 when there is a problem.",
-      {required_db_option("the cache to verify"), json_option("the verdict and the problems")},
-      {{"qattn cache verify --db shipped.db", "check a cache before shipping it"}},
+      "problem or \"ok\"; exit 1 when there is a problem. Digests catch accidental damage only: whoever can "
+      "write the file can replace a binary and its digest together. --recompile also rebuilds every binary "
+      "from its kernel name (spec and tiling, or the helper kernel) and arch with this qattn's NVRTC and "
+      "templates and compares it byte for byte with the stored one: one line per mismatch (MISMATCH) and per "
+      "row of another toolchain (skipped: not checkable here), then a summary; exit 1 when any binary "
+      "mismatches. No GPU needed; about a second of one core per binary. Check a cache from a source you do "
+      "not trust this way (or rebuild it) before loading it.",
+      {required_db_option("the cache to verify"),
+       {"recompile", "", "also rebuild every binary of this toolchain and compare it with the stored one"},
+       {"jobs", "N", "with --recompile: compile threads, 1..256 (default: one per CPU core)"},
+       {"filter", "REGEX", "with --recompile: only binaries whose kernel name matches (ECMAScript regex, searched)"},
+       json_option("the verdict, the problems and (--recompile) each binary's outcome")},
+      {{"qattn cache verify --db shipped.db", "check a cache before shipping it"},
+       {"qattn cache verify --db shipped.db --recompile --jobs 16",
+        "prove each binary of a downloaded cache is what this qattn builds"}},
       0, {}, invalid_argument_is_bad_input<verify>};
   static const Verb prune_verb{
       "cache prune",
