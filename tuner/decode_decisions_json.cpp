@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "cache/json_depth.hpp"
 #include "qattn/error.hpp"
 #include "qattn/inflection.hpp"
 
@@ -104,6 +105,7 @@ class Reader {
 template <class T>
 T parse_text(std::string_view text, const char* what) {
   json j;
+  if (cache::json_too_deep(text)) throw_bad_input(cache::json_too_deep_message(std::string(what) + " JSON"));
   try {
     j = json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
