@@ -172,7 +172,7 @@ PretuneGrid parse_pretune_grid(const std::string& text, const std::string& sourc
   if (cache::json_too_deep(text)) throw_bad_input(cache::json_too_deep_message(source));
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {   // parse_error, and out_of_range for a number such as 1e400
     std::string what = e.what();
     std::replace(what.begin(), what.end(), '\n', ' ');
     throw_bad_input(source + ": not valid JSON (" + what + ")");

@@ -101,6 +101,19 @@ TEST(DeepJson, SixtyFourLevelsAreStillReadAsJson) {
   }
 }
 
+// A number beyond double's range is an out_of_range error inside the JSON library, not a parse error:
+// it must still be bad input (found by qattn_fuzz).
+TEST(JsonNumbers, OutOfRangeIsBadInput) {
+  expect_bad_input([] { parse_pretune_grid(R"({"version": 1e400, "entries": []})", "g.json"); }, "g.json");
+  expect_bad_input([] { parse_inflection_table(R"({"version": 1e400})"); }, "1e400");
+  expect_bad_input([] { decision_from_json(R"({"version": 1e400})"); }, "1e400");
+  TempDir dir;
+  write_bytes(dir.file("g.json"), R"({"version": 1, "entries": [{"specs": ["prefill qk=bf16 pv=bf16 out=bf16 d=128"], "problems": {"q_len": [1e400]}}]})");
+  const auto o = run_cli("pretune --dry-run --grid " + dir.file("g.json"));
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_TRUE(one_line(o.err)) << o.err;
+}
+
 TEST(Filter, DeepOrLongPatternIsRefused) {
   const std::string deep = std::string(20000, '(') + std::string(20000, ')');
   for (const std::string& pattern : {deep, std::string(257, 'a'), std::string(17, '(') + "d128" + std::string(17, ')'),
