@@ -14,6 +14,7 @@
 #include "cache/digest.hpp"
 #include "cache/open_layer.hpp"
 #include "cache/safe_file.hpp"
+#include "cache/json_depth.hpp"
 #include "cache/schema.hpp"
 #include "cache/sqlite.hpp"
 #include "cache/store.hpp"
@@ -220,6 +221,7 @@ Contents from_json(const json& in, const std::string& file) {
     rec.device = r.device(d, at);
     rec.toolchain = r.text(d, "toolchain", at);
     rec.json = r.text(d, "json", at);
+    if (json_too_deep(rec.json)) r.fail(at + ".json", "nests arrays/objects deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     if (json::parse(rec.json, nullptr, false).is_discarded()) r.fail(at + ".json", "is not valid JSON");
     rec.created_at = r.integer(d, "created_at", at);
     c.decisions.push_back(std::move(rec));
@@ -339,6 +341,7 @@ std::string unless_export(const std::string& path) {
     return "it cannot be checked (" + std::string(e.what()) + ")";
   }
   if (text.empty()) return "";
+  if (json_too_deep(text)) return std::string("it is not a ") + kFormat + " JSON file (delete it first, or choose another name)";
   const json parsed = json::parse(text, nullptr, false);
   if (parsed.is_object() && parsed.contains("format") && parsed["format"] == kFormat) return "";
   return std::string("it is not a ") + kFormat + " JSON file (delete it first, or choose another name)";
@@ -374,6 +377,7 @@ std::vector<std::string> export_json(const std::string& db_path, const std::stri
 MergeReport import_json(const std::string& json_path, const std::string& db_path) {
   refuse_input_as_output(db_path, {json_path});
   const std::string text = read_input_file(json_path, "import");
+  if (json_too_deep(text)) throw std::invalid_argument(json_too_deep_message("import " + json_path));
   json parsed = json::parse(text, nullptr, false);
   if (parsed.is_discarded()) throw std::invalid_argument("import " + json_path + ": not valid JSON");
   const Contents contents = from_json(parsed, json_path);
@@ -462,7 +466,8 @@ std::vector<std::string> verify_file(const std::string& db_path) {
   if (has_decisions.step()) {
     Statement decisions(*db, "SELECT kind, key, device, json FROM decision ORDER BY kind, key, device, toolchain");
     while (decisions.step()) {
-      if (json::parse(decisions.column_text(3), nullptr, false).is_discarded()) {
+      const std::string text = decisions.column_text(3);
+      if (json_too_deep(text) || json::parse(text, nullptr, false).is_discarded()) {
         problems.push_back("decision " + decisions.column_text(0) + " | " + decisions.column_text(1) + " | " +
                            decisions.column_text(2) + ": its json does not parse");
       }

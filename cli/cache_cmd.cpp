@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "cache/json_depth.hpp"
 #include "cache/maintenance.hpp"
 #include "cache/store.hpp"
 #include "cli/args.hpp"
@@ -66,7 +67,8 @@ int list(const Args& args) {
                             {"toolchain", r.toolchain}, {"time_us", r.time_us}, {"winner", r.kernel_name}});
     for (const auto& d : decisions) {
       // The decision is its owner's JSON; a row that does not parse is shown as the text it holds.
-      nlohmann::json decision = nlohmann::json::parse(d.json, nullptr, false);
+      nlohmann::json decision =
+          cache::json_too_deep(d.json) ? nlohmann::json(nlohmann::json::value_t::discarded) : nlohmann::json::parse(d.json, nullptr, false);
       if (decision.is_discarded()) decision = d.json;
       j["decisions"].push_back({{"kind", d.kind}, {"key", d.key}, {"device", d.device.str()},
                                 {"toolchain", d.toolchain}, {"decision", decision}});

@@ -31,10 +31,39 @@ struct Row {
   bool cached = false, serialized = false;
 };
 
+// std::regex compiles and matches by recursion: a long or deeply nested pattern overflows the stack
+// (a segmentation fault, not an exception). Kernel names are short, so small limits lose nothing.
+constexpr size_t kMaxFilterLength = 256;
+constexpr int kMaxFilterNesting = 16;
+
+std::regex parse_filter(const std::string& pattern) {
+  const std::string accepted = "; accepted: an ECMAScript regex of at most " + std::to_string(kMaxFilterLength) +
+                               " characters with groups nested at most " + std::to_string(kMaxFilterNesting) + " deep";
+  if (pattern.size() > kMaxFilterLength)
+    throw_bad_input("--filter is " + std::to_string(pattern.size()) + " characters long" + accepted);
+  int depth = 0, deepest = 0;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\') { ++i; continue; }             // an escaped character is a literal
+    if (in_class) { in_class = c != ']'; continue; }
+    if (c == '[') in_class = true;
+    else if (c == '(') deepest = std::max(deepest, ++depth);
+    else if (c == ')' && depth > 0) --depth;
+  }
+  if (deepest > kMaxFilterNesting)
+    throw_bad_input("--filter nests groups " + std::to_string(deepest) + " deep" + accepted);
+  try {
+    return std::regex(pattern);
+  } catch (const std::regex_error& e) {
+    throw_bad_input("--filter '" + pattern + "' is not a valid regex (" + e.what() + ")" + accepted);
+  }
+}
+
 int compile_grid(const Args& args) {
   if (args.get("grid") != "default") throw_bad_input("--grid " + args.get("grid") + " is unknown; accepted: default");
   const std::vector<Arch> archs = parse_archs(args.get("arch", "sm_80,sm_89,sm_90a"));
-  const std::regex filter(args.get("filter", ".*"));
+  const std::regex filter = parse_filter(args.get("filter", ".*"));
   std::vector<std::pair<Spec, Tiling>> points;
   for (Arch a : archs)
     for (const Spec& s : default_grid(a)) {
@@ -176,7 +205,7 @@ const Verb& compile_verb() {
        {"emit", "WHAT", "also output the kernel: source (CUDA C++), ptx, or cubin (needs --out)"},
        {"out", "FILE", "the file --emit writes (written whole or not at all)"},
        {"grid", "NAME", "compile a grid instead of one spec; accepted: default"},
-       {"filter", "REGEX", "with --grid: only kernels whose name matches (ECMAScript regex, searched)"},
+       {"filter", "REGEX", "with --grid: only kernels whose name matches (ECMAScript regex, searched; at most 256 characters, groups nested at most 16 deep)"},
        {"jobs", "N", "with --grid: compile threads, 1..256 (default: one per CPU core)"},
        db_option(),
        no_cache_option(),

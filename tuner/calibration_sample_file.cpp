@@ -6,6 +6,7 @@
 
 #include "qattn/calibrate.hpp"
 #include "qattn/error.hpp"
+#include "cache/json_depth.hpp"
 
 namespace qattn {
 namespace {
@@ -55,6 +56,8 @@ SampleFile parse_sample_file(const std::vector<unsigned char>& bytes) {
   if (n == 0 || n > kMaxHeader || n > bytes.size() - kPrefix)
     fail("header length " + std::to_string(n) + " is out of range for a file of " + std::to_string(bytes.size()) + " bytes");
   json h;
+  if (cache::json_too_deep(std::string_view(reinterpret_cast<const char*>(bytes.data()) + kPrefix, n)))
+    fail("the header nests arrays/objects deeper than " + std::to_string(cache::kMaxJsonDepth) + " levels");
   try {
     h = json::parse(bytes.begin() + kPrefix, bytes.begin() + kPrefix + n);
   } catch (const json::exception& e) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "cache/json_depth.hpp"
 #include "qattn/error.hpp"
 #include "qattn/inflection.hpp"
 
@@ -104,9 +105,10 @@ class Reader {
 template <class T>
 T parse_text(std::string_view text, const char* what) {
   json j;
+  if (cache::json_too_deep(text)) throw_bad_input(cache::json_too_deep_message(std::string(what) + " JSON"));
   try {
     j = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {   // parse_error, and out_of_range for a number such as 1e400
     throw_bad_input(std::string(what) + " JSON: not valid JSON (" + e.what() + ")");
   }
   return j.get<T>();

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cache/safe_file.hpp"
+#include "cache/json_depth.hpp"
 #include "qattn/error.hpp"
 #include "qattn/pretune.hpp"
 #include "generator/search_space.hpp"
@@ -168,9 +169,10 @@ GridEntry parse_entry(const json& v, const std::string& path, const Where& where
 PretuneGrid parse_pretune_grid(const std::string& text, const std::string& source) {
   const Where where{source};
   json doc;
+  if (cache::json_too_deep(text)) throw_bad_input(cache::json_too_deep_message(source));
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {   // parse_error, and out_of_range for a number such as 1e400
     std::string what = e.what();
     std::replace(what.begin(), what.end(), '\n', ' ');
     throw_bad_input(source + ": not valid JSON (" + what + ")");

@@ -6,6 +6,7 @@
 
 #include "qattn/calibrate.hpp"
 #include "qattn/error.hpp"
+#include "cache/json_depth.hpp"
 
 namespace qattn {
 namespace {
@@ -88,6 +89,7 @@ std::string decision_to_json(const QuantDecision& d) {
 
 QuantDecision decision_from_json(std::string_view text) {
   json j;
+  if (cache::json_too_deep(text)) fail("text", "nests arrays/objects deeper than " + std::to_string(cache::kMaxJsonDepth) + " levels");
   try {
     j = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
