@@ -141,7 +141,7 @@ class Bench {
     const std::string err = quant::quant_params_error(op.request, qp);
     if (!err.empty()) throw_bad_input(err);
     std::vector<const rt::Kernel*> kernels;
-    for (const quant::QuantLaunch& l : plan.launches) kernels.push_back(&kernel(qattn::render_quant_pass(op.request, l, parse_arch(arch_))));
+    for (const quant::QuantLaunch& l : plan.launches) kernels.push_back(&kernel(qattn::gen::render_quant_pass(op.request, l, parse_arch(arch_))));
 
     std::vector<double> us;
     for (int i = -3; i < o_.iters; ++i) {   // 3 warm-up calls
@@ -165,7 +165,7 @@ class Bench {
   int resident() const { return resident_; }
 
  private:
-  const rt::Kernel& kernel(const Source& src) {
+  const rt::Kernel& kernel(const gen::Source& src) {
     auto it = kernels_.find(src.kernel_name);
     if (it != kernels_.end()) return it->second.second;
     rt::CompileRequest req;

@@ -66,7 +66,7 @@ int compile_grid(const Args& args) {
   const std::regex filter = parse_filter(args.get("filter", ".*"));
   std::vector<std::pair<Spec, Tiling>> points;
   for (Arch a : archs)
-    for (const Spec& s : default_grid(a)) {
+    for (const Spec& s : gen::default_grid(a)) {
       const Tiling t = default_tiling(s, default_limits(a));
       if (std::regex_search(kernel_name(s, t), filter)) points.emplace_back(s, t);
     }

@@ -20,7 +20,7 @@ int doctor(const Args& args) {
   nlohmann::json j;
   j["qattn"] = QATTN_VERSION;
   j["nvrtc"] = rt::nvrtc_version();
-  j["templates_digest"] = embedded_templates_digest();
+  j["templates_digest"] = gen::embedded_templates_digest();
   std::string why;
   const bool have_driver = rt::driver_available(&why);
   j["driver"]["available"] = have_driver;
@@ -62,7 +62,7 @@ int doctor(const Args& args) {
     return 0;
   }
   std::printf("qattn %s   NVRTC %s   templates %.12s\n", QATTN_VERSION, rt::nvrtc_version().c_str(),
-              embedded_templates_digest());
+              gen::embedded_templates_digest());
   if (have_driver) {
     std::printf("driver: CUDA %d   devices: %zu\n", rt::driver_version(), j["devices"].size());
     for (const auto& d : j["devices"])

@@ -20,7 +20,7 @@ int version(const Args& args) {
   j["nvrtc"] = rt::nvrtc_version();
   j["cache_schema_version"] = cache::kSchemaVersion;
   j["cache_compatible_version"] = cache::kCompatibleVersion;
-  j["templates_digest"] = embedded_templates_digest();
+  j["templates_digest"] = gen::embedded_templates_digest();
   if (args.has("json")) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -28,7 +28,7 @@ int version(const Args& args) {
   std::printf("qattn %s (commit %s)\nNVRTC %s\ncache schema %d (readable by qattn builds of schema >= %d)\n"
               "templates %.12s\n",
               QATTN_VERSION, QATTN_GIT_COMMIT, j["nvrtc"].get<std::string>().c_str(), cache::kSchemaVersion,
-              cache::kCompatibleVersion, embedded_templates_digest());
+              cache::kCompatibleVersion, gen::embedded_templates_digest());
   return 0;
 }
 

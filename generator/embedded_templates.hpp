@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-namespace qattn {
+namespace qattn::gen {
 
 struct EmbeddedFile {
   const char* path;   // relative to templates/, e.g. "qattn/abi.h"; how a rendered TU #includes it
@@ -14,4 +14,4 @@ const std::vector<EmbeddedFile>& embedded_templates();
 // SHA-256 (hex) over every embedded path and text: part of each binary-cache key.
 const char* embedded_templates_digest();
 
-}  // namespace qattn
+}  // namespace qattn::gen

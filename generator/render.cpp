@@ -11,7 +11,7 @@
 #include "qattn/kernel_name.hpp"
 #include "qattn/validate.hpp"
 
-namespace qattn {
+namespace qattn::gen {
 namespace {
 
 using namespace template_args;
@@ -162,4 +162,4 @@ int attention_band_heads(const Spec& spec, const Tiling& tiling, const Problem& 
   return tile_order::band_width(static_cast<int>(heads), static_cast<int>(width));
 }
 
-}  // namespace qattn
+}  // namespace qattn::gen

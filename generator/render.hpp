@@ -9,7 +9,7 @@
 #include "qattn/tiling.hpp"
 #include "qattn/validate.hpp"
 
-namespace qattn {
+namespace qattn::gen {
 
 struct Source {
   std::string kernel_name;            // also the extern "C" symbol in the TU
@@ -46,4 +46,4 @@ LaunchShape decode_launch(const Spec& spec, const Tiling& tiling, const Problem&
 // The helper kernels (quantization passes, LSE correction, decode's combine and cache writers) are
 // rendered by generator/render_helpers.hpp.
 
-}  // namespace qattn
+}  // namespace qattn::gen

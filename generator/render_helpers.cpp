@@ -6,7 +6,7 @@
 #include "qattn/error.hpp"
 #include "qattn/validate.hpp"
 
-namespace qattn {
+namespace qattn::gen {
 namespace {
 
 using namespace template_args;
@@ -125,4 +125,4 @@ std::vector<Source> render_flashq_kernels(const Spec& spec) {
   return {render_flashq_stats(spec), render_flashq_prefill(spec), render_flashq_append(spec), render_flashq_lens(spec)};
 }
 
-}  // namespace qattn
+}  // namespace qattn::gen

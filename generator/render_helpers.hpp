@@ -10,7 +10,7 @@
 #include "generator/render.hpp"
 #include "qattn/spec.hpp"
 
-namespace qattn {
+namespace qattn::gen {
 
 // One pass of a quantization plan (quant_plan.hpp; QuantParams, launched with launch.block threads).
 Source render_quant_pass(const quant::QuantRequest& request, const quant::QuantLaunch& launch, Arch arch);
@@ -36,4 +36,4 @@ Source render_flashq_append(const Spec& spec);
 Source render_flashq_lens(const Spec& spec);
 std::vector<Source> render_flashq_kernels(const Spec& spec);   // the four above
 
-}  // namespace qattn
+}  // namespace qattn::gen

@@ -144,6 +144,8 @@ void add_unique(std::vector<Tiling>& out, const Tiling& t) {
 
 }  // namespace
 
+namespace gen {
+
 std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limits) {
   std::vector<Tiling> all = preferred(spec);
   // The fp16/bf16 list is a shortlist of the shapes that fit; the int8 kernel's space is swept.
@@ -174,12 +176,16 @@ Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling&
   throw_bad_input(fits.reason);
 }
 
+}  // namespace gen
+
 Tiling default_tiling(const Spec& spec, const DeviceLimits& limits) {
   require(validate(spec));
-  const auto c = candidate_tilings(spec, limits);
+  const auto c = gen::candidate_tilings(spec, limits);
   if (c.empty()) throw Error(ErrorKind::failure, "no tiling fits " + to_string(spec) + " within the device limits");
   return c.front();
 }
+
+namespace gen {
 
 std::vector<Spec> default_grid(Arch arch) {
   std::vector<Spec> grid;
@@ -307,4 +313,5 @@ std::vector<Spec> default_grid(Arch arch) {
   return grid;
 }
 
+}  // namespace gen
 }  // namespace qattn

@@ -8,12 +8,12 @@
 #include "qattn/tiling.hpp"
 #include "qattn/validate.hpp"
 
-namespace qattn {
+namespace qattn::gen {
 
 // Every tiling valid for (spec, limits), best guess first. Empty when the spec itself is invalid.
 std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limits);
 
-// default_tiling (the first candidate) is public: include/qattn/validate.hpp.
+// qattn::default_tiling (the first candidate) is public: include/qattn/validate.hpp.
 
 // `chosen` where its launch grid fits `problem` (grid_fits, render.hpp); else the first candidate whose
 // grid does (the causal wgmma form past 65535 query tiles: one with a larger bm, or an mma.sync tiling,
@@ -24,4 +24,4 @@ Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling&
 // families, for one arch.
 std::vector<Spec> default_grid(Arch arch);   // prefill points, then decode points (phase == decode)
 
-}  // namespace qattn
+}  // namespace qattn::gen

@@ -56,7 +56,7 @@ std::vector<DecodePath> decode_paths(const Spec& family, const DeviceLimits& lim
   s.flow = Dataflow::gemv;
   if (validate(s)) {
     DecodePath gemv{"gemv", Dataflow::gemv, {}};
-    const std::vector<Tiling> candidates = candidate_tilings(s, limits);
+    const std::vector<Tiling> candidates = gen::candidate_tilings(s, limits);
     for (int bm : {1, 2, 4, 8}) {
       const auto it = std::find_if(candidates.begin(), candidates.end(), [&](const Tiling& t) { return t.block_m == bm; });
       if (it != candidates.end()) gemv.tilings.push_back(*it);
@@ -65,7 +65,7 @@ std::vector<DecodePath> decode_paths(const Spec& family, const DeviceLimits& lim
   }
   s.flow = Dataflow::mma;
   if (validate(s)) {
-    const std::vector<Tiling> candidates = candidate_tilings(s, limits);
+    const std::vector<Tiling> candidates = gen::candidate_tilings(s, limits);
     for (int bm : {16, 32, 64}) {
       const auto it = std::find_if(candidates.begin(), candidates.end(), [&](const Tiling& t) { return t.block_m == bm; });
       if (it != candidates.end()) paths.push_back({"mma_bm" + std::to_string(bm), Dataflow::mma, {*it}});

@@ -204,7 +204,7 @@ PretuneGrid load_pretune_grid(const std::string& name_or_path) {
 
 std::string default_pretune_grid_json() {
   json prefill = json::array(), decode = json::array();
-  for (const Spec& s : default_grid(Arch::unset)) {
+  for (const Spec& s : gen::default_grid(Arch::unset)) {
     // Prefill: the common head dims only; d 96 and 256 (fewer models, and d 256 times ~2x longer) would
     // push the default past its 10-minute budget. A model that needs them lists them in its own grid.
     // per_warp / per_thread run the per_token kernel (their quantizer differs, the tiling trade-offs do

@@ -107,7 +107,7 @@ std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall
   ap.q_len = p.q_len;
   ap.kv_len = p.kv_len;
   const int band = experiment.causal_band_heads;
-  ap.band_heads = band > 0 ? band : attention_band_heads(spec, tiling, p, device().l2_bytes);
+  ap.band_heads = band > 0 ? band : gen::attention_band_heads(spec, tiling, p, device().l2_bytes);
   if (!spec.quantized()) {
     ap.q = ref_of(call.q);
     ap.k = ref_of(call.k);
@@ -191,7 +191,7 @@ std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall
       if (l.zero_scratch_floats > 0)
         rt::fill_bytes_async(reinterpret_cast<CUdeviceptr>(qp.amax_scratch), 0,
                              sizeof(float) * static_cast<size_t>(l.zero_scratch_floats), pass_stream, options.device);
-      auto fn = load_source(render_quant_pass(s.request, l, spec.arch));
+      auto fn = load_source(gen::render_quant_pass(s.request, l, spec.arch));
       fn->launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes, pass_stream, qp);
     }
     if (i == 0) { ap.q = s.y; ap.q_scale = qp.scale; ap.q_mean = qp.mean; }   // mean: Q block means (smooth=q)
@@ -214,11 +214,11 @@ std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall
     fix.heads_q = p.heads_q;
     fix.heads_kv = p.heads_kv;
     fix.q_len = p.q_len;
-    auto row_dot = load_source(render_lse_rowdot(spec));
+    auto row_dot = load_source(gen::render_lse_rowdot(spec));
     row_dot->launch(rt::Dim3{static_cast<unsigned>((p.q_len + 3) / 4), static_cast<unsigned>(p.heads_q),
                              static_cast<unsigned>(p.batch)},
                     rt::Dim3{128, 1, 1}, 0, cu_stream, fix);
-    out->lse_add = load_source(render_lse_addscaled(spec.arch));
+    out->lse_add = load_source(gen::render_lse_addscaled(spec.arch));
   }
   if (tiling.tma) out->tma = out->kernel_->tma_params(ap);
   return out;

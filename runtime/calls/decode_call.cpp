@@ -112,7 +112,7 @@ Tiling decode_tiling(const Spec& spec, const Tiling& requested, const Problem& p
   int want_bm = rows <= 16 ? 16 : 32;
   if (spec.flow == Dataflow::gemv)
     for (want_bm = 1; want_bm < rows && want_bm < 8;) want_bm *= 2;
-  const std::vector<Tiling> c = candidate_tilings(spec, limits);
+  const std::vector<Tiling> c = gen::candidate_tilings(spec, limits);
   for (const Tiling& t : c)
     if (t.block_m == want_bm) return t;
   if (c.empty()) throw Error(ErrorKind::failure, "no decode tiling fits " + to_string(spec) + " within the device limits");
@@ -352,7 +352,7 @@ void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
   for (DecodePart& part : parts) part.dp.splits = slots;
 
   // Every kernel loaded (maybe compiled) before the workspace lock is taken.
-  auto combine = slots > 1 ? load_source(render_decode_combine(spec)) : nullptr;
+  auto combine = slots > 1 ? load_source(gen::render_decode_combine(spec)) : nullptr;
   const bool umax_on = umax && call.unified_max.enabled;
   if (umax_on)   // the exact kernels of the same tilings and splits, for the flagged rows
     for (DecodePart& part : parts) part.fallback = load(exact_softmax(part.spec), part.tiling);
@@ -392,7 +392,7 @@ void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
     }
   }
   auto launch = [&](const DecodePart& part, rt::LoadedKernel& kernel, const DecodeParams& dp) {
-    const LaunchShape l = decode_launch(part.spec, part.tiling, p, part.grid_x);
+    const gen::LaunchShape l = gen::decode_launch(part.spec, part.tiling, p, part.grid_x);
     kernel.function().launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
                              cu_stream, dp);
   };
@@ -433,7 +433,7 @@ void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
   // first token only through the cache size).
   check_cache(spec, call.cache, call.heads_kv, call.n_new, "append_kv");
   const CacheGeometry g = geometry(spec, call.cache, call.heads_kv);
-  auto fn = load_source(render_kv_append(spec));
+  auto fn = load_source(gen::render_kv_append(spec));
   KvAppendParams ap{};
   ap.block_table = spec.paged ? call.cache.block_table : nullptr;
   ap.start = call.start;

@@ -48,36 +48,36 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool in
   return slots;
 }
 
-std::vector<Source> helper_sources(const Spec& spec, int k_mean_sample_tokens) {
-  std::vector<Source> out;
+std::vector<gen::Source> helper_sources(const Spec& spec, int k_mean_sample_tokens) {
+  std::vector<gen::Source> out;
   if (spec.phase == Phase::decode && spec.qk.fmt == Fmt::flashq) {
     // The flashq cache's pack kernels (they write its INT8 buffer too; append_kv has no flashq form)
     // and the combine.
-    out = render_flashq_kernels(spec);
-    out.push_back(render_decode_combine(spec));
+    out = gen::render_flashq_kernels(spec);
+    out.push_back(gen::render_decode_combine(spec));
     return out;
   }
-  if (spec.phase == Phase::decode) return {render_decode_combine(spec), render_kv_append(spec)};
+  if (spec.phase == Phase::decode) return {gen::render_decode_combine(spec), gen::render_kv_append(spec)};
   if (!spec.quantized()) return out;
   // The default form (rt::ExperimentOptions::quant_one_pass off): statistics passes where a head needs them,
   // over every token (a short sequence), and K's over a sample where the sequence is longer than it.
   const Problem nominal{1, spec.gqa, 1, 128, 128};
   const bool int4_mma = int4_mma_by_default(spec);
   for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma, 0, k_mean_sample_tokens))
-    for (const quant::QuantLaunch& l : s.plan.launches) out.push_back(render_quant_pass(s.request, l, spec.arch));
+    for (const quant::QuantLaunch& l : s.plan.launches) out.push_back(gen::render_quant_pass(s.request, l, spec.arch));
   if (k_mean_sample_tokens > 0) {   // K's passes that only a longer sequence adds (the sampled statistics)
     std::set<std::string> names;
-    for (const Source& src : out) names.insert(src.kernel_name);
+    for (const gen::Source& src : out) names.insert(src.kernel_name);
     const Problem beyond_sample{1, spec.gqa, 1, 1, k_mean_sample_tokens + 1};
     const QuantSlot k = quant_slots(spec, beyond_sample, int4_mma, 0, k_mean_sample_tokens)[1];
     for (const quant::QuantLaunch& l : k.plan.launches) {
-      Source src = render_quant_pass(k.request, l, spec.arch);
+      gen::Source src = gen::render_quant_pass(k.request, l, spec.arch);
       if (names.insert(src.kernel_name).second) out.push_back(std::move(src));
     }
   }
   if (spec.smooth & kSmoothK) {
-    out.push_back(render_lse_rowdot(spec));
-    out.push_back(render_lse_addscaled(spec.arch));
+    out.push_back(gen::render_lse_rowdot(spec));
+    out.push_back(gen::render_lse_addscaled(spec.arch));
   }
   return out;
 }

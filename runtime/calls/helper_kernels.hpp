@@ -45,6 +45,6 @@ std::array<int, 3> pass_lanes(const std::array<QuantSlot, 3>& slots, bool concur
 // Every helper kernel attention() launches for `spec` (arch set): for compile-only cache warm-up and tests.
 // qk=int4: the quantizers of the arch's default form (int4_mma_by_default, validate.hpp). With
 // k_mean_sample_tokens > 0, K's sampled statistics passes (kv_len above the sample) too.
-std::vector<Source> helper_sources(const Spec& spec, int k_mean_sample_tokens);
+std::vector<gen::Source> helper_sources(const Spec& spec, int k_mean_sample_tokens);
 
 }  // namespace qattn::rt

@@ -5,12 +5,12 @@
 
 namespace qattn::rt {
 
-std::vector<Binary> BinaryProvider::get(const std::vector<Source>& sources, bool want_ptx) {
+std::vector<Binary> BinaryProvider::get(const std::vector<gen::Source>& sources, bool want_ptx) {
   std::vector<Binary> out(sources.size());
   std::vector<CompileRequest> requests;
   std::vector<size_t> pending;
   for (size_t i = 0; i < sources.size(); ++i) {
-    const Source& s = sources[i];
+    const gen::Source& s = sources[i];
     Binary& b = out[i];
     b.kernel_name = s.kernel_name;
     b.key = cache::binary_key(s.text, s.options, to_string(s.arch), toolchain_fingerprint());

@@ -27,7 +27,7 @@ class BinaryProvider {
   BinaryProvider(cache::LayeredStore* store, bool writable) : store_(store), writable_(writable) {}
   // One binary per source, in order; never throws for a single failed compile (see Binary::error).
   // want_ptx bypasses the cache (PTX is not stored).
-  std::vector<Binary> get(const std::vector<Source>& sources, bool want_ptx = false);
+  std::vector<Binary> get(const std::vector<gen::Source>& sources, bool want_ptx = false);
   long long compiles() const { return compiles_; }
   long long cache_hits() const { return cache_hits_; }
 

@@ -22,7 +22,7 @@ struct HeaderArrays {
 const HeaderArrays& embedded_headers() {
   static const HeaderArrays arrays = [] {
     HeaderArrays a;
-    for (const EmbeddedFile& f : embedded_templates()) {
+    for (const gen::EmbeddedFile& f : gen::embedded_templates()) {
       a.names.push_back(f.path);
       a.texts.push_back(f.text);
     }

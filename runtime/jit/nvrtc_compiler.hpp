@@ -1,5 +1,5 @@
 // One translation unit -> cubin with NVRTC. The device templates are handed to NVRTC as in-memory
-// headers (qattn::embedded_templates()), so no include path and no CUDA toolkit is needed at run time:
+// headers (qattn::gen::embedded_templates()), so no include path and no CUDA toolkit is needed at run time:
 // libnvrtc alone compiles, and a driver is only needed to load the result.
 #pragma once
 #include <map>

@@ -9,7 +9,7 @@ namespace rt {
 
 const std::string& toolchain_fingerprint() {
   static const std::string fp = "nvrtc=" + nvrtc_version() + ";qattn=" QATTN_VERSION ";templates=" +
-                                std::string(embedded_templates_digest());
+                                std::string(gen::embedded_templates_digest());
   return fp;
 }
 

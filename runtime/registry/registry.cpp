@@ -24,10 +24,10 @@ std::string rt::LoadedKernel::kernel_name(const Spec& s, const Tiling& t) { retu
 namespace {
 
 // The launch shape of (spec, tiling) for `problem`, after the check that its grid fits the hardware's.
-LaunchShape checked_shape(const Spec& spec, const Tiling& tiling, const Problem& problem, int band_heads) {
-  const LaunchShape l = attention_launch(spec, tiling, problem, band_heads);
+gen::LaunchShape checked_shape(const Spec& spec, const Tiling& tiling, const Problem& problem, int band_heads) {
+  const gen::LaunchShape l = gen::attention_launch(spec, tiling, problem, band_heads);
   if (l.grid[1] > tile_order::kMaxGridYz || l.grid[2] > tile_order::kMaxGridYz)
-    require(grid_fits(spec, tiling, problem));   // says which size
+    require(gen::grid_fits(spec, tiling, problem));   // says which size
   return l;
 }
 
@@ -35,7 +35,7 @@ LaunchShape checked_shape(const Spec& spec, const Tiling& tiling, const Problem&
 
 void rt::LoadedKernel::launch(const AttentionParams& params, const Problem& problem, void* stream) const {
   if (tiling_.tma) return launch(tma_params(params), problem, stream);
-  const LaunchShape l = checked_shape(spec_, tiling_, problem, params.band_heads);
+  const gen::LaunchShape l = checked_shape(spec_, tiling_, problem, params.band_heads);
   fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
              static_cast<CUstream>(stream), params);
 }
@@ -46,7 +46,7 @@ TmaAttentionParams rt::LoadedKernel::tma_params(const AttentionParams& params) c
 }
 
 void rt::LoadedKernel::launch(const TmaAttentionParams& params, const Problem& problem, void* stream) const {
-  const LaunchShape l = checked_shape(spec_, tiling_, problem, params.a.band_heads);
+  const gen::LaunchShape l = checked_shape(spec_, tiling_, problem, params.a.band_heads);
   fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
              static_cast<CUstream>(stream), params);
 }
@@ -210,7 +210,7 @@ std::shared_ptr<rt::LoadedKernel> Runtime::Impl::load(const Spec& spec, const Ti
   // How the kernel runs when the spec's text does not say it (qk=int4 as int8 compute on sm_90, ...):
   // printed once per process under QATTN_LOG=1, like the cache's warnings.
   if (const std::string note = dispatch_note(spec, tiling); !note.empty()) cache::log_once("qattn: " + name + ": " + note);
-  rt::Binary bin = binaries->get({render_attention(spec, tiling)}).front();
+  rt::Binary bin = binaries->get({gen::render_attention(spec, tiling)}).front();
   if (!bin.error.empty()) throw Error(ErrorKind::failure, bin.error);
   counters.compiles = binaries->compiles();
   counters.binary_db_hits = binaries->cache_hits();
@@ -224,7 +224,7 @@ std::shared_ptr<rt::LoadedKernel> Runtime::Impl::load(const Spec& spec, const Ti
   return k;
 }
 
-std::shared_ptr<rt::Kernel> Runtime::Impl::load_source(const Source& source) {
+std::shared_ptr<rt::Kernel> Runtime::Impl::load_source(const gen::Source& source) {
   std::lock_guard<std::recursive_mutex> lock(mutex);
   if (auto it = sources.find(source.kernel_name); it != sources.end()) return it->second.second;
   rt::Binary bin = binaries->get({source}).front();
@@ -242,9 +242,9 @@ TuningResult Runtime::Impl::tune(const Spec& spec, const Problem& problem) {
   std::lock_guard<std::recursive_mutex> lock(mutex);
   rt::GpuCandidateRunner runner(*this);
   std::vector<Tiling> candidates;
-  for (const Tiling& t : candidate_tilings(spec, limits()))
-    if (grid_fits(spec, t, problem)) candidates.push_back(t);
-  if (candidates.empty()) require(grid_fits(spec, default_tiling(spec, limits()), problem));   // says why
+  for (const Tiling& t : gen::candidate_tilings(spec, limits()))
+    if (gen::grid_fits(spec, t, problem)) candidates.push_back(t);
+  if (candidates.empty()) require(gen::grid_fits(spec, default_tiling(spec, limits()), problem));   // says why
   TuningResult result = qattn::tune(spec, problem, candidates, runner, options.timing);
   ++counters.tunings;
   counters.compiles = binaries->compiles();
@@ -269,7 +269,7 @@ void Runtime::Impl::cache_launch_form(const Spec& spec, const Tiling& winner) {
   if (!store || options.read_only) return;   // no file to keep it in: attention() compiles it when it runs
   const Tiling launched = launch_form(spec, winner);
   if (launched == winner) return;
-  const rt::Binary bin = binaries->get({render_attention(spec, launched)}).front();
+  const rt::Binary bin = binaries->get({gen::render_attention(spec, launched)}).front();
   if (!bin.error.empty()) cache::log_once("qattn: " + bin.error);
   counters.compiles = binaries->compiles();
   counters.binary_db_hits = binaries->cache_hits();
@@ -298,7 +298,7 @@ Spec Runtime::resolve(const Spec& spec) { return impl_->resolve(spec); }
 
 CompiledKernel Runtime::compile(const Spec& spec, const Tiling& tiling, bool want_ptx) {
   require(validate(spec, tiling, default_limits(spec.arch)));
-  const Source src = render_attention(spec, tiling);
+  const gen::Source src = gen::render_attention(spec, tiling);
   rt::Binary bin = impl_->binaries->get({src}, want_ptx).front();
   {
     std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
@@ -326,7 +326,7 @@ CompiledKernel Runtime::compile(const Spec& spec, const Tiling& tiling, bool wan
 std::vector<CompiledKernel> Runtime::compile_helpers(const Spec& spec) {
   require(validate(spec));
   if (spec.arch == Arch::unset) throw_bad_input("compile needs an arch: set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a>");
-  const std::vector<Source> sources = rt::helper_sources(spec, impl_->options.k_mean_sample_tokens);
+  const std::vector<gen::Source> sources = rt::helper_sources(spec, impl_->options.k_mean_sample_tokens);
   const std::vector<rt::Binary> bins = impl_->binaries->get(sources);
   std::vector<CompiledKernel> out;
   for (size_t i = 0; i < bins.size(); ++i) {
@@ -389,9 +389,9 @@ const Kernel& Runtime::kernel(const Spec& spec_in, const Problem& problem) {
   if (impl_->store) tiling = impl_->stored_tiling(spec, problem_bucket(problem));
   if (!tiling) tiling = impl_->options.tune ? impl_->tune(spec, problem).winner : default_tiling(spec, impl_->limits());
   // A bucket's winner may not launch at this problem's size (the causal wgmma grid past 65535 query tiles).
-  const Tiling fitting = launchable_tiling(spec, problem, *tiling, impl_->limits());
+  const Tiling fitting = gen::launchable_tiling(spec, problem, *tiling, impl_->limits());
   if (fitting != *tiling)
-    cache::log_once("qattn: " + kernel_name(spec, *tiling) + ": " + grid_fits(spec, *tiling, problem).reason + "; running " +
+    cache::log_once("qattn: " + kernel_name(spec, *tiling) + ": " + gen::grid_fits(spec, *tiling, problem).reason + "; running " +
                     to_string(fitting) + " instead");
   auto k = impl_->load(spec, fitting);
   impl_->by_request[resolved] = k;

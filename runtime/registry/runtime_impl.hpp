@@ -67,7 +67,7 @@ struct Runtime::Impl {
   // Loads (compiling or taking the cached cubin) the kernel of (spec, tiling); kept for the runtime's life.
   std::shared_ptr<rt::LoadedKernel> load(const Spec& spec, const Tiling& tiling);
   // A loaded quantization pass by its rendered source (see quant_pipeline.cpp).
-  std::shared_ptr<rt::Kernel> load_source(const Source& source);
+  std::shared_ptr<rt::Kernel> load_source(const gen::Source& source);
   TuningResult tune(const Spec& spec, const Problem& problem);
   // Compiles into the binary cache the form attention() and prepare() launch for a tuned winner (its
   // _qf / _tma twin, Runtime::launch_form), so that a cache pretuned and shipped holds the binaries an

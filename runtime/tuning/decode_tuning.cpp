@@ -38,11 +38,11 @@ DecodeTuning Runtime::tune_decode(const Spec& spec_in, const SweepOptions& optio
   // Every path's kernels compiled up front, in parallel (the sweep would otherwise compile them one by
   // one as it meets them); the binary cache then serves each load.
   if (options.paths.empty()) options.paths = decode_paths(spec, options.limits);
-  std::vector<Source> sources;
+  std::vector<gen::Source> sources;
   for (const DecodePath& path : options.paths) {
     Spec with_flow = spec;
     with_flow.flow = path.flow;
-    for (const Tiling& tiling : path.tilings) sources.push_back(render_attention(with_flow, tiling));
+    for (const Tiling& tiling : path.tilings) sources.push_back(gen::render_attention(with_flow, tiling));
   }
   for (const rt::Binary& b : impl_->binaries->get(sources))
     if (!b.error.empty()) throw Error(ErrorKind::failure, "tune_decode: " + b.kernel_name + " does not compile: " + b.error);

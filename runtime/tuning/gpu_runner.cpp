@@ -150,8 +150,8 @@ CheckResult check_against_reference(Runtime::Impl& runtime, const Spec& spec_in,
 }
 
 std::vector<std::string> GpuCandidateRunner::compile(const Spec& spec, const std::vector<Tiling>& tilings) {
-  std::vector<Source> sources;
-  for (const Tiling& t : tilings) sources.push_back(render_attention(spec, t));
+  std::vector<gen::Source> sources;
+  for (const Tiling& t : tilings) sources.push_back(gen::render_attention(spec, t));
   const std::vector<Binary> bins = rt_.binaries->get(sources);
   std::vector<std::string> errors;
   for (size_t i = 0; i < bins.size(); ++i) {

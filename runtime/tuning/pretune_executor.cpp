@@ -100,14 +100,14 @@ ItemResult GpuPretuneWorker::run(const PretuneItem& item) {
 void GpuPretuneWorker::compile_candidates(const Spec& spec, const std::vector<Tiling>& candidates) {
   const std::string text = to_string(spec);
   if (std::find(compiled_specs_.begin(), compiled_specs_.end(), text) != compiled_specs_.end()) return;
-  std::vector<Source> sources;
-  for (const Tiling& t : candidates) sources.push_back(render_attention(spec, t));
+  std::vector<gen::Source> sources;
+  for (const Tiling& t : candidates) sources.push_back(gen::render_attention(spec, t));
   // The binary provider compiles a batch on as many threads as it has sources: batches of compile_jobs
   // keep several devices' workers from oversubscribing the CPU. A failed compile is not an error here:
   // the tuner meets it again (from its own compile) and records it as that candidate's outcome.
   const size_t batch = options_.compile_jobs > 0 ? static_cast<size_t>(options_.compile_jobs) : sources.size();
   for (size_t i = 0; i < sources.size(); i += batch) {
-    const std::vector<Source> part(sources.begin() + static_cast<long>(i),
+    const std::vector<gen::Source> part(sources.begin() + static_cast<long>(i),
                                    sources.begin() + static_cast<long>(std::min(i + batch, sources.size())));
     RuntimeAccess::impl(runtime_).binaries->get(part);
   }
@@ -119,7 +119,7 @@ ItemResult GpuPretuneWorker::tune_prefill(const PretuneItem& item) {
   const Spec spec = rt.resolve(item.spec);
   require(validate(spec, item.problem));
   std::lock_guard<std::recursive_mutex> lock(rt.mutex);
-  const std::vector<Tiling> candidates = candidate_tilings(spec, rt.limits());
+  const std::vector<Tiling> candidates = gen::candidate_tilings(spec, rt.limits());
   compile_candidates(spec, candidates);
   const std::string inputs =
       std::string(to_string(spec.out)) + "|" + std::to_string(spec.head_dim) + "|" + to_string(item.problem);

@@ -41,7 +41,7 @@ TEST(RuntimeLayers, ShippedCacheServesCubinsAndIsNeverWritten) {
   Runtime rt(o);
   EXPECT_TRUE(rt.compile(fixture.spec, fixture.tiling).from_cache);
   EXPECT_EQ(rt.counters().compiles, 0);
-  const auto others = candidate_tilings(fixture.spec, default_limits(fixture.spec.arch));
+  const auto others = gen::candidate_tilings(fixture.spec, default_limits(fixture.spec.arch));
   ASSERT_GT(others.size(), 1u);
   EXPECT_FALSE(rt.compile(fixture.spec, others[1]).from_cache);   // compiled, stored in the user layer
   EXPECT_TRUE(rt.cache_warnings().empty());

@@ -22,7 +22,7 @@ inline std::vector<std::optional<Tiling>> forms_to_check(const Spec& spec) {
   if (spec.quantized() && tma_form(spec, fused_q_form(spec, plain, default_limits(spec.arch)), default_limits(spec.arch)) != plain)
     forms.push_back(plain);
   if (plain.wgmma)
-    for (const Tiling& t : candidate_tilings(spec, default_limits(spec.arch)))
+    for (const Tiling& t : gen::candidate_tilings(spec, default_limits(spec.arch)))
       if (!t.wgmma) {
         forms.push_back(t);
         break;

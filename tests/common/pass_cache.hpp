@@ -25,7 +25,7 @@ namespace qattn::test {
 
 class PassCache {
  public:
-  const rt::Kernel& get(const Source& src, int device) {
+  const rt::Kernel& get(const gen::Source& src, int device) {
     auto it = kernels_.find(src.kernel_name);
     if (it != kernels_.end()) return it->second.second;
     rt::CompileRequest req;
@@ -50,7 +50,7 @@ inline void run_quant_plan(PassCache& passes, const quant::QuantRequest& req, co
   const Arch arch = parse_arch(rt::arch_for(rt::query_device(device)));
   for (const quant::QuantLaunch& l : plan.launches) {
     if (l.zero_scratch_floats) rt::fill_bytes(reinterpret_cast<CUdeviceptr>(qp.amax_scratch), 0, sizeof(float) * l.zero_scratch_floats, device);
-    passes.get(render_quant_pass(req, l, arch), device)
+    passes.get(gen::render_quant_pass(req, l, arch), device)
         .launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes, nullptr, qp);
   }
   rt::synchronize_device(device);

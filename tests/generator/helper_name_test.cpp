@@ -18,7 +18,7 @@ namespace qattn {
 namespace {
 
 // Round trip of one helper name; returns the name.
-std::string expect_round_trip(const Source& src, const HelperKernel* expected = nullptr) {
+std::string expect_round_trip(const gen::Source& src, const HelperKernel* expected = nullptr) {
   SCOPED_TRACE(src.kernel_name);
   EXPECT_TRUE(std::regex_match(src.kernel_name, std::regex("qattn_[A-Za-z0-9_]+")));
   const ParsedKernelName p = parse_kernel_name(src.kernel_name);
@@ -59,8 +59,8 @@ std::vector<std::pair<quant::QuantRequest, quant::QuantLaunch>> every_quant_pass
 TEST(HelperKernelNames, EveryQuantizationPassRoundTrips) {
   std::set<std::string> names;
   for (const auto& [r, l] : every_quant_pass()) {
-    const Source src = render_quant_pass(r, l, Arch::sm_90a);
-    const HelperKernel expected = quant_pass_kernel(r, l);
+    const gen::Source src = gen::render_quant_pass(r, l, Arch::sm_90a);
+    const HelperKernel expected = gen::quant_pass_kernel(r, l);
     names.insert(expect_round_trip(src, &expected));
     EXPECT_EQ(src.arch, Arch::sm_90a);
     EXPECT_NE(src.text.find("#include \"qattn/quant/quant.cuh\""), std::string::npos);
@@ -76,7 +76,7 @@ TEST(HelperKernelNames, EveryQuantizationPassRoundTrips) {
 TEST(HelperKernelNames, DifferentPassesGetDifferentNames) {
   std::map<std::string, std::string> pass_of_name;
   for (const auto& [r, l] : every_quant_pass()) {
-    const Source src = render_quant_pass(r, l, Arch::sm_90a);
+    const gen::Source src = gen::render_quant_pass(r, l, Arch::sm_90a);
     const auto [it, fresh] = pass_of_name.emplace(src.kernel_name, src.text);
     EXPECT_EQ(it->second, src.text) << src.kernel_name << " names two kernels";
   }
@@ -87,21 +87,21 @@ TEST(HelperKernelNames, LseCombineAppendAndFlashqRoundTrip) {
     for (int d : {64, 128, 256}) {
       const std::string dim = " d=" + std::to_string(d) + " arch=sm_90a";
       const Spec prefill = parse_spec(std::string("prefill qk=int8:per_token pv=int8:per_channel smooth=k out=") + out + dim);
-      expect_round_trip(render_lse_rowdot(prefill));
+      expect_round_trip(gen::render_lse_rowdot(prefill));
       for (const char* cache : {"int8:per_token", "int4:per_group", "fp8e4m3:per_head"})
         for (const char* paged : {"", " paged"}) {
           const Spec decode = parse_spec(std::string("decode qk=") + cache + " pv=" + cache + " out=" + out + dim + paged);
-          expect_round_trip(render_decode_combine(decode));
-          const Source append = render_kv_append(decode);
+          expect_round_trip(gen::render_decode_combine(decode));
+          const gen::Source append = gen::render_kv_append(decode);
           expect_round_trip(append);
           EXPECT_EQ(parse_kernel_name(append.kernel_name).helper.code, decode.qk);
           EXPECT_EQ(parse_kernel_name(append.kernel_name).helper.paged, decode.paged);
           const Spec fq = parse_spec(std::string("decode qk=flashq:per_channel pv=flashq:per_channel out=") + out + dim + paged);
-          for (const Source& src : render_flashq_kernels(fq)) expect_round_trip(src);
+          for (const gen::Source& src : gen::render_flashq_kernels(fq)) expect_round_trip(src);
         }
     }
-  expect_round_trip(render_lse_addscaled(Arch::sm_80));
-  EXPECT_EQ(render_lse_addscaled(Arch::sm_80).kernel_name, "qattn_lsefix__addscaled");
+  expect_round_trip(gen::render_lse_addscaled(Arch::sm_80));
+  EXPECT_EQ(gen::render_lse_addscaled(Arch::sm_80).kernel_name, "qattn_lsefix__addscaled");
 }
 
 // Helper names as they are cached: the quantizers' and the LSE correction's are unchanged.
@@ -109,10 +109,10 @@ TEST(HelperKernelNames, Examples) {
   quant::QuantRequest r;
   r.smooth = true;
   const quant::QuantPlan plan = quant::plan_quant(r, quant::QuantProblem{1, 1, 128, 128});
-  EXPECT_EQ(render_quant_pass(r, plan.launches.back(), Arch::sm_90a).kernel_name,
+  EXPECT_EQ(gen::render_quant_pass(r, plan.launches.back(), Arch::sm_90a).kernel_name,
             "qattn_quant_f16_i8tok_smooth_d128__quantize_rows");
   const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=bf16 d=64 smooth=k arch=sm_89");
-  EXPECT_EQ(render_lse_rowdot(s).kernel_name, "qattn_lsefix_bf16_d64__rowdot");
+  EXPECT_EQ(gen::render_lse_rowdot(s).kernel_name, "qattn_lsefix_bf16_d64__rowdot");
   const HelperKernel rows = parse_kernel_name("qattn_quant_bf16_i4pwrp32_qmean_rotq_d96__quantize_rows").helper;
   EXPECT_EQ(rows.family, KernelFamily::quant);
   EXPECT_EQ(rows.in, Fmt::bf16);

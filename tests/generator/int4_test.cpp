@@ -121,7 +121,7 @@ TEST(Int4Prefill, SearchSpaceOffersTheArchsForm) {
       for (int d : {64, 96, 128, 256})
         for (bool causal : {false, true}) {
           const Spec s = int4_spec(g, d, causal, a, " smooth=k");
-          const auto c = candidate_tilings(s, default_limits(a));
+          const auto c = gen::candidate_tilings(s, default_limits(a));
           ASSERT_FALSE(c.empty()) << to_string(s);
           for (const Tiling& t : c) {
             EXPECT_EQ(t.int4_mma, int4_mma_by_default(a)) << to_string(s) << " " << to_string(t);
@@ -156,10 +156,10 @@ TEST(Int4Prefill, KernelNamesRoundTripAndDifferByForm) {
 // set INT4 (raw, exactly converted S: see prefill_int8.cuh's kRawS).
 TEST(Int4Prefill, RenderPicksTheFormAndSharedMemoryShrinks) {
   const Spec s = int4_spec("per_token", 128, false, Arch::sm_89, " smooth=k");
-  const Source p = render_attention(s, Tiling{64, 64, 4, 2, false, 0, true});
+  const gen::Source p = gen::render_attention(s, Tiling{64, 64, 4, 2, false, 0, true});
   EXPECT_TRUE(contains(p.text, "qattn::prefill_int8::Kernel<qattn::Gran::per_channel, qattn::Fmt::fp16, 128, false, 64, 64, 4, 2, false, qattn::Fmt::int8, qattn::Accum::fp32, true, false, true>"))
       << p.text;
-  const Source c = render_attention(s, Tiling{64, 64, 4, 2});
+  const gen::Source c = gen::render_attention(s, Tiling{64, 64, 4, 2});
   EXPECT_TRUE(contains(c.text, "qattn::prefill_int8::Kernel<qattn::Gran::per_channel, qattn::Fmt::fp16, 128, false, 64, 64, 4, 2, false, qattn::Fmt::int8, qattn::Accum::fp32, false, false, true>"))
       << c.text;
   for (int d : {64, 96, 128, 256}) {

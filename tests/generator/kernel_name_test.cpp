@@ -21,7 +21,7 @@ TEST(KernelName, ReadableExample) {
 TEST(KernelName, BijectiveOverTheGridAndUnusualSpecs) {
   std::vector<Spec> specs;
   for (Arch a : {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90, Arch::sm_90a})
-    for (const Spec& s : default_grid(a)) specs.push_back(s);
+    for (const Spec& s : gen::default_grid(a)) specs.push_back(s);
   specs.push_back(parse_spec("decode qk=int4:per_thread pv=fp8e4m3:per_channel out=bf16 d=256 gqa=5 splitk=7 "
                              "softmax=unified_max accum=two_level smooth=qkv arch=sm_89"));
   specs.push_back(parse_spec("prefill qk=int8:per_token pv=fp16 out=fp16 d=96 causal gqa=2 accum=fp16 smooth=k arch=sm_80"));

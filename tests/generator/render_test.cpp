@@ -10,15 +10,15 @@ namespace qattn {
 namespace {
 
 bool embedded(const std::string& path) {
-  for (const auto& f : embedded_templates())
+  for (const auto& f : gen::embedded_templates())
     if (path == f.path) return true;
   return false;
 }
 
 TEST(Render, TranslationUnitNamesTheKernelAndIncludesOnlyEmbeddedHeaders) {
-  for (const Spec& s : default_grid(Arch::sm_90a)) {
+  for (const Spec& s : gen::default_grid(Arch::sm_90a)) {
     const Tiling t = default_tiling(s, default_limits(s.arch));
-    const Source src = render_attention(s, t);
+    const gen::Source src = gen::render_attention(s, t);
     EXPECT_EQ(src.arch, Arch::sm_90a);
     EXPECT_NE(src.text.find("extern \"C\" __global__"), std::string::npos);
     const bool decode = s.phase == Phase::decode;
@@ -38,15 +38,15 @@ TEST(Render, TranslationUnitNamesTheKernelAndIncludesOnlyEmbeddedHeaders) {
 // The int8 kernel's last template argument selects mma.sync or wgmma; the tiling says which.
 TEST(Render, Int8FormFollowsTheTiling) {
   const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=k arch=sm_90a");
-  const Source wg = render_attention(s, Tiling{64, 128, 4, 2, true});
-  const Source sync = render_attention(s, Tiling{64, 128, 4, 2});
+  const gen::Source wg = gen::render_attention(s, Tiling{64, 128, 4, 2, true});
+  const gen::Source sync = gen::render_attention(s, Tiling{64, 128, 4, 2});
   EXPECT_NE(wg.text.find("64, 128, 4, 2, true>"), std::string::npos) << wg.text;
   EXPECT_NE(sync.text.find("64, 128, 4, 2, false>"), std::string::npos) << sync.text;
   EXPECT_NE(wg.kernel_name, sync.kernel_name);
   EXPECT_GT(kernel_smem_bytes(s, Tiling{64, 128, 4, 2, true}), kernel_smem_bytes(s, Tiling{64, 128, 4, 2}));
   // The launch bounds carry the minimum blocks only when the tiling asks for them.
   EXPECT_NE(wg.text.find("__launch_bounds__(128)"), std::string::npos) << wg.text;
-  const Source mb = render_attention(s, Tiling{64, 128, 4, 3, true, 4});
+  const gen::Source mb = gen::render_attention(s, Tiling{64, 128, 4, 3, true, 4});
   EXPECT_NE(mb.text.find("__launch_bounds__(128, 4)"), std::string::npos) << mb.text;
 }
 
@@ -54,32 +54,32 @@ TEST(Render, Int8FormFollowsTheTiling) {
 // int8 P·V kernels with fp32 accumulation render as before (no extra arguments).
 TEST(Render, PvFormatAndAccumulationAreTheLastTemplateArguments) {
   const Tiling t{64, 64, 4, 2};
-  const Source f16 = render_attention(parse_spec("prefill qk=int8:per_token pv=fp16 out=fp16 d=128 accum=fp16 arch=sm_80"), t);
+  const gen::Source f16 = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=fp16 out=fp16 d=128 accum=fp16 arch=sm_80"), t);
   EXPECT_NE(f16.text.find("qattn::prefill_int8::Kernel<qattn::Gran::none, qattn::Fmt::fp16, 128, false, 64, 64, 4, 2, "
                           "false, qattn::Fmt::fp16, qattn::Accum::fp16>"),
             std::string::npos)
       << f16.text;
-  const Source f8 = render_attention(
+  const gen::Source f8 = gen::render_attention(
       parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=bf16 d=64 causal accum=two_level arch=sm_89"), t);
   EXPECT_NE(f8.text.find("qattn::Gran::per_channel, qattn::Fmt::bf16, 64, true, 64, 64, 4, 2, false, "
                          "qattn::Fmt::fp8e4m3, qattn::Accum::two_level>"),
             std::string::npos)
       << f8.text;
-  const Source f8a = render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_89"), t);
+  const gen::Source f8a = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_89"), t);
   EXPECT_NE(f8a.text.find("false, qattn::Fmt::fp8e4m3, qattn::Accum::fp32>"), std::string::npos) << f8a.text;
-  const Source i8 = render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 arch=sm_89"), t);
+  const gen::Source i8 = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 arch=sm_89"), t);
   EXPECT_NE(i8.text.find("64, 64, 4, 2, false>"), std::string::npos) << i8.text;
-  EXPECT_THROW(render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_80"), t), Error);
+  EXPECT_THROW(gen::render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_80"), t), Error);
 }
 
 // smooth=q adds the kernel's QSMOOTH argument (after WG); other specs render as before, without it.
 TEST(Render, QSmoothingAddsTheLastTemplateArgument) {
   const Spec s = parse_spec("prefill qk=int8:per_block pv=int8:per_tensor out=fp16 d=128 causal smooth=qk arch=sm_89");
-  const Source q = render_attention(s, Tiling{64, 128, 4, 2});
+  const gen::Source q = gen::render_attention(s, Tiling{64, 128, 4, 2});
   EXPECT_NE(q.text.find("64, 128, 4, 2, false, qattn::Fmt::int8, qattn::Accum::fp32, false, true>"), std::string::npos) << q.text;
   Spec k = s;
   k.smooth = kSmoothK;
-  const Source plain = render_attention(k, Tiling{64, 128, 4, 2});
+  const gen::Source plain = gen::render_attention(k, Tiling{64, 128, 4, 2});
   EXPECT_NE(plain.text.find("64, 128, 4, 2, false>"), std::string::npos) << plain.text;
   EXPECT_NE(q.kernel_name, plain.kernel_name);
 }
@@ -89,21 +89,21 @@ TEST(Render, QSmoothingAddsTheLastTemplateArgument) {
 // sum), the source is as before.
 TEST(Render, VSmoothingWithInt8PvAddsTheLastTemplateArgument) {
   const Tiling t{64, 128, 4, 3, true, 4};
-  const Source kv = render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), t);
+  const gen::Source kv = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), t);
   EXPECT_NE(kv.text.find("64, 128, 4, 3, true, qattn::Fmt::int8, qattn::Accum::fp32, false, false, false, "
                          "qattn::Gran::none, true>"),
             std::string::npos)
       << kv.text;
-  const Source k = render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=k arch=sm_90a"), t);
+  const gen::Source k = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=k arch=sm_90a"), t);
   EXPECT_NE(k.text.find("64, 128, 4, 3, true>"), std::string::npos) << k.text;
-  const Source f8 =
-      render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), t);
+  const gen::Source f8 =
+      gen::render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), t);
   EXPECT_NE(f8.text.find("true, qattn::Fmt::fp8e4m3, qattn::Accum::fp32>"), std::string::npos) << f8.text;
   // With the fused Q tile, QF carries Q's granularity; VSMOOTH follows it, then KBLOCK (per_warp K).
   Tiling qf = t;
   qf.q_fused = true;
-  const Source fused =
-      render_attention(parse_spec("prefill qk=int8:per_warp pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), qf);
+  const gen::Source fused =
+      gen::render_attention(parse_spec("prefill qk=int8:per_warp pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), qf);
   EXPECT_NE(fused.text.find("false, false, false, qattn::Gran::per_warp, true, true>"), std::string::npos) << fused.text;
 }
 
@@ -112,12 +112,12 @@ TEST(Render, VSmoothingWithInt8PvAddsTheLastTemplateArgument) {
 // 64 keys, which the wgmma form folds into the row factor (KBLOCK, the last argument).
 TEST(Render, FragmentGranularitiesRenderThePerTokenKernel) {
   const Spec tok = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal smooth=kv arch=sm_90a");
-  const auto body = [](const Source& x) { return x.text.substr(x.text.find("qattn::prefill_int8::Kernel<")); };
+  const auto body = [](const gen::Source& x) { return x.text.substr(x.text.find("qattn::prefill_int8::Kernel<")); };
   for (const char* g : {"per_warp", "per_thread"}) {
     Spec s = tok;
     s.qk.gran = std::string(g) == "per_warp" ? Gran::per_warp : Gran::per_thread;
     for (const Tiling& t : {Tiling{64, 128, 4, 2, true}, Tiling{64, 128, 4, 2}}) {
-      const Source a = render_attention(s, t), b = render_attention(tok, t);
+      const gen::Source a = gen::render_attention(s, t), b = gen::render_attention(tok, t);
       EXPECT_NE(a.kernel_name, b.kernel_name);
       EXPECT_NE(a.kernel_name.find(std::string("_qki8") + (s.qk.gran == Gran::per_warp ? "wrp" : "thr")),
                 std::string::npos) << a.kernel_name;
@@ -137,17 +137,17 @@ TEST(Render, KBlockScalesFoldOnlyInTheWgmmaForm) {
   const Tiling wg{64, 128, 4, 2, true}, sync{64, 128, 4, 2};
   for (const char* g : {"per_block", "per_tensor"}) {
     const Spec s = parse_spec(std::string("prefill qk=int8:") + g + " pv=int8:per_tensor out=fp16 d=128 smooth=k arch=sm_90a");
-    EXPECT_NE(render_attention(s, wg).text.find("false, false, false, qattn::Gran::none, false, true>"), std::string::npos) << g;
-    EXPECT_NE(render_attention(s, sync).text.find("64, 128, 4, 2, false>"), std::string::npos) << g;
+    EXPECT_NE(gen::render_attention(s, wg).text.find("false, false, false, qattn::Gran::none, false, true>"), std::string::npos) << g;
+    EXPECT_NE(gen::render_attention(s, sync).text.find("64, 128, 4, 2, false>"), std::string::npos) << g;
   }
   const Spec tok = parse_spec("prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=k arch=sm_90a");
-  EXPECT_NE(render_attention(tok, wg).text.find("64, 128, 4, 2, true>"), std::string::npos);
+  EXPECT_NE(gen::render_attention(tok, wg).text.find("64, 128, 4, 2, true>"), std::string::npos);
 }
 
 TEST(Render, InvalidPointsAreRefusedWithTheReason) {
   Spec s = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=80 arch=sm_90a");
   try {
-    render_attention(s, Tiling{});
+    gen::render_attention(s, Tiling{});
     FAIL() << "rendered an unsupported spec";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::bad_input);
@@ -158,7 +158,7 @@ TEST(Render, InvalidPointsAreRefusedWithTheReason) {
 TEST(Render, LaunchShapeCoversEveryQueryRow) {
   const Spec s = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=128 arch=sm_90a gqa=4");
   const Tiling t{128, 64, 4, 2};
-  const LaunchShape l = attention_launch(s, t, parse_problem("b=3,hq=8,hkv=2,q=257,kv=10"));
+  const gen::LaunchShape l = gen::attention_launch(s, t, parse_problem("b=3,hq=8,hkv=2,q=257,kv=10"));
   EXPECT_EQ(l.grid[0], 3u);
   EXPECT_EQ(l.grid[1], 8u);
   EXPECT_EQ(l.grid[2], 3u);
@@ -173,23 +173,23 @@ TEST(Render, CausalInt8LaunchGoesInBandsOfHeads) {
   const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 arch=sm_90a");
   const Tiling t{64, 128, 4, 2, true};
   const Problem p = parse_problem("b=3,hq=8,hkv=2,q=257,kv=300");
-  const LaunchShape banded = attention_launch(s, t, p, 5);
+  const gen::LaunchShape banded = gen::attention_launch(s, t, p, 5);
   EXPECT_EQ(banded.grid[0], 5u);
   EXPECT_EQ(banded.grid[1], 5u);   // 257 rows in tiles of 64
   EXPECT_EQ(banded.grid[2], 5u);   // 25 slots for 24 heads: the last band has one CTA per tile that exits
-  EXPECT_EQ(attention_launch(s, t, p, 10).grid[0], 8u);   // at most 10 per band: three bands of 8
-  const LaunchShape head_by_head = attention_launch(s, t, p);
+  EXPECT_EQ(gen::attention_launch(s, t, p, 10).grid[0], 8u);   // at most 10 per band: three bands of 8
+  const gen::LaunchShape head_by_head = gen::attention_launch(s, t, p);
   EXPECT_EQ(head_by_head.grid[0], 1u);
   EXPECT_EQ(head_by_head.grid[2], 24u);
-  const LaunchShape one_band = attention_launch(s, t, p, 1000);
+  const gen::LaunchShape one_band = gen::attention_launch(s, t, p, 1000);
   EXPECT_EQ(one_band.grid[0], 24u);
   EXPECT_EQ(one_band.grid[2], 1u);
   const Spec f = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=128 causal gqa=4 arch=sm_90a");
-  const LaunchShape fp16 = attention_launch(f, Tiling{128, 64, 4, 2}, p, 5);
+  const gen::LaunchShape fp16 = gen::attention_launch(f, Tiling{128, 64, 4, 2}, p, 5);
   EXPECT_EQ(fp16.grid[0], 3u);   // 257 rows in tiles of 128
   EXPECT_EQ(fp16.grid[1], 8u);
   EXPECT_EQ(fp16.grid[2], 3u);
-  const LaunchShape mma_sync = attention_launch(s, Tiling{64, 128, 4, 2}, p, 5);   // no bands either
+  const gen::LaunchShape mma_sync = gen::attention_launch(s, Tiling{64, 128, 4, 2}, p, 5);   // no bands either
   EXPECT_EQ(mma_sync.grid[0], 5u);
   EXPECT_EQ(mma_sync.grid[1], 8u);
   EXPECT_EQ(mma_sync.grid[2], 3u);
@@ -199,23 +199,23 @@ TEST(Render, CausalInt8LaunchGoesInBandsOfHeads) {
 TEST(Render, DecodeLaunchCoversSplitsAndRowBlocks) {
   const Spec s = parse_spec("decode qk=int4:per_token pv=int4:per_token out=bf16 d=128 gqa=5 causal paged arch=sm_90a");
   const Tiling t{16, 32, 4, 2};
-  const LaunchShape l = decode_launch(s, t, parse_problem("b=3,hq=40,hkv=8,q=4,kv=1000"), 7);
+  const gen::LaunchShape l = gen::decode_launch(s, t, parse_problem("b=3,hq=40,hkv=8,q=4,kv=1000"), 7);
   EXPECT_EQ(l.grid[0], 7u);
   EXPECT_EQ(l.grid[1], 8u * 2u);   // 20 rows per KV head: two blocks of 16
   EXPECT_EQ(l.grid[2], 3u);
   EXPECT_EQ(l.block, 128u);
   EXPECT_EQ(static_cast<int>(l.smem_bytes), kernel_smem_bytes(s, t));
-  const Source src = render_attention(s, t);
+  const gen::Source src = gen::render_attention(s, t);
   EXPECT_NE(src.text.find("qattn::Fmt::int4, qattn::Gran::per_token, qattn::Fmt::bf16, 128, true, true, qattn::SoftmaxMode::exact, 16, 32, 4, 2>"),
             std::string::npos) << src.text;
   // The helper kernels of a decode spec: combine and append, named by the family grammar.
-  EXPECT_EQ(render_decode_combine(s).kernel_name, "qattn_combine_bf16_d128");
-  EXPECT_EQ(render_kv_append(s).kernel_name, "qattn_kvappend_i4tok_bf16_d128_paged");
+  EXPECT_EQ(gen::render_decode_combine(s).kernel_name, "qattn_combine_bf16_d128");
+  EXPECT_EQ(gen::render_kv_append(s).kernel_name, "qattn_kvappend_i4tok_bf16_d128_paged");
 }
 
 TEST(EmbeddedTemplates, HaveADigestAndTheAbiHeader) {
   EXPECT_TRUE(embedded("qattn/abi.h"));
-  EXPECT_EQ(std::string(embedded_templates_digest()).size(), 64u);
+  EXPECT_EQ(std::string(gen::embedded_templates_digest()).size(), 64u);
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ TEST(Spec, ParseAcceptsAnyOrderAndPrintsCanonical) {
 
 TEST(Spec, EveryDefaultGridPointRoundTrips) {
   for (Arch a : {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90, Arch::sm_90a})
-    for (const Spec& s : default_grid(a)) {
+    for (const Spec& s : gen::default_grid(a)) {
       EXPECT_EQ(parse_spec(to_string(s)), s) << to_string(s);
     }
 }

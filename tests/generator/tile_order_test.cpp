@@ -98,15 +98,15 @@ TEST(TileOrder, BandHoldsTheHeadsWhoseKvFitsHalfOfL2) {
   const Spec int8 = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal smooth=kv arch=sm_90a");
   // d 64, 4k keys: 512 KiB of int8 K and V per head, 25 MB of a 50 MB L2 -> 47 heads, so 128 heads go
   // as three bands of 43.
-  EXPECT_EQ(attention_band_heads(int8, kWg, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 43);
+  EXPECT_EQ(gen::attention_band_heads(int8, kWg, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 43);
   // GQA 4: a band of KV heads serves four times as many query heads.
-  EXPECT_EQ(attention_band_heads(int8, kWg, Problem{4, 32, 8, 4096, 4096}, 50'000'000), 128);
+  EXPECT_EQ(gen::attention_band_heads(int8, kWg, Problem{4, 32, 8, 4096, 4096}, 50'000'000), 128);
   // FP8 P·V reads V as one byte too; the mma.sync form has no bands.
   const Spec fp8 = parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=64 causal smooth=k arch=sm_90a");
-  EXPECT_EQ(attention_band_heads(fp8, kWg, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 43);
-  EXPECT_EQ(attention_band_heads(int8, Tiling{64, 128, 4, 2}, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 1);
+  EXPECT_EQ(gen::attention_band_heads(fp8, kWg, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 43);
+  EXPECT_EQ(gen::attention_band_heads(int8, Tiling{64, 128, 4, 2}, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 1);
   // A head larger than half of L2 still makes a band of one.
-  EXPECT_EQ(attention_band_heads(int8, kWg, Problem{1, 32, 32, 1 << 20, 1 << 20}, 50'000'000), 1);
+  EXPECT_EQ(gen::attention_band_heads(int8, kWg, Problem{1, 32, 32, 1 << 20, 1 << 20}, 50'000'000), 1);
 }
 
 // Non-causal grids need no order, the FP16 kernel and the mma.sync forms keep by_head (tile_order.h says
@@ -114,11 +114,11 @@ TEST(TileOrder, BandHoldsTheHeadsWhoseKvFitsHalfOfL2) {
 TEST(TileOrder, BandIsOneWithoutBandsOrL2Size) {
   const Spec causal = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal smooth=kv arch=sm_90a");
   const Spec full = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a");
-  EXPECT_EQ(attention_band_heads(full, kWg, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 1);
-  EXPECT_EQ(attention_band_heads(causal, kWg, Problem{4, 32, 32, 4096, 4096}, 0), 1);
-  EXPECT_EQ(attention_band_heads(causal, kWg, Problem{1, 1, 1, 4096, 4096}, 50'000'000), 1);
+  EXPECT_EQ(gen::attention_band_heads(full, kWg, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 1);
+  EXPECT_EQ(gen::attention_band_heads(causal, kWg, Problem{4, 32, 32, 4096, 4096}, 0), 1);
+  EXPECT_EQ(gen::attention_band_heads(causal, kWg, Problem{1, 1, 1, 4096, 4096}, 50'000'000), 1);
   const Spec fp16 = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=64 causal arch=sm_90a");
-  EXPECT_EQ(attention_band_heads(fp16, Tiling{128, 128, 4, 1}, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 1);
+  EXPECT_EQ(gen::attention_band_heads(fp16, Tiling{128, 128, 4, 1}, Problem{4, 32, 32, 4096, 4096}, 50'000'000), 1);
 }
 
 // CUDA caps grid y and z at 65535. Bands widen rather than pass it in z (here 200000 heads, bands of one
@@ -144,22 +144,22 @@ TEST(TileOrder, CausalWgmmaPastTheGridLimitRunsAnotherTiling) {
   const DeviceLimits limits = default_limits(Arch::sm_90a);
   const int at_limit = 65535 * 64;
   const Problem fits{1, 2, 2, at_limit, at_limit}, over{1, 2, 2, at_limit + 1, at_limit + 1};
-  EXPECT_TRUE(grid_fits(causal, kWg, fits).ok);
-  const Verdict v = grid_fits(causal, kWg, over);
+  EXPECT_TRUE(gen::grid_fits(causal, kWg, fits).ok);
+  const Verdict v = gen::grid_fits(causal, kWg, over);
   ASSERT_FALSE(v.ok);
   EXPECT_NE(v.reason.find("(1, 65536, 2)"), std::string::npos) << v.reason;
   EXPECT_NE(v.reason.find("q <= 4194240"), std::string::npos) << v.reason;
-  EXPECT_TRUE(grid_fits(full, kWg, over).ok);
-  EXPECT_EQ(launchable_tiling(causal, fits, kWg, limits), kWg);
+  EXPECT_TRUE(gen::grid_fits(full, kWg, over).ok);
+  EXPECT_EQ(gen::launchable_tiling(causal, fits, kWg, limits), kWg);
   // Just past bm 64's limit a bm 128 wgmma candidate still fits; past its limit too, mma.sync.
-  const Tiling other = launchable_tiling(causal, over, kWg, limits);
+  const Tiling other = gen::launchable_tiling(causal, over, kWg, limits);
   EXPECT_NE(other, kWg);
   EXPECT_TRUE(validate(causal, other, limits).ok);
-  EXPECT_TRUE(grid_fits(causal, other, over).ok);
+  EXPECT_TRUE(gen::grid_fits(causal, other, over).ok);
   const Problem far{1, 2, 2, 65535 * 128 + 1, 65535 * 128 + 1};
-  const Tiling sync = launchable_tiling(causal, far, kWg, limits);
+  const Tiling sync = gen::launchable_tiling(causal, far, kWg, limits);
   EXPECT_FALSE(sync.wgmma);
-  EXPECT_TRUE(grid_fits(causal, sync, far).ok);
+  EXPECT_TRUE(gen::grid_fits(causal, sync, far).ok);
 }
 
 }  // namespace

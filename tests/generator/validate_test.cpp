@@ -139,7 +139,7 @@ TEST(Validate, WgmmaTilingsOnlyForInt8OnSm90a) {
     const Verdict v = validate(s, Tiling{64, 128, 4, 2, true}, default_limits(a));
     EXPECT_FALSE(v.ok);
     EXPECT_NE(v.reason.find("needs arch=sm_90a"), std::string::npos) << v.reason;
-    for (const Tiling& t : candidate_tilings(s, default_limits(a))) EXPECT_FALSE(t.wgmma) << to_string(t);
+    for (const Tiling& t : gen::candidate_tilings(s, default_limits(a))) EXPECT_FALSE(t.wgmma) << to_string(t);
   }
   Spec f = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=128 arch=sm_90a");
   const Verdict v = validate(f, Tiling{64, 128, 4, 2, true}, lim);
@@ -160,7 +160,7 @@ TEST(Validate, FloatPvFormatsPickTheirFormAndCountTheirSharedMemory) {
     const Verdict v = validate(s, Tiling{64, 128, 4, 2, true}, lim);
     EXPECT_FALSE(v.ok) << text;
     EXPECT_NE(v.reason.find("drop _wg"), std::string::npos) << v.reason;
-    const auto c = candidate_tilings(s, lim);
+    const auto c = gen::candidate_tilings(s, lim);
     EXPECT_FALSE(c.empty()) << text;
     for (const Tiling& t : c) EXPECT_FALSE(t.wgmma) << text << " " << to_string(t);
   }
@@ -172,7 +172,7 @@ TEST(Validate, FloatPvFormatsPickTheirFormAndCountTheirSharedMemory) {
                            "prefill qk=int4:per_thread pv=fp8e4m3:per_channel out=fp16 d=64 smooth=k arch=sm_90a"}) {
     const Spec s = parse_spec(text);
     EXPECT_TRUE(default_tiling(s, lim).wgmma) << text;
-    const auto c = candidate_tilings(s, lim);
+    const auto c = gen::candidate_tilings(s, lim);
     EXPECT_TRUE(std::any_of(c.begin(), c.end(), [](const Tiling& t) { return !t.wgmma; })) << text;   // mma.sync stays a candidate
     Spec on_89 = s;
     on_89.arch = Arch::sm_89;
@@ -193,7 +193,7 @@ TEST(Validate, FloatPvFormatsPickTheirFormAndCountTheirSharedMemory) {
   // The grid has fp16 P·V on every arch and fp8 P·V from sm_89 on.
   for (Arch a : {Arch::sm_80, Arch::sm_89, Arch::sm_90a}) {
     int n16 = 0, n8 = 0;
-    for (const Spec& s : default_grid(a)) {
+    for (const Spec& s : gen::default_grid(a)) {
       n16 += s.qk.fmt == Fmt::int8 && s.pv.fmt == Fmt::fp16;
       n8 += s.qk.fmt == Fmt::int8 && s.pv.fmt == Fmt::fp8e4m3;
     }
@@ -213,7 +213,7 @@ TEST(Validate, QSmoothingRefusesWgmma) {
     const Verdict v = validate(s, Tiling{64, 128, 4, 2, true}, lim);
     EXPECT_FALSE(v.ok) << text;
     EXPECT_NE(v.reason.find("mma.sync form only; drop _wg"), std::string::npos) << v.reason;
-    const auto c = candidate_tilings(s, lim);
+    const auto c = gen::candidate_tilings(s, lim);
     EXPECT_FALSE(c.empty()) << text;
     for (const Tiling& t : c) EXPECT_FALSE(t.wgmma) << text << " " << to_string(t);
     Spec plain = s;
@@ -244,9 +244,9 @@ TEST(Validate, MinBlocksMustFitTheSm) {
 
 TEST(Validate, EveryGridPointHasCandidatesOnEveryArch) {
   for (Arch a : {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90, Arch::sm_90a})
-    for (const Spec& s : default_grid(a)) {
+    for (const Spec& s : gen::default_grid(a)) {
       EXPECT_TRUE(validate(s).ok) << to_string(s) << ": " << validate(s).reason;
-      const auto c = candidate_tilings(s, default_limits(a));
+      const auto c = gen::candidate_tilings(s, default_limits(a));
       EXPECT_FALSE(c.empty()) << to_string(s);
       for (const Tiling& t : c) EXPECT_LE(kernel_smem_bytes(s, t), default_limits(a).max_smem_per_block);
     }
@@ -271,7 +271,7 @@ TEST(Validate, DecodeTilingsAndProblems) {
   for (Arch a : {Arch::sm_80, Arch::sm_89, Arch::sm_90a}) {
     Spec t = s;
     t.arch = a;
-    for (const Tiling& c : candidate_tilings(t, default_limits(a))) EXPECT_TRUE(validate(t, c, default_limits(a)).ok);
+    for (const Tiling& c : gen::candidate_tilings(t, default_limits(a))) EXPECT_TRUE(validate(t, c, default_limits(a)).ok);
   }
 }
 

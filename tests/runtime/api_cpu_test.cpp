@@ -58,7 +58,7 @@ TEST_F(ApiCpu, CompiledBinariesAreServedFromSqliteAcrossRuntimes) {
   EXPECT_EQ(k.cubin, first);
   EXPECT_EQ(again.counters().compiles, 0);
   // Another tiling is another binary.
-  const auto tilings = candidate_tilings(spec, default_limits(spec.arch));
+  const auto tilings = gen::candidate_tilings(spec, default_limits(spec.arch));
   ASSERT_GT(tilings.size(), 1u);
   EXPECT_FALSE(again.compile(spec, tilings[1]).from_cache);
 }

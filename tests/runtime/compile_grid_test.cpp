@@ -27,9 +27,9 @@ TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
   o.use_cache = false;
   Runtime rt(o);
   std::vector<std::pair<Spec, Tiling>> points;
-  for (const Spec& s : default_grid(GetParam())) {
+  for (const Spec& s : gen::default_grid(GetParam())) {
     if (test_level() >= 2)
-      for (const Tiling& t : candidate_tilings(s, default_limits(s.arch))) points.emplace_back(s, t);
+      for (const Tiling& t : gen::candidate_tilings(s, default_limits(s.arch))) points.emplace_back(s, t);
     else
       points.emplace_back(s, default_tiling(s, default_limits(s.arch)));
   }
@@ -72,7 +72,7 @@ TEST_P(CompileGrid, FloatPvPointsCompileWithoutSpills) {
   o.use_cache = false;
   Runtime rt(o);
   int n = 0;
-  for (const Spec& s : default_grid(GetParam())) {
+  for (const Spec& s : gen::default_grid(GetParam())) {
     if (s.qk.fmt != Fmt::int8 || s.pv.fmt == Fmt::int8) continue;
     const Tiling t = default_tiling(s, default_limits(s.arch));
     const std::string name = kernel_name(s, t);
@@ -94,7 +94,7 @@ TEST_P(CompileGrid, EveryHelperKernelOfTheGridCompiles) {
   o.use_cache = false;
   Runtime rt(o);
   std::set<std::string> names;
-  for (const Spec& s : default_grid(GetParam()))
+  for (const Spec& s : gen::default_grid(GetParam()))
     for (const CompiledKernel& k : rt.compile_helpers(s)) {
       EXPECT_FALSE(k.cubin.empty()) << k.kernel_name;
       EXPECT_EQ(k.spill_bytes, 0) << k.kernel_name;

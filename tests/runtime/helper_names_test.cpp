@@ -17,9 +17,9 @@ TEST(HelperNames, EveryHelperOfTheGridParses) {
   std::set<std::string> names;
   std::set<KernelFamily> families;
   for (Arch arch : {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90, Arch::sm_90a})
-    for (const Spec& spec : default_grid(arch))
+    for (const Spec& spec : gen::default_grid(arch))
       for (int sample : {0, 1024})
-        for (const Source& src : rt::helper_sources(spec, sample)) {
+        for (const gen::Source& src : rt::helper_sources(spec, sample)) {
           if (!names.insert(src.kernel_name).second) continue;
           SCOPED_TRACE(src.kernel_name + " (" + to_string(spec) + ")");
           const ParsedKernelName p = parse_kernel_name(src.kernel_name);

@@ -46,7 +46,7 @@ const Request kRequests[] = {
 class QuantVsReference : public test::GpuTest {
  protected:
   // Compiled once per kernel name for the device under test (tests/common/pass_cache.hpp).
-  const rt::Kernel& pass(const Source& src) { return passes_.get(src, kDevice); }
+  const rt::Kernel& pass(const gen::Source& src) { return passes_.get(src, kDevice); }
   // One request at one shape on the GPU against the float64 quantizer. per_warp / per_thread also check
   // that every row of a group holds the very same (expanded) scale.
   // resident_blocks: QuantProblem::resident_blocks (0: the statistics-pass form). mean_sample:

@@ -39,7 +39,7 @@ TEST(QuantSlots, TheKMeanSampleReachesKOnly) {
 // token-wise scales and the sample is on.
 std::vector<std::string> sampled_passes(const char* text, int sample) {
   std::vector<std::string> out;
-  for (const Source& s : rt::helper_sources(parse_spec(text), sample))
+  for (const gen::Source& s : rt::helper_sources(parse_spec(text), sample))
     if (s.kernel_name.find("stats_s") != std::string::npos) out.push_back(s.kernel_name);
   return out;
 }

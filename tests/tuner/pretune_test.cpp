@@ -203,7 +203,7 @@ TEST(PretuneExpand, DefaultGridIsValidAndSizedForTheBudget) {
   // but the per_warp / per_thread ones (they run the per_token kernel), the fp16 / fp8 P·V ones,
   // qk=int4 (the int8 kernel on the H100) and the Q-smoothing ones (budget).
   std::set<std::string> shipped;
-  for (const Spec& s : default_grid(Arch::unset))
+  for (const Spec& s : gen::default_grid(Arch::unset))
     if (s.phase == Phase::prefill && (s.head_dim == 64 || s.head_dim == 128) && s.qk.gran != Gran::per_warp &&
         s.qk.gran != Gran::per_thread && !(s.quantized() && s.pv.fmt != Fmt::int8) && s.qk.fmt != Fmt::int4 &&
         !(s.smooth & kSmoothQ))

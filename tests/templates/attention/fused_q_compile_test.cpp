@@ -63,7 +63,7 @@ TEST(FusedQ, FormAppliesToTokenLocalPlainInt8QOnly) {
   EXPECT_EQ(parse_kernel_name(kernel_name(s, wg)).tiling, wg);
   // QF carries Q's granularity (then VSMOOTH, false for fp8 P·V, and KBLOCK, true for per_warp K in the
   // wgmma form); the fused tile adds 8 bytes per Q row.
-  const Source src = render_attention(s, Tiling{64, 128, 4, 2, true, 0, false, true});
+  const gen::Source src = gen::render_attention(s, Tiling{64, 128, 4, 2, true, 0, false, true});
   EXPECT_NE(src.text.find("false, false, false, qattn::Gran::per_warp, false, true>"), std::string::npos) << src.text;
   EXPECT_EQ(kernel_smem_bytes(s, Tiling{64, 128, 4, 2, true, 0, false, true}),
             kernel_smem_bytes(s, Tiling{64, 128, 4, 2, true}) + 8 * 64);

@@ -45,7 +45,7 @@ std::vector<Spec> int4_points(Arch arch) {
 
 // The template instantiation a point compiles to (the line of the rendered source that calls run()).
 std::string body_of(const Spec& s, const Tiling& t) {
-  const std::string text = render_attention(s, t).text;
+  const std::string text = gen::render_attention(s, t).text;
   const size_t at = text.find("qattn::prefill_int8::Kernel<");
   return text.substr(at, text.find("::run(", at) - at);
 }
@@ -60,7 +60,7 @@ TEST_P(Int4CompileGrid, EveryPointAndCandidateCompilesWithoutSpills) {
   std::map<std::string, std::vector<std::string>> users;
   size_t points = 0;
   for (const Spec& s : int4_points(arch)) {
-    std::vector<Tiling> tilings = candidate_tilings(s, lim);
+    std::vector<Tiling> tilings = gen::candidate_tilings(s, lim);
     ASSERT_FALSE(tilings.empty()) << to_string(s);
     EXPECT_EQ(tilings.front().int4_mma, arch != Arch::sm_90a) << to_string(s);
     if (arch == Arch::sm_90a) {
@@ -68,7 +68,7 @@ TEST_P(Int4CompileGrid, EveryPointAndCandidateCompilesWithoutSpills) {
       // int8 grid's business: two of them spill 4 bytes on sm_90a), then the packed form, forced: what
       // the H100 checks for correctness.
       tilings.resize(1);
-      Tiling forced = candidate_tilings([&] { Spec s89 = s; s89.arch = Arch::sm_89; return s89; }(), default_limits(Arch::sm_89)).front();
+      Tiling forced = gen::candidate_tilings([&] { Spec s89 = s; s89.arch = Arch::sm_89; return s89; }(), default_limits(Arch::sm_89)).front();
       ASSERT_TRUE(validate(s, forced, lim)) << to_string(forced);
       tilings.push_back(forced);
     }

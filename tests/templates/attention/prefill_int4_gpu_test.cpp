@@ -55,7 +55,7 @@ const Gran kGrans[] = {Gran::per_tensor, Gran::per_block, Gran::per_warp, Gran::
 class Int4Quantizer : public test::GpuTest {
  protected:
   // Compiled once per kernel name for the device under test (tests/common/pass_cache.hpp).
-  const rt::Kernel& pass(const Source& src) { return passes_.get(src, kDevice); }
+  const rt::Kernel& pass(const gen::Source& src) { return passes_.get(src, kDevice); }
 
   // Quantizes x (fp16, bshd) with the request on the GPU; returns the raw output bytes, rows of
   // row_bytes, and the scales / mean through the out parameters.

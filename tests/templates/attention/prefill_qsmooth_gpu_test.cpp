@@ -215,7 +215,7 @@ TEST_F(QSmoothComparison, SmoothQkBeatsSmoothKOnBlockOffsetData) {
 class QSmoothQuantizer : public test::GpuTest {
  protected:
   // Compiled once per kernel name for the device under test (tests/common/pass_cache.hpp).
-  const rt::Kernel& pass(const Source& src) { return passes_.get(src, kDevice); }
+  const rt::Kernel& pass(const gen::Source& src) { return passes_.get(src, kDevice); }
   test::PassCache passes_;
 };
 

@@ -662,17 +662,17 @@ TEST(FlashQCalls, BadInputIsRefusedWithOneLine) {
 TEST(FlashQKernels, NamesAndRefusals) {
   const Spec s = parse_spec("decode qk=flashq:per_channel pv=flashq:per_channel out=bf16 d=128 gqa=4 causal paged arch=sm_90a");
   std::vector<std::string> names;
-  for (const Source& src : render_flashq_kernels(s)) names.push_back(src.kernel_name);
+  for (const gen::Source& src : gen::render_flashq_kernels(s)) names.push_back(src.kernel_name);
   EXPECT_EQ(names, (std::vector<std::string>{"qattn_flashq_bf16_d128__stats", "qattn_flashq_bf16_d128_paged__prefill",
                                              "qattn_flashq_bf16_d128_paged__append", "qattn_flashq__lens"}));
-  EXPECT_EQ(render_flashq_append(parse_spec("decode qk=flashq:per_channel pv=flashq:per_channel out=fp16 d=64")).kernel_name,
+  EXPECT_EQ(gen::render_flashq_append(parse_spec("decode qk=flashq:per_channel pv=flashq:per_channel out=fp16 d=64")).kernel_name,
             "qattn_flashq_f16_d64__append");
-  expect_bad_input([] { render_flashq_append(parse_spec("decode qk=int4:per_token pv=int4:per_token out=fp16 d=64")); },
+  expect_bad_input([] { gen::render_flashq_append(parse_spec("decode qk=int4:per_token pv=int4:per_token out=fp16 d=64")); },
                    "flashq");
 }
 
 TEST(FlashQKernels, CompileForEveryArchWithoutSpills) {
-  std::vector<Source> sources;
+  std::vector<gen::Source> sources;
   std::set<std::string> seen;
   for (const char* arch : {"sm_80", "sm_89", "sm_90a"})
     for (int d : kDims)
@@ -681,7 +681,7 @@ TEST(FlashQKernels, CompileForEveryArchWithoutSpills) {
           if (d != 128 && std::string(out) == "fp16") continue;   // the input type only changes the loads
           const Spec s = parse_spec(std::string("decode qk=flashq:per_channel pv=flashq:per_channel out=") + out +
                                     " d=" + std::to_string(d) + (paged ? " paged" : "") + " arch=" + arch);
-          for (Source& src : render_flashq_kernels(s))
+          for (gen::Source& src : gen::render_flashq_kernels(s))
             if (seen.insert(src.kernel_name + "@" + arch).second) sources.push_back(src);
         }
   std::vector<rt::CompileResult> results(sources.size());

@@ -134,7 +134,7 @@ TEST(GemvShape, CandidatesAreValidGemvTilingsWithTheGqaRowsFirst) {
           const Spec s = gemv_spec(f, d, gqa, arch);
           SCOPED_TRACE(to_string(s));
           const DeviceLimits limits = default_limits(arch);
-          const std::vector<Tiling> c = candidate_tilings(s, limits);
+          const std::vector<Tiling> c = gen::candidate_tilings(s, limits);
           ASSERT_FALSE(c.empty());
           std::set<int> bms;
           for (const Tiling& t : c) {
@@ -153,7 +153,7 @@ TEST(GemvShape, CandidatesAreValidGemvTilingsWithTheGqaRowsFirst) {
   EXPECT_FALSE(validate(s, Tiling{4, 32, 4, 3}, default_limits(s.arch)));
   // flashq: only block-sized chunks (bn 64).
   s = gemv_spec({Fmt::flashq, Gran::per_channel}, 128, 4, Arch::sm_90a);
-  const std::vector<Tiling> fq = candidate_tilings(s, default_limits(s.arch));
+  const std::vector<Tiling> fq = gen::candidate_tilings(s, default_limits(s.arch));
   ASSERT_FALSE(fq.empty());
   for (const Tiling& t : fq) EXPECT_EQ(t.block_n, 64) << to_string(t);
 }
@@ -164,7 +164,7 @@ TEST(GemvShape, DefaultGridCompilesEveryFormatAndBlockShape) {
     std::set<int> bms, dims;
     std::set<SoftmaxMode> modes;
     bool paged = false;
-    for (const Spec& s : default_grid(arch)) {
+    for (const Spec& s : gen::default_grid(arch)) {
       if (s.phase != Phase::decode || s.flow != Dataflow::gemv) continue;
       EXPECT_TRUE(validate(s)) << to_string(s);
       formats.insert(std::string(to_string(s.qk.fmt)) + to_string(s.qk.gran));

@@ -128,7 +128,7 @@ TEST_P(QuantNvrtc, EveryPlannedPassCompiles) {
   const std::string src = render(passes);
 
   std::vector<const char*> names, texts;
-  for (const EmbeddedFile& f : embedded_templates()) {
+  for (const gen::EmbeddedFile& f : gen::embedded_templates()) {
     names.push_back(f.path);
     texts.push_back(f.text);
   }
