@@ -35,7 +35,7 @@ int sample_of(const std::string& tag) {
 
 // A quantization pass: the request its name records, and a problem under which plan_quant takes the
 // form its tag names (one pass needs enough resident blocks, a sampled mean a longer sequence).
-Source rebuild_quant(const HelperKernel& h, Arch arch) {
+gen::Source rebuild_quant(const HelperKernel& h, Arch arch) {
   quant::QuantRequest r;
   r.in = h.in;
   r.gran = h.code.gran;
@@ -55,7 +55,7 @@ Source rebuild_quant(const HelperKernel& h, Arch arch) {
   p.mean_sample_tokens = sample;
   p.resident_blocks = one_pass ? (1 << 24) : 0;
   for (const quant::QuantLaunch& launch : quant::plan_quant(r, p).launches)
-    if (launch.tag == h.op) return render_quant_pass(r, launch, arch);
+    if (launch.tag == h.op) return gen::render_quant_pass(r, launch, arch);
   throw std::invalid_argument("no quantization plan has a pass '" + h.op + "'");
 }
 
@@ -68,7 +68,7 @@ Spec helper_spec(const HelperKernel& h, Arch arch) {
   return s;
 }
 
-Source rebuild(const std::string& name, Arch arch) {
+gen::Source rebuild(const std::string& name, Arch arch) {
   const ParsedKernelName k = parse_kernel_name(name);
   const HelperKernel& h = k.helper;
   switch (k.family) {
@@ -76,27 +76,27 @@ Source rebuild(const std::string& name, Arch arch) {
       if (k.spec.arch != arch)
         throw std::invalid_argument(std::string("the name is for ") + to_string(k.spec.arch) + ", the row for " +
                                     to_string(arch));
-      return render_attention(k.spec, k.tiling);
+      return gen::render_attention(k.spec, k.tiling);
     case KernelFamily::quant:
       return rebuild_quant(h, arch);
     case KernelFamily::lse_correction:
-      return h.op == "addscaled" ? render_lse_addscaled(arch) : render_lse_rowdot(helper_spec(h, arch));
+      return h.op == "addscaled" ? gen::render_lse_addscaled(arch) : gen::render_lse_rowdot(helper_spec(h, arch));
     case KernelFamily::decode_combine:
-      return render_decode_combine(helper_spec(h, arch));
+      return gen::render_decode_combine(helper_spec(h, arch));
     case KernelFamily::kv_append: {
       Spec s = helper_spec(h, arch);
       s.qk = h.code;
       s.paged = h.paged;
-      return render_kv_append(s);
+      return gen::render_kv_append(s);
     }
     case KernelFamily::flashq: {
       const Spec s = parse_spec(std::string("decode qk=flashq:per_channel pv=flashq:per_channel out=") +
                                 to_string(h.in) + " d=" + std::to_string(h.head_dim > 0 ? h.head_dim : 128) +
                                 (h.paged ? " paged" : "") + " arch=" + to_string(arch));
-      if (h.op == "stats") return render_flashq_stats(s);
-      if (h.op == "prefill") return render_flashq_prefill(s);
-      if (h.op == "append") return render_flashq_append(s);
-      return render_flashq_lens(s);
+      if (h.op == "stats") return gen::render_flashq_stats(s);
+      if (h.op == "prefill") return gen::render_flashq_prefill(s);
+      if (h.op == "append") return gen::render_flashq_append(s);
+      return gen::render_flashq_lens(s);
     }
   }
   throw std::invalid_argument("unknown kernel family");
@@ -121,9 +121,9 @@ const char* to_string(RecompileEntry::Status status) {
   return "?";
 }
 
-bool rebuild_source(const std::string& kernel_name, const std::string& arch, Source* out, std::string* why) {
+bool rebuild_source(const std::string& kernel_name, const std::string& arch, gen::Source* out, std::string* why) {
   try {
-    Source s = rebuild(kernel_name, parse_arch(arch));
+    gen::Source s = rebuild(kernel_name, parse_arch(arch));
     if (s.kernel_name != kernel_name) {
       *why = "it renders as " + s.kernel_name;
       return false;
@@ -165,7 +165,7 @@ RecompileReport recompile_check(const std::string& db_path, const RecompileOptio
       e.detail = "not checkable here (toolchain " + row.toolchain + ", current " + report.toolchain + ")";
     } else {
       // This qattn made every row of its own toolchain, so a row it cannot rebuild is not one it made.
-      Source src;
+      gen::Source src;
       std::string why;
       e.status = RecompileEntry::Status::mismatched;
       if (!rebuild_source(row.kernel_name, row.arch, &src, &why)) {

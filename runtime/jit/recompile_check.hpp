@@ -35,7 +35,7 @@ const char* to_string(RecompileEntry::Status status);
 
 // The source this qattn renders for the kernel `kernel_name` on `arch`, or a one-line reason in *why
 // (a name no kernel of this qattn has). The source's kernel name is always `kernel_name`.
-bool rebuild_source(const std::string& kernel_name, const std::string& arch, Source* out, std::string* why);
+bool rebuild_source(const std::string& kernel_name, const std::string& arch, gen::Source* out, std::string* why);
 
 // Reads every binary of `db_path` (read-only) and checks it as the top says. Rows of another toolchain
 // are not_checkable (they cannot be rebuilt identically here). A row of the current toolchain that

@@ -61,7 +61,7 @@ Outcome run_cli(const TempDir& dir, const std::string& args) {
 
 // A quantization pass whose tag carries a sampled mean ("channel_stats_s256"): the helper form whose
 // name holds the most that the rebuild must read back.
-Source sampled_stats_pass() {
+gen::Source sampled_stats_pass() {
   quant::QuantRequest r;
   r.smooth = true;
   r.d = 64;
@@ -69,13 +69,13 @@ Source sampled_stats_pass() {
   p.seq_len = p.seq_pad = 1024;
   p.mean_sample_tokens = 256;
   const quant::QuantPlan plan = quant::plan_quant(r, p);
-  return render_quant_pass(r, plan.launches.front(), Arch::sm_90a);
+  return gen::render_quant_pass(r, plan.launches.front(), Arch::sm_90a);
 }
 
 // Stores each source as the runtime does (rt::BinaryProvider): key over source, options, arch, toolchain.
-void store_compiled(const std::string& db, const std::vector<Source>& sources) {
+void store_compiled(const std::string& db, const std::vector<gen::Source>& sources) {
   std::vector<rt::CompileRequest> requests;
-  for (const Source& s : sources) {
+  for (const gen::Source& s : sources) {
     rt::CompileRequest r;
     r.source = s.text;
     r.program_name = s.kernel_name + ".cu";
@@ -148,7 +148,7 @@ std::string RecompileCheck::db_;
 // compile cache keyed on the text can answer it (NVRTC can serve a repeated compile from one, see
 // rt::KernelUsage): it is compiled again, and a comment changes no byte of the cubin.
 TEST(RecompileDeterminism, SameSourceTwiceGivesTheSameCubin) {
-  const Source s = sampled_stats_pass();
+  const gen::Source s = sampled_stats_pass();
   rt::CompileRequest r;
   r.source = s.text;
   r.program_name = s.kernel_name + ".cu";
@@ -163,22 +163,22 @@ TEST(RecompileDeterminism, SameSourceTwiceGivesTheSameCubin) {
 }
 
 TEST(RecompileRebuild, EveryFamilyRendersBackUnderItsOwnName) {
-  Source out;
+  gen::Source out;
   std::string why;
   const Spec fq = parse_spec("decode qk=flashq:per_channel pv=flashq:per_channel out=bf16 d=128 paged arch=sm_90a");
   const Spec kv = parse_spec("decode qk=int4:per_token pv=int4:per_token out=fp16 d=64 paged arch=sm_80");
-  std::vector<Source> helpers = render_flashq_kernels(fq);
-  helpers.push_back(render_kv_append(kv));
-  helpers.push_back(render_decode_combine(kv));
-  helpers.push_back(render_lse_rowdot(kv));
-  helpers.push_back(render_lse_addscaled(Arch::sm_80));
+  std::vector<gen::Source> helpers = gen::render_flashq_kernels(fq);
+  helpers.push_back(gen::render_kv_append(kv));
+  helpers.push_back(gen::render_decode_combine(kv));
+  helpers.push_back(gen::render_lse_rowdot(kv));
+  helpers.push_back(gen::render_lse_addscaled(Arch::sm_80));
   helpers.push_back(sampled_stats_pass());
   // Every pass of a few plans: one pass ("_1p"), V transposed to fp8, packed int4 with rotation, Q block means.
   auto add_plan = [&](const quant::QuantRequest& r, int resident_blocks) {
     quant::QuantProblem p;
     p.seq_len = p.seq_pad = 1024;
     p.resident_blocks = resident_blocks;
-    for (const auto& launch : quant::plan_quant(r, p).launches) helpers.push_back(render_quant_pass(r, launch, Arch::sm_89));
+    for (const auto& launch : quant::plan_quant(r, p).launches) helpers.push_back(gen::render_quant_pass(r, launch, Arch::sm_89));
   };
   quant::QuantRequest one_pass;
   one_pass.smooth = true;
@@ -193,10 +193,10 @@ TEST(RecompileRebuild, EveryFamilyRendersBackUnderItsOwnName) {
   q_mean.block_mean = true, q_mean.gran = Gran::per_tensor, q_mean.d = 256;
   add_plan(q_mean, 0);
   std::string names;
-  for (const Source& s : helpers) names += s.kernel_name + " ";
+  for (const gen::Source& s : helpers) names += s.kernel_name + " ";
   for (const char* form : {"__quantize_rows_1p ", "__channel_stats_s256 ", "_vt_d", "_rotk_", "_qmean_", "_i4pwrp"})
     EXPECT_NE(names.find(form), std::string::npos) << form << " is not among " << names;
-  for (const Source& s : helpers) {
+  for (const gen::Source& s : helpers) {
     ASSERT_TRUE(rt::rebuild_source(s.kernel_name, to_string(s.arch), &out, &why)) << s.kernel_name << ": " << why;
     EXPECT_EQ(out.text, s.text) << s.kernel_name;
     EXPECT_EQ(out.options, s.options) << s.kernel_name;

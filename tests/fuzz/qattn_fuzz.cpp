@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
   // Seeds: every default-grid point of every architecture, as text.
   std::vector<std::string> specs, tilings, names, problems, grids;
   for (Arch arch : {Arch::sm_80, Arch::sm_89, Arch::sm_90a})
-    for (const Spec& s : default_grid(arch)) {
+    for (const Spec& s : gen::default_grid(arch)) {
       const Tiling t = default_tiling(s, default_limits(arch));
       specs.push_back(to_string(s));
       tilings.push_back(to_string(t));
