@@ -15,37 +15,17 @@
 #include "cache/maintenance.hpp"
 #include "cache/store.hpp"
 #include "cache_test_support.hpp"
+#include "tests/cli/run_cli.hpp"
 
 namespace qattn {
 namespace {
 
 namespace fs = std::filesystem;
 using cache::testing::TempDir;
+using cli::testing::Outcome;
+using cli::testing::run_cli;
 
 const char* kSpec = "'prefill qk=fp16 pv=fp16 out=fp16 d=64 arch=sm_80'";
-
-std::string qattn_binary() {
-  // <build>/tests/cache/<this test>  ->  <build>/bin/qattn
-  const fs::path self = fs::read_symlink("/proc/self/exe");
-  return (self.parent_path().parent_path().parent_path() / "bin" / "qattn").string();
-}
-
-struct Outcome {
-  int code = -1;
-  std::string err;
-};
-
-// `timeout` turns a hang (a FIFO opened for reading) into a failure instead of a stuck suite.
-Outcome run_cli(const TempDir& dir, const std::string& args) {
-  const std::string err_file = dir.file("stderr.txt");
-  const std::string cmd = "timeout 120 " + qattn_binary() + " " + args + " >/dev/null 2>" + err_file;
-  const int status = std::system(cmd.c_str());
-  Outcome o;
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  o.err = cache::testing::read_bytes(err_file);
-  fs::remove(err_file);
-  return o;
-}
 
 void expect_bad_input(const Outcome& o, const std::string& needle) {
   EXPECT_EQ(o.code, 2) << o.err;
@@ -56,7 +36,7 @@ void expect_bad_input(const Outcome& o, const std::string& needle) {
 class CliFileSafety : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(qattn_binary())) GTEST_SKIP() << "build the qattn tool first: " << qattn_binary() << " is missing";
+    if (!fs::exists(QATTN_CLI_PATH)) GTEST_SKIP() << "build the qattn tool first: " << QATTN_CLI_PATH << " is missing";
   }
   TempDir dir_;
 };
@@ -64,14 +44,14 @@ class CliFileSafety : public ::testing::Test {
 TEST_F(CliFileSafety, ExportOntoItsOwnDatabaseIsRefused) {
   const std::string db = dir_.file("same.db");
   { cache::Store(db).put_binary(cache::testing::sample_binary(1)); }
-  expect_bad_input(run_cli(dir_, "cache export --db " + db + " --json " + db), "also an input");
+  expect_bad_input(run_cli("cache export --db " + db + " --json " + db), "also an input");
   EXPECT_TRUE(cache::verify_file(db).empty());
 }
 
 TEST_F(CliFileSafety, AFileThatIsNotACacheIsRefusedNotRenamed) {
   const std::string notes = dir_.file("notes.json");
   cache::testing::write_bytes(notes, "{\"mine\": 1}\n");
-  expect_bad_input(run_cli(dir_, std::string("compile --spec ") + kSpec + " --db " + notes), "not a qattn cache");
+  expect_bad_input(run_cli(std::string("compile --spec ") + kSpec + " --db " + notes), "not a qattn cache");
   EXPECT_EQ(cache::testing::read_bytes(notes), "{\"mine\": 1}\n");
   for (const auto& entry : fs::directory_iterator(dir_.path())) {
     EXPECT_EQ(entry.path().filename().string().find(".corrupt-"), std::string::npos) << entry.path();
@@ -82,7 +62,7 @@ TEST_F(CliFileSafety, OutputNeverFollowsALinkAtTheOldTemporaryName) {
   const std::string victim = dir_.file("victim"), out = dir_.file("k.cu");
   cache::testing::write_bytes(victim, "precious");
   fs::create_symlink(victim, out + ".tmp");
-  const Outcome o = run_cli(dir_, std::string("compile --no-cache --spec ") + kSpec + " --emit source --out " + out);
+  const Outcome o = run_cli(std::string("compile --no-cache --spec ") + kSpec + " --emit source --out " + out);
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_EQ(cache::testing::read_bytes(victim), "precious");
   EXPECT_NE(cache::testing::read_bytes(out).find("qattn generated"), std::string::npos);
@@ -91,22 +71,22 @@ TEST_F(CliFileSafety, OutputNeverFollowsALinkAtTheOldTemporaryName) {
 TEST_F(CliFileSafety, DevicesAndFifosAreNoDatabaseAndNoInput) {
   const std::string fifo = dir_.file("fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  expect_bad_input(run_cli(dir_, std::string("compile --spec ") + kSpec + " --db " + fifo), "FIFO");
-  expect_bad_input(run_cli(dir_, std::string("compile --spec ") + kSpec + " --db /dev/full"), "character device");
-  expect_bad_input(run_cli(dir_, "cache import --json /dev/zero --db " + dir_.file("c.db")), "regular file");
-  expect_bad_input(run_cli(dir_, "pretune --dry-run --grid /dev/zero"), "regular file");
-  expect_bad_input(run_cli(dir_, "pretune --dry-run --grid " + fifo), "regular file");
+  expect_bad_input(run_cli(std::string("compile --spec ") + kSpec + " --db " + fifo), "FIFO");
+  expect_bad_input(run_cli(std::string("compile --spec ") + kSpec + " --db /dev/full"), "character device");
+  expect_bad_input(run_cli("cache import --json /dev/zero --db " + dir_.file("c.db")), "regular file");
+  expect_bad_input(run_cli("pretune --dry-run --grid /dev/zero"), "regular file");
+  expect_bad_input(run_cli("pretune --dry-run --grid " + fifo), "regular file");
 }
 
 // Cache trouble is said once, in one line, without QATTN_LOG (it was silent).
 TEST_F(CliFileSafety, CacheTroubleIsSaidOnceWithoutQattnLog) {
-  const Outcome o = run_cli(dir_, std::string("compile --no-cache --spec ") + kSpec + " --emit source --out " +
+  const Outcome o = run_cli(std::string("compile --no-cache --spec ") + kSpec + " --emit source --out " +
                                       dir_.file("k.cu") + " --db " + dir_.file("ok.db"));
   ASSERT_EQ(o.code, 0) << o.err;
   const std::string shipped = dir_.file("missing-shipped.db");
   ::setenv("QATTN_SHIPPED_CACHE", shipped.c_str(), 1);
   ::unsetenv("QATTN_LOG");
-  const Outcome with_trouble = run_cli(dir_, std::string("compile --spec ") + kSpec + " --db " + dir_.file("ok.db"));
+  const Outcome with_trouble = run_cli(std::string("compile --spec ") + kSpec + " --db " + dir_.file("ok.db"));
   ::unsetenv("QATTN_SHIPPED_CACHE");
   EXPECT_EQ(with_trouble.code, 0) << "a missing shipped cache stores nothing less: " << with_trouble.err;
   EXPECT_EQ(std::count(with_trouble.err.begin(), with_trouble.err.end(), '\n'), 1) << with_trouble.err;
@@ -121,7 +101,7 @@ TEST_F(CliFileSafety, ALockedCacheCostsOneBoundedWaitAndFailsTheStore) {
   cache::Database other(db, {});
   cache::Transaction held(other, cache::Transaction::Mode::exclusive);
   const auto start = std::chrono::steady_clock::now();
-  const Outcome o = run_cli(dir_, std::string("compile --spec ") + kSpec + " --db " + db);
+  const Outcome o = run_cli(std::string("compile --spec ") + kSpec + " --db " + db);
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(o.code, 1) << o.err;
   EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;

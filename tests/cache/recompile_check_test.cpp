@@ -23,6 +23,7 @@
 #include "generator/render_helpers.hpp"
 #include "qattn/kernel_name.hpp"
 #include "runtime/jit/compile_pool.hpp"
+#include "tests/cli/run_cli.hpp"
 #include "runtime/jit/recompile_check.hpp"
 #include "runtime/jit/toolchain.hpp"
 
@@ -31,33 +32,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using cache::testing::TempDir;
+using cli::testing::Outcome;
+using cli::testing::run_cli;
 
 const char* kPrefill = "qattn_prefill_sm80_qki8tok_pvf16_of16_d64__bm64_bn64_w4_s2";
 const char* kDecode = "qattn_decode_sm90a_qki8tok_pvi8tok_of16_d64__bm16_bn32_w4_s3";
-
-std::string qattn_binary() {
-  // <build>/tests/cache/<this test>  ->  <build>/bin/qattn
-  const fs::path self = fs::read_symlink("/proc/self/exe");
-  return (self.parent_path().parent_path().parent_path() / "bin" / "qattn").string();
-}
-
-struct Outcome {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-Outcome run_cli(const TempDir& dir, const std::string& args) {
-  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
-  const std::string cmd = "QATTN_CACHE_DIR=" + dir.path() + " timeout 300 " + qattn_binary() + " " + args + " >" + out +
-                          " 2>" + err + " </dev/null";
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
-}
 
 // A quantization pass whose tag carries a sampled mean ("channel_stats_s256"): the helper form whose
 // name holds the most that the rebuild must read back.
@@ -125,7 +104,7 @@ class RecompileCheck : public ::testing::Test {
     // helpers only around a launch, which needs a GPU).
     for (const std::string args : {"--spec 'prefill qk=int8:per_token pv=fp16 out=fp16 d=64' --arch sm_80",
                                    "--spec 'decode qk=int8:per_token pv=int8:per_token out=fp16 d=64' --arch sm_90a"}) {
-      const Outcome o = run_cli(*dir_, "compile " + args + " --db " + db_);
+      const Outcome o = run_cli("compile " + args + " --db " + db_);
       ASSERT_EQ(o.code, 0) << o.out << o.err;
     }
     store_compiled(db_, {sampled_stats_pass()});
@@ -206,14 +185,13 @@ TEST(RecompileRebuild, EveryFamilyRendersBackUnderItsOwnName) {
 }
 
 TEST_F(RecompileCheck, ASoundCachePassesAndJsonParses) {
-  const TempDir here;
   const std::string db = copy("sound.db");
-  const Outcome o = run_cli(here, "cache verify --db " + db + " --recompile --jobs 2");
+  const Outcome o = run_cli("cache verify --db " + db + " --recompile --jobs 2");
   EXPECT_EQ(o.code, 0) << o.out << o.err;
   EXPECT_NE(o.out.find("recompiled 3 binaries: 3 matched, 0 mismatched, 0 not checkable here"), std::string::npos)
       << o.out;
 
-  const Outcome j = run_cli(here, "cache verify --db " + db + " --recompile --jobs 2 --json --filter _prefill_");
+  const Outcome j = run_cli("cache verify --db " + db + " --recompile --jobs 2 --json --filter _prefill_");
   ASSERT_EQ(j.code, 0) << j.out << j.err;
   const nlohmann::json report = nlohmann::json::parse(j.out);
   EXPECT_TRUE(report.at("ok").get<bool>());
@@ -227,14 +205,13 @@ TEST_F(RecompileCheck, ASoundCachePassesAndJsonParses) {
 }
 
 TEST_F(RecompileCheck, AReplacedCubinWithItsDigestPassesVerifyButNotRecompile) {
-  const TempDir here;
   const std::string db = copy("tampered.db");
   // Another kernel's valid cubin in place of the decode kernel's, digest updated: loadable, and wrong.
   replace_image(db, kDecode, stored_image(db, kPrefill));
-  const Outcome plain = run_cli(here, "cache verify --db " + db);
+  const Outcome plain = run_cli("cache verify --db " + db);
   EXPECT_EQ(plain.code, 0) << "the digests match, so the plain check cannot see it: " << plain.out;
 
-  const Outcome o = run_cli(here, "cache verify --db " + db + " --recompile --jobs 2");
+  const Outcome o = run_cli("cache verify --db " + db + " --recompile --jobs 2");
   EXPECT_EQ(o.code, 1) << o.out << o.err;
   EXPECT_NE(o.out.find("MISMATCH " + std::string(kDecode)), std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("MISMATCH " + std::string(kPrefill)), std::string::npos) << o.out;
@@ -246,12 +223,14 @@ TEST_F(RecompileCheck, AReplacedCubinWithItsDigestPassesVerifyButNotRecompile) {
   EXPECT_EQ(r.checked, 3);
   EXPECT_EQ(r.matched, 2);
   ASSERT_EQ(r.mismatched, 1);
-  for (const auto& e : r.entries)
-    if (e.status == rt::RecompileEntry::Status::mismatched) EXPECT_EQ(e.kernel_name, kDecode);
+  for (const auto& e : r.entries) {
+    if (e.status == rt::RecompileEntry::Status::mismatched) {
+      EXPECT_EQ(e.kernel_name, kDecode);
+    }
+  }
 }
 
 TEST_F(RecompileCheck, RowsOfAnotherToolchainAreNotCheckableAndAStrangeNameIsAMismatch) {
-  const TempDir here;
   const std::string db = copy("other.db");
   const std::string old_toolchain = "nvrtc=12.4;qattn=0.0.1;templates=0123456789ab";
   {
@@ -264,7 +243,7 @@ TEST_F(RecompileCheck, RowsOfAnotherToolchainAreNotCheckableAndAStrangeNameIsAMi
     rec.image = {1, 2, 3, 4};
     store.put_binary(rec);
   }
-  Outcome o = run_cli(here, "cache verify --db " + db + " --recompile --jobs 2");
+  Outcome o = run_cli("cache verify --db " + db + " --recompile --jobs 2");
   EXPECT_EQ(o.code, 0) << o.out << o.err;
   EXPECT_NE(o.out.find("not checkable here (toolchain " + old_toolchain + ", current " + rt::toolchain_fingerprint() +
                        ")"),
@@ -283,7 +262,7 @@ TEST_F(RecompileCheck, RowsOfAnotherToolchainAreNotCheckableAndAStrangeNameIsAMi
     rec.image = stored_image(db, kDecode);
     store.put_binary(rec);
   }
-  o = run_cli(here, "cache verify --db " + db + " --recompile --jobs 2 --json");
+  o = run_cli("cache verify --db " + db + " --recompile --jobs 2 --json");
   EXPECT_EQ(o.code, 1) << o.out << o.err;
   const nlohmann::json r = nlohmann::json::parse(o.out).at("recompile");
   EXPECT_EQ(r.at("mismatched"), 1);
@@ -306,13 +285,12 @@ TEST_F(RecompileCheck, AChangedRegisterCountIsAMismatch) {
 }
 
 TEST_F(RecompileCheck, BadOptionsAreRefused) {
-  const TempDir here;
   const std::string db = copy("opts.db");
-  Outcome o = run_cli(here, "cache verify --db " + db + " --jobs 2");
+  Outcome o = run_cli("cache verify --db " + db + " --jobs 2");
   EXPECT_EQ(o.code, 2) << o.out << o.err;
-  o = run_cli(here, "cache verify --db " + db + " --recompile --filter '('");
+  o = run_cli("cache verify --db " + db + " --recompile --filter '('");
   EXPECT_EQ(o.code, 2) << o.out << o.err;
-  o = run_cli(here, "cache verify --db " + db + " --recompile --filter " + std::string(300, 'a'));
+  o = run_cli("cache verify --db " + db + " --recompile --filter " + std::string(300, 'a'));
   EXPECT_EQ(o.code, 2) << o.out << o.err;
 }
 

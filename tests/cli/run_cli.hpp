@@ -22,11 +22,12 @@ inline std::string read_text(const std::string& path) {
 }
 
 // `args` is shell text after the tool's name. The cache directory points into a fresh temporary
-// directory, so no test reads or writes the user's cache.
+// directory, so no test reads or writes the user's cache; `timeout` turns a hang (e.g. a FIFO opened
+// for reading) into a failure instead of a stuck suite.
 inline Outcome run_cli(const std::string& args) {
   cache::testing::TempDir dir;
   const std::string out = dir.file("stdout"), err = dir.file("stderr");
-  const std::string cmd = "cd " + dir.path() + " && QATTN_CACHE_DIR=" + dir.path() + " " + QATTN_CLI_PATH + " " + args +
+  const std::string cmd = "cd " + dir.path() + " && QATTN_CACHE_DIR=" + dir.path() + " timeout 300 " + QATTN_CLI_PATH + " " + args +
                           " >" + out + " 2>" + err + " </dev/null";
   const int status = std::system(cmd.c_str());
   Outcome o;

@@ -25,7 +25,9 @@ std::string expect_round_trip(const gen::Source& src, const HelperKernel* expect
   EXPECT_NE(p.family, KernelFamily::attention);
   EXPECT_EQ(p.family, p.helper.family);
   EXPECT_EQ(helper_kernel_name(p.helper), src.kernel_name);
-  if (expected) EXPECT_EQ(p.helper, *expected);
+  if (expected) {
+    EXPECT_EQ(p.helper, *expected);
+  }
   EXPECT_NE(src.text.find(" " + src.kernel_name + "(const "), std::string::npos) << src.text;
   return src.kernel_name;
 }
