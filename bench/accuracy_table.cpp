@@ -1,6 +1,6 @@
 // qattn_accuracy_table: the accuracy of Q/K quantization granularities, smoothing, and whole quantized
 // attention pipelines (SageAttention2, INT-FlashAttention), simulated in float64 on the CPU
-// (bench/accuracy_sim.hpp) against exact float64 attention, written as Markdown.
+// (reference/format_sim.hpp) against exact float64 attention, written as Markdown.
 //   qattn_accuracy_table [--out FILE.md] [--quick]
 // Deterministic: fixed seeds, single thread. --quick shrinks the sizes (for a smoke run only).
 #include <sys/utsname.h>
@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/accuracy_sim.hpp"
+#include "reference/format_sim.hpp"
 
-using namespace qattn::accsim;
+using namespace qattn::reference::sim;
 
 namespace {
 
@@ -332,7 +332,7 @@ int main(int argc, char** argv) {
       << "- Machine: " << machine() << "\n"
       << "- Seeds: fixed (outlier heads [10000+]1000+h / 2000+h / 3000+h for Q / K / V, channel seed " << kChannelSeed
       << "; N(0,1) set 5000, U set 6000; INT-FA sets 7000 + 10·i + 100·dist); inputs rounded to fp16 first\n"
-      << "- Simulator: `bench/accuracy_sim.hpp` (group shapes, rounding, P/V formats documented there)\n\n"
+      << "- Simulator: `reference/format_sim.hpp` (group shapes, rounding, P/V formats documented there)\n\n"
       << body.str() << papers_section();
   if (out_path.empty()) {
     std::cout << doc.str();

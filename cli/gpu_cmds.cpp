@@ -1,4 +1,5 @@
 // qattn run / qattn tune: need a GPU (exit 3 without one).
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -13,6 +14,9 @@
 
 namespace qattn::cli {
 namespace {
+
+// JSON has no NaN: a metric that was not computed is null.
+nlohmann::json json_number(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 const char* kShapeHelp = "<shape>, e.g. --shape b=1,hq=32,hkv=8,q=4096,kv=4096";
 
@@ -45,7 +49,9 @@ int run(const Args& args) {
                         {"spec", to_string(resolved)}, {"shape", to_string(problem)}, {"layout", layout},
                         {"time_us", us}, {"repeats", t.repeats}, {"tops", tops},
                         {"accuracy", {{"cosine", acc.cosine}, {"rel_l2", acc.rel_l2}, {"max_abs", acc.max_abs},
-                                      {"non_finite", acc.non_finite}, {"passed", acc.passed}}}};
+                                      {"non_finite", acc.non_finite}, {"passed", acc.passed}, {"verdict", acc.verdict},
+                                      {"format_cosine", json_number(acc.format_cosine)},
+                                      {"format_rel_l2", json_number(acc.format_rel_l2)}}}};
     j["note"] = note.empty() ? nlohmann::json(nullptr) : nlohmann::json(note);
     std::printf("%s\n", j.dump(2).c_str());
     return acc.passed ? 0 : 1;
@@ -56,6 +62,7 @@ int run(const Args& args) {
               "accuracy cos=%.6f relL2=%.3e maxabs=%.3e nonfinite=%lld  %s\n",
               to_string(resolved).c_str(), to_string(problem).c_str(), layout.c_str(), us, t.repeats, tops, acc.cosine,
               acc.rel_l2, acc.max_abs, acc.non_finite, acc.passed ? "PASS" : "FAIL");
+  std::printf("gate     %s\n", acc.verdict.c_str());
   if (!note.empty()) std::printf("note     %s\n", note.c_str());
   return acc.passed ? 0 : 1;
 }

@@ -68,7 +68,7 @@
 //       [kStatsOffset ...] per-chunk channel sum/max/min [batch][heads][stats_splits(tokens, chunk)][3][d]
 //       (max/min only written when the granularity needs them; tokens: seq_len, or S when sampled).
 // per_warp / per_thread groups (SageAttention2 §3.2 and its m16n8 mma fragments; the same mapping as
-// bench/accuracy_sim.hpp). Fixed by the spec, independent of the attention kernel's tiling. `group` of
+// reference/format_sim.hpp). Fixed by the spec, independent of the attention kernel's tiling. `group` of
 // the request picks the operand's mapping: 32 = Q, 64 = K. Rows are token indices s within (b, h):
 //   per_warp   Q (group 32): rows [32k, 32k + 32)          K (group 64): keys [64k, 64k + 64)
 //   per_thread Q (group 32): rows {32k + g + 8i, i = 0..3}, g = 0..7 (8 groups per 32 rows: the rows

@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "bench/accuracy_sim.hpp"
+#include "reference/format_sim.hpp"
 #include "qattn/quant/quant_config.h"
 
 #include "tests/common/quant_reference.hpp"
@@ -215,15 +215,15 @@ TEST(QuantReference, FragmentGroupScalesOverRaggedLengths) {
     }
 }
 
-// fragment_group numbers the same groups as the accuracy simulator's scale_group (bench/accuracy_sim),
+// fragment_group numbers the same groups as the accuracy simulator's scale_group (reference/format_sim),
 // whose table chose these mappings: group 32 is its Q role, group 64 its K role.
 TEST(QuantReference, FragmentGroupsMatchTheAccuracySimulator) {
   for (Gran gran : {Gran::per_warp, Gran::per_thread})
     for (int group : {32, 64})
       for (int s = 0; s < 1000; ++s) {
-        const auto sim_gran = gran == Gran::per_warp ? accsim::Gran::per_warp : accsim::Gran::per_thread;
-        const auto role = group == 32 ? accsim::Role::q : accsim::Role::k;
-        EXPECT_EQ(fragment_group(QuantConfig{gran, group, 127, false}, s), accsim::scale_group(sim_gran, role, s))
+        const auto sim_gran = gran == Gran::per_warp ? reference::sim::Gran::per_warp : reference::sim::Gran::per_thread;
+        const auto role = group == 32 ? reference::sim::Role::q : reference::sim::Role::k;
+        EXPECT_EQ(fragment_group(QuantConfig{gran, group, 127, false}, s), reference::sim::scale_group(sim_gran, role, s))
             << static_cast<int>(gran) << " group " << group << " row " << s;
       }
   EXPECT_EQ(fragment_group(QuantConfig{Gran::per_token, 0, 127, false}, 5), -1);

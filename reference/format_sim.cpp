@@ -1,4 +1,4 @@
-#include "bench/accuracy_sim.hpp"
+#include "reference/format_sim.hpp"
 
 #include "qattn/quant/quant_config.h"
 #include "reference/attention.hpp"
@@ -10,7 +10,7 @@
 #include <random>
 #include <stdexcept>
 
-namespace qattn::accsim {
+namespace qattn::reference::sim {
 
 const char* to_string(Gran g) {
   switch (g) {
@@ -32,10 +32,10 @@ const char* to_string(Gran g) {
 //    tiles) lane L touches rows {g, g+8, g+16, g+24}, g = L/4 = r % 8: 8 Q groups per 32-row tile.
 //    Over a 64-key tile (eight n8 tiles) it touches keys {8i + 2t, 8i + 2t + 1 : i = 0..7}, t = L%4 =
 //    (r % 8) / 2: 4 K groups per 64-key tile. Each thread then needs one Q scale and one K scale.
-int scale_group(Gran g, Role role, int r) {
+int scale_group(Gran g, Role role, int r, int q_block) {
   switch (g) {
     case Gran::per_tensor: return 0;
-    case Gran::per_block: return role == Role::q ? r / kBlockQ : r / kBlockK;
+    case Gran::per_block: return role == Role::q ? r / q_block : r / kBlockK;
     case Gran::per_warp: return role == Role::q ? r / kWarpQ : r / kBlockK;
     case Gran::per_thread: return role == Role::q ? (r / kWarpQ) * 8 + r % 8 : (r / kBlockK) * 4 + (r % 8) / 2;
     case Gran::per_token: return r;
@@ -43,12 +43,12 @@ int scale_group(Gran g, Role role, int r) {
   return 0;
 }
 
-Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax) {
+Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax, int q_block) {
   int groups = 0;
-  for (int r = 0; r < x.rows; ++r) groups = std::max(groups, scale_group(g, role, r) + 1);
+  for (int r = 0; r < x.rows; ++r) groups = std::max(groups, scale_group(g, role, r, q_block) + 1);
   std::vector<double> amax(static_cast<size_t>(groups), 0.0);
   for (int r = 0; r < x.rows; ++r) {
-    double& a = amax[static_cast<size_t>(scale_group(g, role, r))];
+    double& a = amax[static_cast<size_t>(scale_group(g, role, r, q_block))];
     for (int c = 0; c < x.cols; ++c) a = std::max(a, std::fabs(x.at(r, c)));
   }
   Quantized out;
@@ -57,7 +57,7 @@ Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax) {
   out.scales.resize(amax.size());
   for (size_t i = 0; i < amax.size(); ++i) out.scales[i] = amax[i] / qmax;
   for (int r = 0; r < x.rows; ++r) {
-    const double s = out.scales[static_cast<size_t>(scale_group(g, role, r))];
+    const double s = out.scales[static_cast<size_t>(scale_group(g, role, r, q_block))];
     for (int c = 0; c < x.cols; ++c) {
       // An all-zero group: scale 0 and code 0, never 0/0.
       const double q = s > 0 ? std::nearbyint(x.at(r, c) / s) : 0.0;
@@ -143,6 +143,20 @@ Mat e4m3_per_channel(const Mat& x) {
   return y;
 }
 
+// Per-channel INT8 with scale amax_c / 127 (INT-FlashAttention's V with one scale per channel).
+Mat int8_per_channel(const Mat& x) {
+  std::vector<double> amax(static_cast<size_t>(x.cols), 0.0);
+  for (int r = 0; r < x.rows; ++r)
+    for (int c = 0; c < x.cols; ++c) amax[static_cast<size_t>(c)] = std::max(amax[static_cast<size_t>(c)], std::fabs(x.at(r, c)));
+  Mat y = x;
+  for (int r = 0; r < x.rows; ++r)
+    for (int c = 0; c < x.cols; ++c) {
+      const double s = amax[static_cast<size_t>(c)] / 127;
+      y.at(r, c) = s > 0 ? std::clamp(std::nearbyint(x.at(r, c) / s), -127.0, 127.0) * s : 0.0;
+    }
+  return y;
+}
+
 Mat quantize_v(const Mat& v, VFormat f) {
   switch (f) {
     case VFormat::exact: return v;
@@ -152,6 +166,7 @@ Mat quantize_v(const Mat& v, VFormat f) {
       return y;
     }
     case VFormat::int8_per_tensor: return quantize_int(v, Gran::per_tensor, Role::k, 127).deq;
+    case VFormat::int8_per_channel: return int8_per_channel(v);
     case VFormat::e4m3_per_channel: return e4m3_per_channel(v);
     case VFormat::e4m3_per_tensor: return e4m3_per_tensor(v);
   }
@@ -172,12 +187,12 @@ Mat simulate_attention(const Mat& q, const Mat& k, const Mat& v, const std::vect
   // Q·Kᵀ side: smoothing, then quantization.
   const Mat ks = cfg.smooth_k ? subtract(k, channel_mean(k)) : k;
   Mat qs = q;
-  Mat qmean;   // per 128-row block mean of Q (smooth Q), [blocks][d]
+  Mat qmean;   // per q_block-row block mean of Q (smooth Q), [blocks][d]
   if (cfg.smooth_q) {
-    const int blocks = (q.rows + kBlockQ - 1) / kBlockQ;
+    const int blocks = (q.rows + cfg.q_block - 1) / cfg.q_block;
     qmean = Mat(blocks, d);
     for (int b = 0; b < blocks; ++b) {
-      const int lo = b * kBlockQ, hi = std::min(q.rows, lo + kBlockQ);
+      const int lo = b * cfg.q_block, hi = std::min(q.rows, lo + cfg.q_block);
       for (int r = lo; r < hi; ++r)
         for (int c = 0; c < d; ++c) qmean.at(b, c) += q.at(r, c) / (hi - lo);
       for (int r = lo; r < hi; ++r)
@@ -189,7 +204,7 @@ Mat simulate_attention(const Mat& q, const Mat& k, const Mat& v, const std::vect
     qh = e4m3_per_tensor(qh);
     kh = e4m3_per_tensor(kh);
   } else if (cfg.qk_qmax > 0) {
-    qh = quantize_int(qh, cfg.gran, Role::q, cfg.qk_qmax).deq;
+    qh = quantize_int(qh, cfg.gran, Role::q, cfg.qk_qmax, cfg.q_block).deq;
     kh = quantize_int(kh, cfg.gran, Role::k, cfg.qk_qmax).deq;
   }
   // P·V side.
@@ -205,16 +220,17 @@ Mat simulate_attention(const Mat& q, const Mat& k, const Mat& v, const std::vect
   std::vector<double> s(static_cast<size_t>(n)), o(static_cast<size_t>(dv));
   for (size_t ri = 0; ri < rows.size(); ++ri) {
     const int r = rows[ri];
-    for (int j = 0; j < n; ++j) {
+    const int visible = cfg.causal ? std::clamp(r + n - q.rows + 1, 0, n) : n;
+    for (int j = 0; j < visible; ++j) {
       double x = dot(qh.row(r), kh.row(j), d);
-      if (cfg.smooth_q) x += dot(qmean.row(r / kBlockQ), ks.row(j), d);   // ΔS from the unquantized K'
+      if (cfg.smooth_q) x += dot(qmean.row(r / cfg.q_block), ks.row(j), d);   // ΔS from the unquantized K'
       s[static_cast<size_t>(j)] = x * scale;
     }
     // FlashAttention-2 online softmax over key tiles; P is quantized against the running max, per tile.
     double m = -std::numeric_limits<double>::infinity(), l = 0;
     std::fill(o.begin(), o.end(), 0.0);
-    for (int t0 = 0; t0 < n; t0 += cfg.block_kv) {
-      const int t1 = std::min(n, t0 + cfg.block_kv);
+    for (int t0 = 0; t0 < visible; t0 += cfg.block_kv) {
+      const int t1 = std::min(visible, t0 + cfg.block_kv);
       double m_new = m;
       for (int j = t0; j < t1; ++j) m_new = std::max(m_new, s[static_cast<size_t>(j)]);
       const double alpha = std::exp(m - m_new);   // 0 on the first tile (m = -inf)
@@ -237,7 +253,8 @@ Mat simulate_attention(const Mat& q, const Mat& k, const Mat& v, const std::vect
       m = m_new;
     }
     for (int c = 0; c < dv; ++c)
-      out.at(static_cast<int>(ri), c) = (l > 0 ? o[static_cast<size_t>(c)] / l : 0.0) + (cfg.smooth_v ? vmean[static_cast<size_t>(c)] : 0.0);
+      out.at(static_cast<int>(ri), c) =
+          l > 0 ? o[static_cast<size_t>(c)] / l + (cfg.smooth_v ? vmean[static_cast<size_t>(c)] : 0.0) : 0.0;
   }
   return out;
 }
@@ -307,4 +324,4 @@ void round_all_fp16(Mat& x) {
   for (double& v : x.v) v = round_fp16(v);
 }
 
-}  // namespace qattn::accsim
+}  // namespace qattn::reference::sim

@@ -1,13 +1,16 @@
-// A float64 simulator of quantized attention as SageAttention2 and INT-FlashAttention describe it, for
-// the accuracy table (bench/accuracy_table.cpp). No GPU, no qattn kernels: it answers "how much error
-// does this quantization scheme itself cause", with every other rounding (accumulators, exp) exact.
+// A float64 simulator of quantized attention as SageAttention2 and INT-FlashAttention describe it. No GPU,
+// no qattn kernels: it answers "how much error does this quantization scheme itself cause", with every
+// other rounding (accumulators, exp) exact. Two users: the accuracy table (bench/accuracy_table.cpp) and
+// the runtime's accuracy gate (runtime/tuning/accuracy_gate.hpp), which holds a kernel of a lossy format
+// to what the format itself costs on the gate's data rather than to a fixed floor.
 //
 // Per head, matrices are [rows][d] row-major. Quantization is symmetric round-to-nearest-even:
 //   scale = amax(group) / qmax,  code = clamp(rne(x / scale), -qmax, qmax),  x̂ = code * scale
 // with qmax = 127 (INT8) or 7 (INT4, the [-7, 7] range of SageAttention2 §2.2); an all-zero group has
 // scale 0 and codes 0. Scale groups (the row -> group maps are in scale_group(); docs in the .cpp):
 //   per_tensor  the whole head
-//   per_block   Q: 128 rows (b_q), K: 64 keys (b_kv)                          (SageAttention §2.3)
+//   per_block   Q: b_q rows (SimConfig::q_block, 128 in SageAttention, 64 in qattn's kernels),
+//               K: 64 keys (b_kv)                                             (SageAttention §2.3)
 //   per_warp    Q: 32 rows = b_q / c_w with 4 warps; K: per 64-key block     (SageAttention2 §3.2, Alg. 1)
 //   per_thread  Q: 8 groups per 32-row warp tile, K: 4 groups per 64-key tile, following the m16n8
 //               mma fragments so each thread needs one Q and one K scale     (SageAttention2 code, digest §9.2)
@@ -17,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace qattn::accsim {
+namespace qattn::reference::sim {
 
 struct Mat {
   int rows = 0, cols = 0;
@@ -35,15 +38,15 @@ const char* to_string(Gran g);
 
 constexpr int kBlockQ = 128, kWarpQ = 32, kBlockK = 64;
 
-// Scale group of row `r` (a query for Role::q, a key for Role::k).
-int scale_group(Gran g, Role role, int r);
+// Scale group of row `r` (a query for Role::q, a key for Role::k); q_block: rows of a per_block Q group.
+int scale_group(Gran g, Role role, int r, int q_block = kBlockQ);
 
 struct Quantized {
   Mat deq;                      // code * scale of the group
   std::vector<int> codes;       // [rows][d]
   std::vector<double> scales;   // by group index
 };
-Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax);
+Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax, int q_block = kBlockQ);
 
 // Round to the nearest fp16 / FP8 E4M3 (e4m3fn: max 448, subnormal step 2^-9) value, ties to even;
 // E4M3 saturates to +-448 like cvt.satfinite, fp16 overflows to inf.
@@ -67,13 +70,13 @@ enum class PFormat {
   e4m3_scaled,     // SageAttention2 §3.5: e4m3(448 P̃) / 448, l from the unquantized P̃ (Alg. 1)
   e4m3_unscaled,   // P̃ cast to e4m3 as is (an FP8 FlashAttention-3 style baseline; assumption, see table)
 };
-enum class VFormat { exact, fp16, int8_per_tensor, e4m3_per_channel, e4m3_per_tensor };
+enum class VFormat { exact, fp16, int8_per_tensor, int8_per_channel, e4m3_per_channel, e4m3_per_tensor };
 
 struct SimConfig {
   int qk_qmax = 0;             // 0: Q and K exact; 127 INT8; 7 INT4
   Gran gran = Gran::per_token;   // of both Q and K (K's per_warp is per-block, see above)
   bool smooth_k = false;       // K - mean_tokens(K): softmax-invariant
-  bool smooth_q = false;       // Q - mean of its 128-row block, plus ΔS = mean · K'ᵀ in float64
+  bool smooth_q = false;       // Q - mean of its q_block-row block, plus ΔS = mean · K'ᵀ in float64
   bool qk_fp8 = false;         // Q and K per-tensor e4m3 (scale amax/448) instead of integers
   bool rotate = false;         // Q and K (after smoothing) through the signed Hadamard rotation of
                                // quant_config.h before quantization (QuaRot; SageAttention2's HadmdAttn)
@@ -81,9 +84,14 @@ struct SimConfig {
   VFormat v = VFormat::exact;
   bool smooth_v = false;       // V - mean_tokens(V), mean added back to O
   int block_kv = 64;           // keys per online-softmax tile (P is quantized per tile, vs the running max)
+  int q_block = kBlockQ;       // Q rows of a per_block scale group and of a smoothing-mean block
+  bool causal = false;         // row r of an n_q-row Q sees keys j <= r + n_k - n_q (aligned bottom-right);
+                               // a row that sees no key outputs 0
 };
 
-// Output rows `rows` of softmax(scale · Q Kᵀ) V for one head, through the simulated pipeline.
+// Output rows `rows` of softmax(scale · Q Kᵀ) V for one head, through the simulated pipeline. Quantization
+// groups, smoothing means and V scales cover every row of q, k and v (a causal mask hides keys from the
+// softmax, not from the statistics: the quantization passes see the whole tensors too).
 // (Q smoothing and Q scales are computed over the whole Q, so sampling rows changes nothing else.)
 Mat simulate_attention(const Mat& q, const Mat& k, const Mat& v, const std::vector<int>& rows, double scale,
                        const SimConfig& config);
@@ -114,4 +122,4 @@ Mat random_matrix(int rows, int d, Dist dist, const Outliers& o, std::uint64_t s
 // Inputs as the GPU sees them: every element rounded to fp16.
 void round_all_fp16(Mat& x);
 
-}  // namespace qattn::accsim
+}  // namespace qattn::reference::sim

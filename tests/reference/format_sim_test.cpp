@@ -1,13 +1,14 @@
-// The accuracy-table simulator (bench/accuracy_sim.hpp): its quantizers, group maps, FP8/fp16 rounding,
+// The accuracy-table simulator (reference/format_sim.hpp): its quantizers, group maps, FP8/fp16 rounding,
 // and the smoothing identities it relies on, all in float64.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <set>
 
-#include "bench/accuracy_sim.hpp"
+#include "reference/attention.hpp"
+#include "reference/format_sim.hpp"
 
-namespace qattn::accsim {
+namespace qattn::reference::sim {
 namespace {
 
 const Gran kAll[] = {Gran::per_tensor, Gran::per_block, Gran::per_warp, Gran::per_thread, Gran::per_token};
@@ -149,5 +150,43 @@ TEST(AccuracySim, ExactConfigsMatchTheReferenceAndSmoothingIsExactUnquantized) {
   EXPECT_GT(e.rel_l1, 0) << "quantization does change something";
 }
 
+TEST(AccuracySim, CausalMaskAlignsBottomRightLikeTheReference) {
+  const Mat q = outlier_matrix(77, 12), k = outlier_matrix(203, 13), v = outlier_matrix(203, 14);
+  std::vector<int> rows;
+  for (int r = 0; r < q.rows; ++r) rows.push_back(r);
+  const double scale = 1 / std::sqrt(128.0);
+  auto operand = [](const Mat& m) { return reference::Operand::of(m.v.data(), {0, 0, m.cols, 1}); };
+  std::vector<reference::RowId> ids;
+  for (int r : rows) ids.push_back({0, 0, r});
+  Mat ref(q.rows, v.cols);
+  ref.v = reference::attention_rows(operand(q), operand(k), operand(v), {1, 1, 1, q.rows, k.rows, 128, 128}, {true, scale}, ids);
+  SimConfig cfg;
+  cfg.causal = true;
+  cfg.block_kv = 32;   // tiles cut by the diagonal
+  EXPECT_LT(compare(ref, simulate_attention(q, k, v, rows, scale, cfg)).rel_l1, 1e-12);
+  cfg.causal = false;
+  EXPECT_GT(compare(ref, simulate_attention(q, k, v, rows, scale, cfg)).rel_l1, 1e-3) << "the mask does something";
+  // More queries than keys: the first rows see no key and give 0, as in the reference.
+  const Mat q2 = outlier_matrix(40, 15), k2 = outlier_matrix(30, 16), v2 = outlier_matrix(30, 17);
+  cfg.causal = true;
+  const Mat o = simulate_attention(q2, k2, v2, {0, 9, 10, 39}, scale, cfg);
+  for (int c = 0; c < o.cols; ++c) {
+    EXPECT_EQ(o.at(0, c), 0.0);
+    EXPECT_EQ(o.at(1, c), 0.0);
+  }
+  EXPECT_NE(o.at(2, 0), 0.0);
+}
+
+TEST(AccuracySim, Int8PerChannelVKeepsEachChannelWithinHalfItsScale) {
+  const Mat q = outlier_matrix(64, 18), k = outlier_matrix(64, 19), v = outlier_matrix(64, 20);
+  const std::vector<int> rows = {0, 5, 63};
+  SimConfig exact, int8v;
+  int8v.v = VFormat::int8_per_channel;
+  const double scale = 1 / std::sqrt(128.0);
+  const Errors e = compare(simulate_attention(q, k, v, rows, scale, exact), simulate_attention(q, k, v, rows, scale, int8v));
+  EXPECT_GT(e.cosine, 0.9999);
+  EXPECT_GT(e.rel_l1, 0);
+}
+
 }  // namespace
-}  // namespace qattn::accsim
+}  // namespace qattn::reference::sim
