@@ -10,7 +10,7 @@
 #include <random>
 #include <stdexcept>
 
-namespace qattn::accsim {
+namespace qattn::bench::accsim {
 
 const char* to_string(Gran g) {
   switch (g) {
@@ -307,4 +307,4 @@ void round_all_fp16(Mat& x) {
   for (double& v : x.v) v = round_fp16(v);
 }
 
-}  // namespace qattn::accsim
+}  // namespace qattn::bench::accsim

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace qattn::accsim {
+namespace qattn::bench::accsim {
 
 struct Mat {
   int rows = 0, cols = 0;
@@ -114,4 +114,4 @@ Mat random_matrix(int rows, int d, Dist dist, const Outliers& o, std::uint64_t s
 // Inputs as the GPU sees them: every element rounded to fp16.
 void round_all_fp16(Mat& x);
 
-}  // namespace qattn::accsim
+}  // namespace qattn::bench::accsim

@@ -18,7 +18,7 @@
 
 #include "bench/accuracy_sim.hpp"
 
-using namespace qattn::accsim;
+using namespace qattn::bench::accsim;
 
 namespace {
 

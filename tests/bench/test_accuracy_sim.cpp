@@ -7,7 +7,7 @@
 
 #include "bench/accuracy_sim.hpp"
 
-namespace qattn::accsim {
+namespace qattn::bench::accsim {
 namespace {
 
 const Gran kAll[] = {Gran::per_tensor, Gran::per_block, Gran::per_warp, Gran::per_thread, Gran::per_token};
@@ -150,4 +150,4 @@ TEST(AccuracySim, ExactConfigsMatchTheReferenceAndSmoothingIsExactUnquantized) {
 }
 
 }  // namespace
-}  // namespace qattn::accsim
+}  // namespace qattn::bench::accsim

@@ -221,9 +221,9 @@ TEST(QuantReference, FragmentGroupsMatchTheAccuracySimulator) {
   for (Gran gran : {Gran::per_warp, Gran::per_thread})
     for (int group : {32, 64})
       for (int s = 0; s < 1000; ++s) {
-        const auto sim_gran = gran == Gran::per_warp ? accsim::Gran::per_warp : accsim::Gran::per_thread;
-        const auto role = group == 32 ? accsim::Role::q : accsim::Role::k;
-        EXPECT_EQ(fragment_group(QuantConfig{gran, group, 127, false}, s), accsim::scale_group(sim_gran, role, s))
+        const auto sim_gran = gran == Gran::per_warp ? bench::accsim::Gran::per_warp : bench::accsim::Gran::per_thread;
+        const auto role = group == 32 ? bench::accsim::Role::q : bench::accsim::Role::k;
+        EXPECT_EQ(fragment_group(QuantConfig{gran, group, 127, false}, s), bench::accsim::scale_group(sim_gran, role, s))
             << static_cast<int>(gran) << " group " << group << " row " << s;
       }
   EXPECT_EQ(fragment_group(QuantConfig{Gran::per_token, 0, 127, false}, 5), -1);
