@@ -47,7 +47,7 @@ struct Options {
 
 struct Operand {
   const char* name;
-  quant::QuantRequest request;
+  gen::QuantRequest request;
 };
 
 // The operands of bench_prefill.py's int8 variants (smooth=kv; per_token / per_warp Q and K).
@@ -57,13 +57,13 @@ std::vector<Operand> operands(int d) {
   v.push_back({"K rows per_token smooth", {Fmt::fp16, Gran::per_token, 0, true, false, d}});
   v.push_back({"K rows per_warp smooth", {Fmt::fp16, Gran::per_warp, 64, true, false, d}});
   // rotate=hadamard: the same rows through the rotation (its shuffles and adds are the only change).
-  quant::QuantRequest q_rot{Fmt::fp16, Gran::per_warp, 32, false, false, d}, k_rot{Fmt::fp16, Gran::per_warp, 64, true, false, d};
+  gen::QuantRequest q_rot{Fmt::fp16, Gran::per_warp, 32, false, false, d}, k_rot{Fmt::fp16, Gran::per_warp, 64, true, false, d};
   q_rot.rotate = quant::kRotateQ, k_rot.rotate = quant::kRotateK;
   v.push_back({"Q rows per_warp", {Fmt::fp16, Gran::per_warp, 32, false, false, d}});
   v.push_back({"Q rows per_warp rotated", q_rot});
   v.push_back({"K rows per_warp smooth rotated", k_rot});
   v.push_back({"V^T int8 per_channel smooth", {Fmt::fp16, Gran::per_channel, 0, true, true, d}});
-  quant::QuantRequest fp8{Fmt::fp16, Gran::per_channel, 0, true, true, d};
+  gen::QuantRequest fp8{Fmt::fp16, Gran::per_channel, 0, true, true, d};
   fp8.code = Fmt::fp8e4m3;
   v.push_back({"V^T fp8 per_channel smooth", fp8});
   return v;
@@ -120,10 +120,10 @@ class Bench {
   // sample (QuantProblem::mean_sample_tokens).
   std::pair<double, double> time(const Operand& op, int resident, int sample, std::string* form) {
     const int pad = op.request.transpose ? (o_.n + kVPadTokens - 1) / kVPadTokens * kVPadTokens : o_.n;
-    const quant::QuantProblem p{o_.b, o_.h, o_.n, pad, resident, sample};
-    const quant::QuantPlan plan = quant::plan_quant(op.request, p);
-    *form = quant::quant_one_pass(op.request, p)     ? "one pass"
-            : quant::quant_samples_mean(op.request, p) ? "sampled stats"
+    const gen::QuantProblem p{o_.b, o_.h, o_.n, pad, resident, sample};
+    const gen::QuantPlan plan = gen::plan_quant(op.request, p);
+    *form = gen::quant_one_pass(op.request, p)     ? "one pass"
+            : gen::quant_samples_mean(op.request, p) ? "sampled stats"
             : plan.launches.size() > 1                 ? "stats pass"
                                                        : "single";
     const long long rows = 1LL * o_.b * o_.h * pad;
@@ -133,15 +133,15 @@ class Bench {
     qp.x = TensorRef{x_.as<void>(), 1LL * o_.h * o_.n * o_.d, 1LL * o_.n * o_.d, o_.d, 1};
     qp.y = op.request.transpose ? TensorRef{y.as<void>(), 1LL * o_.h * o_.d * pad, 1LL * o_.d * pad, 1, pad}
                                 : TensorRef{y.as<void>(), 1LL * o_.h * pad * o_.d, 1LL * pad * o_.d, o_.d, 1};
-    qp.scale = quant::dense_scale_ref(op.request, p, scale.as<float>());
+    qp.scale = gen::dense_scale_ref(op.request, p, scale.as<float>());
     qp.mean = mean.as<float>();
     qp.amax_scratch = scratch.as<float>();
     qp.batch = o_.b, qp.heads = o_.h, qp.seq_len = o_.n, qp.seq_pad = pad, qp.d = o_.d;
     qp.qmax = op.request.code == Fmt::fp8e4m3 ? 448.f : 127.f;
-    const std::string err = quant::quant_params_error(op.request, qp);
+    const std::string err = gen::quant_params_error(op.request, qp);
     if (!err.empty()) throw_bad_input(err);
     std::vector<const rt::Kernel*> kernels;
-    for (const quant::QuantLaunch& l : plan.launches) kernels.push_back(&kernel(qattn::gen::render_quant_pass(op.request, l, parse_arch(arch_))));
+    for (const gen::QuantLaunch& l : plan.launches) kernels.push_back(&kernel(qattn::gen::render_quant_pass(op.request, l, parse_arch(arch_))));
 
     std::vector<double> us;
     for (int i = -3; i < o_.iters; ++i) {   // 3 warm-up calls
@@ -149,7 +149,7 @@ class Bench {
       rt::fill_words_async(flush_.ptr(), static_cast<unsigned>(i), flush_.size() / 4, stream_.get(), kDevice);
       start.record(stream_.get());
       for (size_t k = 0; k < plan.launches.size(); ++k) {
-        const quant::QuantLaunch& l = plan.launches[k];
+        const gen::QuantLaunch& l = plan.launches[k];
         if (l.zero_scratch_floats > 0)
           rt::fill_bytes_async(scratch.ptr(), 0, sizeof(float) * l.zero_scratch_floats, stream_.get(), kDevice);
         kernels[k]->launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, 0, stream_.get(), qp);

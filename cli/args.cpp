@@ -22,7 +22,7 @@ std::string see_help(const Verb& verb) { return "see qattn " + verb.name + " --h
   std::vector<std::string> names;
   for (const Option& o : verb.options) names.push_back("--" + o.name);
   for (const Alias& a : verb.aliases) names.push_back(a.word);
-  const std::string accepted = names.empty() ? "none" : text::join(names, " ");
+  const std::string accepted = names.empty() ? "none" : gen::text::join(names, " ");
   throw_bad_input("unknown option " + word + "; accepted here: " + accepted + " (" + see_help(verb) + ")");
 }
 
@@ -96,7 +96,7 @@ int Args::get_int(const std::string& key, int fallback, int lo, int hi) const {
   const auto it = values_.find(key);
   if (it == values_.end()) return fallback;
   long long v = 0;
-  if (!text::parse_int(it->second, v) || v < lo || v > hi)
+  if (!gen::text::parse_int(it->second, v) || v < lo || v > hi)
     throw_bad_input("--" + key + " " + it->second + " is not an integer in [" + std::to_string(lo) + ", " +
                     std::to_string(hi) + "]");
   return static_cast<int>(v);

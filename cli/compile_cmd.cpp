@@ -20,7 +20,7 @@ namespace {
 
 std::vector<Arch> parse_archs(const std::string& list) {
   std::vector<Arch> archs;
-  for (const std::string& a : text::split(list, ",")) archs.push_back(parse_arch(a));
+  for (const std::string& a : gen::text::split(list, ",")) archs.push_back(parse_arch(a));
   return archs;
 }
 

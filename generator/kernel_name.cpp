@@ -43,7 +43,7 @@ const char* quant_code(Fmt f) {
 std::string element(const HelperKernel& h) {
   if (h.in != Fmt::fp16 && h.in != Fmt::bf16)
     throw_bad_input(std::string("helper kernels read fp16 or bf16, not ") + to_string(h.in));
-  return schema::fmt_code(h.in);
+  return gen::schema::fmt_code(h.in);
 }
 
 std::string in_and_dim(const HelperKernel& h) { return element(h) + "_d" + std::to_string(h.head_dim); }
@@ -69,14 +69,14 @@ struct HelperReader {
   Fmt element() {
     const std::string& t = next("element type");
     Fmt f = Fmt::fp16;
-    if (!schema::parse_fmt_code(t, f) || (f != Fmt::fp16 && f != Fmt::bf16))
+    if (!gen::schema::parse_fmt_code(t, f) || (f != Fmt::fp16 && f != Fmt::bf16))
       bad_name(name, "element type '" + t + "' is not f16 or bf16");
     return f;
   }
   int head_dim() {
     const std::string& t = next("head dim");
     long long d = 0;
-    if (!text::starts_with(t, "d") || !text::parse_int(std::string_view(t).substr(1), d) || d < 1 || d > 1024)
+    if (!gen::text::starts_with(t, "d") || !gen::text::parse_int(std::string_view(t).substr(1), d) || d < 1 || d > 1024)
       bad_name(name, "bad head-dim token '" + t + "'");
     return static_cast<int>(d);
   }
@@ -88,14 +88,14 @@ struct HelperReader {
 
 void read_quant_code(std::string_view name, const std::string& t, HelperKernel& h) {
   for (const auto& [fmt, code] : kQuantCodes) {
-    if (!text::starts_with(t, code)) continue;
+    if (!gen::text::starts_with(t, code)) continue;
     std::string_view rest = std::string_view(t).substr(std::string_view(code).size());
     size_t letters = 0;
     while (letters < rest.size() && std::isalpha(static_cast<unsigned char>(rest[letters]))) ++letters;
     Gran g = Gran::none;
-    if (!schema::parse_gran_code(rest.substr(0, letters), g)) continue;
+    if (!gen::schema::parse_gran_code(rest.substr(0, letters), g)) continue;
     long long group = 0;
-    if (letters < rest.size() && !text::parse_int(rest.substr(letters), group)) continue;
+    if (letters < rest.size() && !gen::text::parse_int(rest.substr(letters), group)) continue;
     h.code = {fmt, g};
     h.group = static_cast<int>(group);
     return;
@@ -133,7 +133,7 @@ HelperKernel read_helper(std::string_view name, const std::vector<std::string>& 
       break;
     case KernelFamily::kv_append: {
       const std::string& cache = r.next("cache operand");
-      if (!schema::parse_operand_code(cache, h.code)) bad_name(name, "bad cache operand '" + cache + "'");
+      if (!gen::schema::parse_operand_code(cache, h.code)) bad_name(name, "bad cache operand '" + cache + "'");
       h.in = r.element();
       h.head_dim = r.head_dim();
       h.paged = r.flag("paged");
@@ -146,29 +146,30 @@ HelperKernel read_helper(std::string_view name, const std::vector<std::string>& 
   return h;
 }
 
-// The spec fields in kernel-name order (schema::Field::name_rank).
-std::vector<const schema::Field*> fields_in_name_order() {
-  std::vector<const schema::Field*> out;
-  for (const schema::Field& f : schema::fields()) out.push_back(&f);
-  std::sort(out.begin(), out.end(), [](const schema::Field* a, const schema::Field* b) { return a->name_rank < b->name_rank; });
+// The spec fields in kernel-name order (gen::schema::Field::name_rank).
+std::vector<const gen::schema::Field*> fields_in_name_order() {
+  std::vector<const gen::schema::Field*> out;
+  for (const gen::schema::Field& f : gen::schema::fields()) out.push_back(&f);
+  std::sort(out.begin(), out.end(),
+            [](const gen::schema::Field* a, const gen::schema::Field* b) { return a->name_rank < b->name_rank; });
   return out;
 }
 
-const std::vector<const schema::Field*>& name_order() {
-  static const std::vector<const schema::Field*> order = fields_in_name_order();
+const std::vector<const gen::schema::Field*>& name_order() {
+  static const std::vector<const gen::schema::Field*> order = fields_in_name_order();
   return order;
 }
 
 }  // namespace
 
-std::string operand_code(const Operand& op) { return schema::operand_code(op); }
+std::string operand_code(const Operand& op) { return gen::schema::operand_code(op); }
 
 std::string spec_name(const Spec& s) {
   if (s.arch == Arch::unset)
     throw_bad_input("a kernel name needs a concrete arch; set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a>");
   std::string n = "qattn";
-  for (const schema::Field* f : name_order()) {
-    const std::string token = schema::name_token(*f, s);
+  for (const gen::schema::Field* f : name_order()) {
+    const std::string token = gen::schema::name_token(*f, s);
     if (!token.empty()) n += "_" + token;
   }
   return n;
@@ -184,7 +185,7 @@ std::string helper_kernel_name(const HelperKernel& h) {
   std::string n = std::string("qattn_") + family_word(h.family);
   switch (h.family) {
     case KernelFamily::quant:
-      n += "_" + element(h) + "_" + quant_code(h.code.fmt) + schema::gran_code(h.code.gran) +
+      n += "_" + element(h) + "_" + quant_code(h.code.fmt) + gen::schema::gran_code(h.code.gran) +
            (h.group > 0 ? std::to_string(h.group) : "") + (h.smooth ? "_smooth" : "") + (h.block_mean ? "_qmean" : "") +
            (h.rotate == 1 ? "_rotq" : h.rotate == 2 ? "_rotk" : "") + (h.transpose ? "_vt" : "") + "_d" +
            std::to_string(h.head_dim);
@@ -195,7 +196,7 @@ std::string helper_kernel_name(const HelperKernel& h) {
       break;
     case KernelFamily::decode_combine: n += "_" + in_and_dim(h); break;
     case KernelFamily::kv_append:
-      n += "_" + schema::operand_code(h.code) + "_" + in_and_dim(h) + (h.paged ? "_paged" : "");
+      n += "_" + gen::schema::operand_code(h.code) + "_" + in_and_dim(h) + (h.paged ? "_paged" : "");
       break;
     case KernelFamily::attention: break;
   }
@@ -212,7 +213,7 @@ std::string kernel_name(const Spec& spec, const Tiling& tiling) {
 
 ParsedKernelName parse_kernel_name(std::string_view name) {
   const size_t sep = name.find("__");
-  const std::vector<std::string> toks = text::split(name.substr(0, sep), "_");
+  const std::vector<std::string> toks = gen::text::split(name.substr(0, sep), "_");
   ParsedKernelName out;
   if (toks.size() >= 2 && toks[0] == "qattn" && toks[1] != "prefill" && toks[1] != "decode") {
     out.family = KernelFamily::quant;   // overwritten below
@@ -230,17 +231,17 @@ ParsedKernelName parse_kernel_name(std::string_view name) {
   if (sep == std::string_view::npos) bad_name(name, "no '__' between spec and tiling");
   out.tiling = parse_tiling(name.substr(sep + 2));
   size_t positional = 0;
-  for (const schema::Field* f : name_order()) positional += f->name_required ? 1 : 0;
+  for (const gen::schema::Field* f : name_order()) positional += f->name_required ? 1 : 0;
   if (toks.size() < positional + 1 || toks[0] != "qattn") bad_name(name, "too few tokens or no 'qattn' prefix");
   Spec& s = out.spec;
   size_t i = 1;
-  for (const schema::Field* f : name_order())
-    if (f->name_required && !schema::parse_name_token(*f, s, toks[i++]))
+  for (const gen::schema::Field* f : name_order())
+    if (f->name_required && !gen::schema::parse_name_token(*f, s, toks[i++]))
       bad_name(name, std::string("bad ") + f->what + " token '" + toks[i - 1] + "'");
   for (; i < toks.size(); ++i) {
     bool matched = false;
-    for (const schema::Field* f : name_order())
-      if (!f->name_required && schema::parse_name_token(*f, s, toks[i])) {
+    for (const gen::schema::Field* f : name_order())
+      if (!f->name_required && gen::schema::parse_name_token(*f, s, toks[i])) {
         matched = true;
         break;
       }

@@ -14,10 +14,10 @@ Problem parse_problem(std::string_view input) {
   Problem p;
   bool have_kv = false;
   const char* accepted = "; expected comma-separated b=,hq=,hkv=,q=,kv= with positive integers, e.g. b=1,hq=32,hkv=8,q=4096,kv=4096";
-  for (const std::string& item : text::split(input, ",")) {
+  for (const std::string& item : gen::text::split(input, ",")) {
     const auto eq = item.find('=');
     long long v = 0;
-    if (eq == std::string::npos || !text::parse_int(std::string_view(item).substr(eq + 1), v) || v < 1 ||
+    if (eq == std::string::npos || !gen::text::parse_int(std::string_view(item).substr(eq + 1), v) || v < 1 ||
         v > (1 << 24))
       throw_bad_input("bad shape item '" + item + "'" + accepted);
     const std::string key = item.substr(0, eq);

@@ -1,21 +1,14 @@
 #include "generator/quant_plan.hpp"
 
-namespace qattn {
-namespace quant {
+#include "generator/template_args.hpp"
 
-const char* fmt_id(Fmt f) { return f == Fmt::fp16 ? "qattn::Fmt::fp16" : "qattn::Fmt::bf16"; }
+namespace qattn::gen {
 
-const char* gran_id(Gran g) {
-  switch (g) {
-    case Gran::per_tensor: return "qattn::Gran::per_tensor";
-    case Gran::per_block: return "qattn::Gran::per_block";
-    case Gran::per_token: return "qattn::Gran::per_token";
-    case Gran::per_channel: return "qattn::Gran::per_channel";
-    case Gran::per_warp: return "qattn::Gran::per_warp";
-    case Gran::per_thread: return "qattn::Gran::per_thread";
-    default: return "?";
-  }
-}
+// The constants and helpers shared with the device passes (qattn/quant/quant_config.h).
+using namespace quant;
+// "qattn::Fmt::fp16" ...: the template arguments of the passes.
+using template_args::fmt_enum;
+using template_args::gran_enum;
 
 // "" when the request and problem can be planned, else a one-line reason.
 std::string quant_request_error(const QuantRequest& r, const QuantProblem& p) {
@@ -131,7 +124,7 @@ QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
   const std::string err = quant_request_error(r, p);
   if (!err.empty()) throw_bad_input(err);
 
-  const std::string d = std::to_string(r.d), in = fmt_id(r.in), sm = r.smooth ? "true" : "false";
+  const std::string d = std::to_string(r.d), in = fmt_enum(r.in), sm = r.smooth ? "true" : "false";
   // QuantizeRows' Pack4 and BlockMean, left out while they are the defaults (false).
   const bool one_pass = quant_one_pass(r, p);
   const bool fragment = r.gran == Gran::per_warp || r.gran == Gran::per_thread;
@@ -169,7 +162,7 @@ QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
                                  sample_arg + ">",
                              "channel_stats" + sample_tag,
                              {splits, heads, batch}, static_cast<unsigned>(kThreads), 0, 0});
-    plan.launches.push_back({"qattn::quant::FinalizeStats<" + d + ", " + gran_id(r.gran) + ", " + sm + sample_arg + ">",
+    plan.launches.push_back({"qattn::quant::FinalizeStats<" + d + ", " + gran_enum(r.gran) + ", " + sm + sample_arg + ">",
                              "finalize_stats" + sample_tag, {heads, batch, 1}, static_cast<unsigned>(r.d), 0,
                              per_tensor ? 1 : 0});
     plan.scratch_floats = kStatsOffset + 3LL * r.d * splits * p.heads * p.batch;
@@ -187,9 +180,9 @@ QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
   const unsigned tiles = static_cast<unsigned>(quant_tiles_per_head(r, p));
   const bool fp8 = r.code == Fmt::fp8e4m3;   // QuantizeTransposed's Code, rendered when not int8 or before OnePass
   const std::string code = fp8 || one_pass ? (fp8 ? ", qattn::Fmt::fp8e4m3" : ", qattn::Fmt::int8") : "";
-  QuantLaunch q{r.transpose ? "qattn::quant::QuantizeTransposed<" + in + ", " + d + ", " + gran_id(r.gran) + ", " + sm +
+  QuantLaunch q{r.transpose ? "qattn::quant::QuantizeTransposed<" + in + ", " + d + ", " + gran_enum(r.gran) + ", " + sm +
                                   code + (one_pass ? ", true" : "") + ">"
-                            : "qattn::quant::QuantizeRows<" + in + ", " + d + ", " + gran_id(r.gran) + ", " +
+                            : "qattn::quant::QuantizeRows<" + in + ", " + d + ", " + gran_enum(r.gran) + ", " +
                                   std::to_string(row_group) + ", " + sm + row_flags + ">",
                 std::string(r.transpose ? "quantize_transposed" : "quantize_rows") + (one_pass ? "_1p" : ""),
                 {tiles, heads, batch}, static_cast<unsigned>(kThreads), 0, 0};
@@ -207,5 +200,4 @@ QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
   return plan;
 }
 
-}  // namespace quant
-}  // namespace qattn
+}  // namespace qattn::gen

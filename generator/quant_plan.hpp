@@ -91,8 +91,7 @@
 #include "qattn/error.hpp"
 #include "qattn/quant/quant_config.h"   // shared with the device passes
 
-namespace qattn {
-namespace quant {
+namespace qattn::gen {
 
 struct QuantRequest {
   Fmt in = Fmt::fp16;           // fp16 | bf16
@@ -108,8 +107,8 @@ struct QuantRequest {
   bool pack4 = false;           // rows only, codes within [-7, 7]: two codes per byte (see INT4 above)
   int qmax = 127;               // the QuantParams::qmax the caller passes: 127 (int8) or 7 (int4)
   bool block_mean = false;      // Q smoothing: subtract the mean of each block of kQMeanBlock rows
-  int rotate = kRotateNone;     // rows, token-local scales: the signed Hadamard rotation (quant_config.h)
-                                // after smoothing, kRotateQ (H S x) or kRotateK (H S x / B); see Rotation
+  int rotate = quant::kRotateNone;  // rows, token-local scales: the signed Hadamard rotation (quant_config.h)
+                                    // after smoothing, kRotateQ (H S x) or kRotateK (H S x / B); see Rotation
 };
 
 struct QuantProblem {
@@ -141,10 +140,6 @@ struct QuantPlan {
   int scale_group = 0;            // ScaleRef::group
 };
 
-// "qattn::Fmt::fp16" ...: the template arguments of the passes.
-const char* fmt_id(Fmt f);
-const char* gran_id(Gran g);
-
 // "" when the request and problem can be planned, else a one-line reason.
 std::string quant_request_error(const QuantRequest& r, const QuantProblem& p);
 // "" when the filled-in parameters meet the passes' pointer, stride and alignment needs (see the top).
@@ -160,5 +155,4 @@ ScaleRef dense_scale_ref(const QuantRequest& r, const QuantProblem& p, const flo
 // The passes to launch, in order; throws bad_input with quant_request_error's reason.
 QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p);
 
-}  // namespace quant
-}  // namespace qattn
+}  // namespace qattn::gen

@@ -55,7 +55,7 @@ Source flashq_source(const char* op, const char* type, const Spec& spec, bool pa
 
 }  // namespace
 
-HelperKernel quant_pass_kernel(const quant::QuantRequest& r, const quant::QuantLaunch& l) {
+HelperKernel quant_pass_kernel(const QuantRequest& r, const QuantLaunch& l) {
   HelperKernel h;
   h.family = KernelFamily::quant;
   h.in = r.in == Fmt::bf16 ? Fmt::bf16 : Fmt::fp16;
@@ -73,7 +73,7 @@ HelperKernel quant_pass_kernel(const quant::QuantRequest& r, const quant::QuantL
   return h;
 }
 
-Source render_quant_pass(const quant::QuantRequest& r, const quant::QuantLaunch& l, Arch arch) {
+Source render_quant_pass(const QuantRequest& r, const QuantLaunch& l, Arch arch) {
   return render_helper(quant_pass_kernel(r, l), "qattn/quant/quant.cuh", l.pass, "qattn::QuantParams", l.block, arch,
                        static_cast<unsigned>(l.min_blocks));
 }

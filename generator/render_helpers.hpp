@@ -13,8 +13,8 @@
 namespace qattn::gen {
 
 // One pass of a quantization plan (quant_plan.hpp; QuantParams, launched with launch.block threads).
-Source render_quant_pass(const quant::QuantRequest& request, const quant::QuantLaunch& launch, Arch arch);
-HelperKernel quant_pass_kernel(const quant::QuantRequest& request, const quant::QuantLaunch& launch);
+Source render_quant_pass(const QuantRequest& request, const QuantLaunch& launch, Arch arch);
+HelperKernel quant_pass_kernel(const QuantRequest& request, const QuantLaunch& launch);
 
 // The LSE correction after K smoothing (templates/qattn/attention/lse_correction.cuh, LseCorrectionParams):
 // q · mean_k per row (128 threads), then lse += softmax_scale * dot (256 threads).

@@ -15,22 +15,22 @@ namespace {
 // "prefill, decode, causal, paged, qk=, pv=, ...": what the spec grammar accepts, in table order.
 std::string accepted_tokens(bool bare_words) {
   std::vector<std::string> words, keys;
-  for (const schema::Field& f : schema::fields()) {
+  for (const gen::schema::Field& f : gen::schema::fields()) {
     if (f.bare)
       for (size_t i = 0; i < f.choice_count; ++i) words.push_back(f.choices[i].text);
-    else if (f.domain == schema::Domain::flag)
+    else if (f.domain == gen::schema::Domain::flag)
       words.push_back(f.key);
     else
       keys.push_back(std::string(f.key) + "=");
   }
-  if (!bare_words) return text::join(keys, ", ");
+  if (!bare_words) return gen::text::join(keys, ", ");
   for (const std::string& k : keys) words.push_back(k);
-  return text::join(words, ", ");
+  return gen::text::join(words, ", ");
 }
 
-const schema::Field* bare_field_of(const std::string& token) {
-  for (const schema::Field& f : schema::fields()) {
-    if (f.domain == schema::Domain::flag && token == f.key) return &f;
+const gen::schema::Field* bare_field_of(const std::string& token) {
+  for (const gen::schema::Field& f : gen::schema::fields()) {
+    if (f.domain == gen::schema::Domain::flag && token == f.key) return &f;
     if (f.bare)
       for (size_t i = 0; i < f.choice_count; ++i)
         if (token == f.choices[i].text) return &f;
@@ -38,9 +38,9 @@ const schema::Field* bare_field_of(const std::string& token) {
   return nullptr;
 }
 
-const schema::Field* keyed_field_of(const std::string& key) {
-  for (const schema::Field& f : schema::fields())
-    if (!f.bare && f.domain != schema::Domain::flag && key == f.key) return &f;
+const gen::schema::Field* keyed_field_of(const std::string& key) {
+  for (const gen::schema::Field& f : gen::schema::fields())
+    if (!f.bare && f.domain != gen::schema::Domain::flag && key == f.key) return &f;
   return nullptr;
 }
 
@@ -57,29 +57,29 @@ std::string smooth_to_string(int bits) {
 
 int arch_cc(Arch arch) { return arch == Arch::sm_90a ? 90 : static_cast<int>(arch); }
 
-bool Spec::operator==(const Spec& o) const { return schema::spec_key(*this) == schema::spec_key(o); }
+bool Spec::operator==(const Spec& o) const { return gen::schema::spec_key(*this) == gen::schema::spec_key(o); }
 
 std::string to_string(const Spec& s) {
   std::string out;
-  for (const schema::Field& f : schema::fields()) {
+  for (const gen::schema::Field& f : gen::schema::fields()) {
     if (!f.required && f.get(s) == f.fallback) continue;
     if (!out.empty()) out += ' ';
-    if (f.bare || f.domain == schema::Domain::flag)
-      out += schema::format_value(f, s);
+    if (f.bare || f.domain == gen::schema::Domain::flag)
+      out += gen::schema::format_value(f, s);
     else
-      out += std::string(f.key) + "=" + schema::format_value(f, s);
+      out += std::string(f.key) + "=" + gen::schema::format_value(f, s);
   }
   return out;
 }
 
 Spec parse_spec(std::string_view input) {
   Spec s;
-  std::vector<const schema::Field*> seen;
-  const std::vector<std::string> tokens = text::split_ws(input);
+  std::vector<const gen::schema::Field*> seen;
+  const std::vector<std::string> tokens = gen::text::split_ws(input);
   if (tokens.empty()) throw_bad_input("empty spec; expected e.g. 'prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128'");
   for (const std::string& tok : tokens) {
     const auto eq = tok.find('=');
-    const schema::Field* field = nullptr;
+    const gen::schema::Field* field = nullptr;
     std::string_view value;
     if (eq == std::string::npos) {
       field = bare_field_of(tok);
@@ -91,18 +91,18 @@ Spec parse_spec(std::string_view input) {
       if (!field) throw_bad_input("unknown spec field '" + key + "'; accepted: " + accepted_tokens(false));
       value = std::string_view(tok).substr(eq + 1);
     }
-    for (const schema::Field* f : seen)
+    for (const gen::schema::Field* f : seen)
       if (f == field) {
-        if (field->bare) throw_bad_input("spec has two phases; give one of: " + schema::accepted_values(*field));
+        if (field->bare) throw_bad_input("spec has two phases; give one of: " + gen::schema::accepted_values(*field));
         throw_bad_input("spec field '" + std::string(field->key) + "' given twice");
       }
     seen.push_back(field);
-    schema::parse_value(*field, s, value);
+    gen::schema::parse_value(*field, s, value);
   }
-  for (const schema::Field& f : schema::fields()) {
+  for (const gen::schema::Field& f : gen::schema::fields()) {
     if (!f.required) continue;
     bool given = false;
-    for (const schema::Field* g : seen) given = given || g == &f;
+    for (const gen::schema::Field* g : seen) given = given || g == &f;
     if (!given) throw_bad_input(f.missing);
   }
   return s;

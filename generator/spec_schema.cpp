@@ -5,7 +5,7 @@
 #include "generator/text.hpp"
 #include "qattn/error.hpp"
 
-namespace qattn::schema {
+namespace qattn::gen::schema {
 namespace {
 
 template <class E>
@@ -363,11 +363,11 @@ bool parse_operand_code(std::string_view s, Operand& op) {
   return false;
 }
 
-}  // namespace qattn::schema
+}  // namespace qattn::gen::schema
 
 namespace qattn {
 
-using namespace schema;
+using namespace gen::schema;
 
 const char* to_string(Phase x) { return text_of(kPhases, v(x)); }
 const char* to_string(Arch x) { return x == Arch::unset ? "unset" : text_of(kArchs, v(x)); }
@@ -384,7 +384,7 @@ Arch parse_arch(std::string_view text) {
 
 }  // namespace qattn
 
-namespace qattn::schema {
+namespace qattn::gen::schema {
 // A member added to Spec changes its size: add it to the table in build() above, then update this.
 static_assert(sizeof(Spec) == 68, "Spec changed: add the new member to the field table (generator/spec_schema.cpp)");
-}  // namespace qattn::schema
+}  // namespace qattn::gen::schema

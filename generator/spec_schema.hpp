@@ -11,7 +11,7 @@
 
 #include "qattn/spec.hpp"
 
-namespace qattn::schema {
+namespace qattn::gen::schema {
 
 // One value of an enumerated field: its number, its word in the spec text, its code in kernel names
 // ("" where kernel names never write it: the field's default, or a value that names the same kernel).
@@ -75,4 +75,4 @@ bool parse_fmt_code(std::string_view code, Fmt& fmt);
 const char* gran_code(Gran gran);
 bool parse_gran_code(std::string_view code, Gran& gran);
 
-}  // namespace qattn::schema
+}  // namespace qattn::gen::schema

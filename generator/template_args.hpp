@@ -2,7 +2,7 @@
 #pragma once
 #include "qattn/abi.h"
 
-namespace qattn::template_args {
+namespace qattn::gen::template_args {
 
 inline const char* fmt_enum(Fmt f) {
   switch (f) {
@@ -51,4 +51,4 @@ inline const char* accum_enum(Accum a) {
 
 inline const char* flag(bool b) { return b ? "true" : "false"; }
 
-}  // namespace qattn::template_args
+}  // namespace qattn::gen::template_args

@@ -3,7 +3,7 @@
 #include <cctype>
 #include <charconv>
 
-namespace qattn::text {
+namespace qattn::gen::text {
 
 std::vector<std::string> split_ws(std::string_view s) {
   std::vector<std::string> out;
@@ -51,4 +51,4 @@ bool starts_with(std::string_view s, std::string_view prefix) {
   return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
 }
 
-}  // namespace qattn::text
+}  // namespace qattn::gen::text

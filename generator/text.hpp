@@ -4,7 +4,7 @@
 #include <string_view>
 #include <vector>
 
-namespace qattn::text {
+namespace qattn::gen::text {
 
 std::vector<std::string> split_ws(std::string_view s);                 // split on runs of whitespace
 std::vector<std::string> split(std::string_view s, std::string_view sep);  // exact separator, keeps empties
@@ -12,4 +12,4 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep);
 bool parse_int(std::string_view s, long long& out);                   // whole string, decimal, optional '-'
 bool starts_with(std::string_view s, std::string_view prefix);
 
-}  // namespace qattn::text
+}  // namespace qattn::gen::text

@@ -12,12 +12,12 @@ std::string to_string(const Tiling& t) {
 }
 
 Tiling parse_tiling(std::string_view input) {
-  auto parts = text::split(input, "_");
+  auto parts = gen::text::split(input, "_");
   // The optional tokens, from the back: _mb<k>, then _tma, then _qf, then one of _wg / _i4mma.
   long long min_blocks = 0;
   bool ok = true;
-  if (parts.size() > 4 && text::starts_with(parts.back(), "mb")) {
-    ok = text::parse_int(std::string_view(parts.back()).substr(2), min_blocks) && min_blocks > 0 && min_blocks <= 32;
+  if (parts.size() > 4 && gen::text::starts_with(parts.back(), "mb")) {
+    ok = gen::text::parse_int(std::string_view(parts.back()).substr(2), min_blocks) && min_blocks > 0 && min_blocks <= 32;
     parts.pop_back();
   }
   const bool tma = parts.size() > 4 && parts.back() == "tma";
@@ -31,8 +31,8 @@ Tiling parse_tiling(std::string_view input) {
   long long values[4] = {0, 0, 0, 0};
   ok = ok && parts.size() == 4;
   for (size_t i = 0; ok && i < 4; ++i)
-    ok = text::starts_with(parts[i], prefixes[i]) &&
-         text::parse_int(std::string_view(parts[i]).substr(std::string_view(prefixes[i]).size()), values[i]) &&
+    ok = gen::text::starts_with(parts[i], prefixes[i]) &&
+         gen::text::parse_int(std::string_view(parts[i]).substr(std::string_view(prefixes[i]).size()), values[i]) &&
          values[i] > 0 && values[i] <= 1024;
   if (!ok)
     throw_bad_input("bad tiling '" + std::string(input) +

@@ -96,14 +96,14 @@ const char* to_string(CandidateVerdict v) {
 }
 
 Spec parse_spec_family(std::string_view text) {
-  const std::vector<std::string> tokens = text::split_ws(text);
+  const std::vector<std::string> tokens = gen::text::split_ws(text);
   std::string out = "fp16";
   bool has_qk = false, has_pv = false;
   for (const std::string& t : tokens) {
-    if (text::starts_with(t, "out=")) out = t.substr(4);
-    has_qk |= text::starts_with(t, "qk=");
-    has_pv |= text::starts_with(t, "pv=");
-    if (text::starts_with(t, "smooth="))
+    if (gen::text::starts_with(t, "out=")) out = t.substr(4);
+    has_qk |= gen::text::starts_with(t, "qk=");
+    has_pv |= gen::text::starts_with(t, "pv=");
+    if (gen::text::starts_with(t, "smooth="))
       throw_bad_input("spec family '" + std::string(text) + "': smooth= is chosen by the calibration; leave it out");
   }
   std::string full(text);

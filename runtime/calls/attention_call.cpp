@@ -176,7 +176,7 @@ std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall
     QuantParams qp{};
     qp.x = ref_of(inputs[i]);
     qp.y = s.y;
-    qp.scale = quant::dense_scale_ref(s.request, s.problem, reinterpret_cast<float*>(base + s.scales));
+    qp.scale = gen::dense_scale_ref(s.request, s.problem, reinterpret_cast<float*>(base + s.scales));
     qp.mean = s.plan.mean_floats ? reinterpret_cast<float*>(base + s.mean) : nullptr;
     qp.amax_scratch = s.plan.scratch_floats ? reinterpret_cast<float*>(base + s.scratch) : nullptr;
     qp.batch = s.problem.batch;
@@ -185,9 +185,9 @@ std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall
     qp.seq_pad = s.problem.seq_pad;
     qp.d = d;
     qp.qmax = s.request.code == Fmt::fp8e4m3 ? 448.f : static_cast<float>(s.request.qmax);   // fp8: amax / 448; int4 Q/K: 7
-    const std::string err = quant::quant_params_error(s.request, qp);
+    const std::string err = gen::quant_params_error(s.request, qp);
     if (!err.empty()) throw_bad_input("cannot quantize " + std::string("qkv").substr(static_cast<size_t>(i), 1) + ": " + err);
-    for (const quant::QuantLaunch& l : s.plan.launches) {
+    for (const gen::QuantLaunch& l : s.plan.launches) {
       if (l.zero_scratch_floats > 0)
         rt::fill_bytes_async(reinterpret_cast<CUdeviceptr>(qp.amax_scratch), 0,
                              sizeof(float) * static_cast<size_t>(l.zero_scratch_floats), pass_stream, options.device);

@@ -43,7 +43,7 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool in
     }
   for (QuantSlot& s : slots) {
     s.problem.resident_blocks = resident_blocks;
-    if (s.active) s.plan = quant::plan_quant(s.request, s.problem);
+    if (s.active) s.plan = gen::plan_quant(s.request, s.problem);
   }
   return slots;
 }
@@ -64,13 +64,13 @@ std::vector<gen::Source> helper_sources(const Spec& spec, int k_mean_sample_toke
   const Problem nominal{1, spec.gqa, 1, 128, 128};
   const bool int4_mma = int4_mma_by_default(spec);
   for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma, 0, k_mean_sample_tokens))
-    for (const quant::QuantLaunch& l : s.plan.launches) out.push_back(gen::render_quant_pass(s.request, l, spec.arch));
+    for (const gen::QuantLaunch& l : s.plan.launches) out.push_back(gen::render_quant_pass(s.request, l, spec.arch));
   if (k_mean_sample_tokens > 0) {   // K's passes that only a longer sequence adds (the sampled statistics)
     std::set<std::string> names;
     for (const gen::Source& src : out) names.insert(src.kernel_name);
     const Problem beyond_sample{1, spec.gqa, 1, 1, k_mean_sample_tokens + 1};
     const QuantSlot k = quant_slots(spec, beyond_sample, int4_mma, 0, k_mean_sample_tokens)[1];
-    for (const quant::QuantLaunch& l : k.plan.launches) {
+    for (const gen::QuantLaunch& l : k.plan.launches) {
       gen::Source src = gen::render_quant_pass(k.request, l, spec.arch);
       if (names.insert(src.kernel_name).second) out.push_back(std::move(src));
     }

@@ -14,9 +14,9 @@ namespace qattn::rt {
 // One quantized operand: the request for the quantizer, its plan, and where its outputs live in the
 // workspace (byte offsets, filled in by the caller).
 struct QuantSlot {
-  quant::QuantRequest request;
-  quant::QuantProblem problem;
-  quant::QuantPlan plan;
+  gen::QuantRequest request;
+  gen::QuantProblem problem;
+  gen::QuantPlan plan;
   size_t codes = 0, scales = 0, mean = 0, scratch = 0;   // workspace offsets (scratch: the plan's own)
   int row_bytes = 0;   // bytes per row of codes (packed int4: d/2), filled in by the caller
   TensorRef y{};

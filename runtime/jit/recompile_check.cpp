@@ -36,7 +36,7 @@ int sample_of(const std::string& tag) {
 // A quantization pass: the request its name records, and a problem under which plan_quant takes the
 // form its tag names (one pass needs enough resident blocks, a sampled mean a longer sequence).
 gen::Source rebuild_quant(const HelperKernel& h, Arch arch) {
-  quant::QuantRequest r;
+  gen::QuantRequest r;
   r.in = h.in;
   r.gran = h.code.gran;
   r.group = h.group;
@@ -50,11 +50,11 @@ gen::Source rebuild_quant(const HelperKernel& h, Arch arch) {
   r.rotate = h.rotate;
   const int sample = sample_of(h.op);
   const bool one_pass = h.op.size() > 3 && h.op.compare(h.op.size() - 3, 3, "_1p") == 0;
-  quant::QuantProblem p;
+  gen::QuantProblem p;
   p.seq_len = p.seq_pad = sample > 0 ? ((2 * sample + 127) / 128) * 128 : 1024;
   p.mean_sample_tokens = sample;
   p.resident_blocks = one_pass ? (1 << 24) : 0;
-  for (const quant::QuantLaunch& launch : quant::plan_quant(r, p).launches)
+  for (const gen::QuantLaunch& launch : gen::plan_quant(r, p).launches)
     if (launch.tag == h.op) return gen::render_quant_pass(r, launch, arch);
   throw std::invalid_argument("no quantization plan has a pass '" + h.op + "'");
 }

@@ -349,7 +349,7 @@ std::vector<CompiledKernel> Runtime::compile_helpers(const Spec& spec) {
   return out;
 }
 
-Runtime::Impl::SpecFields Runtime::Impl::spec_fields(const Spec& s) { return schema::spec_key(s); }
+Runtime::Impl::SpecFields Runtime::Impl::spec_fields(const Spec& s) { return gen::schema::spec_key(s); }
 
 Runtime::Impl::RequestKey Runtime::Impl::request_key(const Spec& s, const Problem& problem) {
   RequestKey k;

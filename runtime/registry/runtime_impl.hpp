@@ -102,7 +102,7 @@ struct Runtime::Impl {
   // kernel()'s in-process map: (spec as asked, problem bucket) -> the loaded winner. Keyed by numbers,
   // not text, so that a repeated request costs a validation of the problem and one map lookup.
   // Every field of a spec as numbers (generator/spec_schema.hpp): a map key that costs no text.
-  using SpecFields = schema::SpecKey;
+  using SpecFields = gen::schema::SpecKey;
   static SpecFields spec_fields(const Spec& spec);
   struct RequestKey {
     SpecFields spec{};

@@ -175,9 +175,9 @@ std::vector<int> select_devices(const std::string& which) {
     for (int i = 0; i < count; ++i) devices.push_back(i);
     return devices;
   }
-  for (const std::string& word : text::split(which, ",")) {
+  for (const std::string& word : gen::text::split(which, ",")) {
     long long ordinal = -1;
-    if (!text::parse_int(word, ordinal) || ordinal < 0)
+    if (!gen::text::parse_int(word, ordinal) || ordinal < 0)
       throw_bad_input("--devices " + which + ": '" + word + "' is not a device ordinal; accepted: all or a list like 0,2");
     if (ordinal >= count)
       throw_bad_input("--devices " + which + ": device " + word + " does not exist (" + std::to_string(count) +

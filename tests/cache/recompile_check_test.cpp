@@ -41,13 +41,13 @@ const char* kDecode = "qattn_decode_sm90a_qki8tok_pvi8tok_of16_d64__bm16_bn32_w4
 // A quantization pass whose tag carries a sampled mean ("channel_stats_s256"): the helper form whose
 // name holds the most that the rebuild must read back.
 gen::Source sampled_stats_pass() {
-  quant::QuantRequest r;
+  gen::QuantRequest r;
   r.smooth = true;
   r.d = 64;
-  quant::QuantProblem p;
+  gen::QuantProblem p;
   p.seq_len = p.seq_pad = 1024;
   p.mean_sample_tokens = 256;
-  const quant::QuantPlan plan = quant::plan_quant(r, p);
+  const gen::QuantPlan plan = gen::plan_quant(r, p);
   return gen::render_quant_pass(r, plan.launches.front(), Arch::sm_90a);
 }
 
@@ -153,22 +153,22 @@ TEST(RecompileRebuild, EveryFamilyRendersBackUnderItsOwnName) {
   helpers.push_back(gen::render_lse_addscaled(Arch::sm_80));
   helpers.push_back(sampled_stats_pass());
   // Every pass of a few plans: one pass ("_1p"), V transposed to fp8, packed int4 with rotation, Q block means.
-  auto add_plan = [&](const quant::QuantRequest& r, int resident_blocks) {
-    quant::QuantProblem p;
+  auto add_plan = [&](const gen::QuantRequest& r, int resident_blocks) {
+    gen::QuantProblem p;
     p.seq_len = p.seq_pad = 1024;
     p.resident_blocks = resident_blocks;
-    for (const auto& launch : quant::plan_quant(r, p).launches) helpers.push_back(gen::render_quant_pass(r, launch, Arch::sm_89));
+    for (const auto& launch : gen::plan_quant(r, p).launches) helpers.push_back(gen::render_quant_pass(r, launch, Arch::sm_89));
   };
-  quant::QuantRequest one_pass;
+  gen::QuantRequest one_pass;
   one_pass.smooth = true;
   add_plan(one_pass, 1 << 20);
-  quant::QuantRequest v;
+  gen::QuantRequest v;
   v.transpose = true, v.gran = Gran::per_channel, v.code = Fmt::fp8e4m3, v.in = Fmt::bf16;
   add_plan(v, 0);
-  quant::QuantRequest packed;
+  gen::QuantRequest packed;
   packed.pack4 = true, packed.qmax = 7, packed.rotate = quant::kRotateK, packed.gran = Gran::per_warp, packed.group = 64;
   add_plan(packed, 0);
-  quant::QuantRequest q_mean;
+  gen::QuantRequest q_mean;
   q_mean.block_mean = true, q_mean.gran = Gran::per_tensor, q_mean.d = 256;
   add_plan(q_mean, 0);
   std::string names;

@@ -45,10 +45,10 @@ class PassCache {
 
 // Runs every launch of a quantization plan with `qp` (zeroing the passes' scratch first where a launch
 // asks for it), on the default stream, and waits for them.
-inline void run_quant_plan(PassCache& passes, const quant::QuantRequest& req, const quant::QuantPlan& plan,
+inline void run_quant_plan(PassCache& passes, const gen::QuantRequest& req, const gen::QuantPlan& plan,
                            const QuantParams& qp, int device) {
   const Arch arch = parse_arch(rt::arch_for(rt::query_device(device)));
-  for (const quant::QuantLaunch& l : plan.launches) {
+  for (const gen::QuantLaunch& l : plan.launches) {
     if (l.zero_scratch_floats) rt::fill_bytes(reinterpret_cast<CUdeviceptr>(qp.amax_scratch), 0, sizeof(float) * l.zero_scratch_floats, device);
     passes.get(gen::render_quant_pass(req, l, arch), device)
         .launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes, nullptr, qp);
@@ -65,8 +65,8 @@ struct QuantRun {
   QuantParams qp{};
 };
 
-inline QuantRun prepare_quant_run(const HostTensor& x, Fmt fmt, const quant::QuantRequest& req,
-                                  const quant::QuantProblem& prob, const quant::QuantPlan& plan, int row_bytes) {
+inline QuantRun prepare_quant_run(const HostTensor& x, Fmt fmt, const gen::QuantRequest& req,
+                                  const gen::QuantProblem& prob, const gen::QuantPlan& plan, int row_bytes) {
   QuantRun run;
   const long long heads = prob.heads, pad = prob.seq_pad;
   run.x = rt::DeviceBuffer::from(encode(x, fmt));
@@ -83,7 +83,7 @@ inline QuantRun prepare_quant_run(const HostTensor& x, Fmt fmt, const quant::Qua
   qp.x = TensorRef{run.x.as<void>(), x.strides.sb, x.strides.sh, x.strides.ss, 1};
   qp.y = req.transpose ? TensorRef{run.y.as<void>(), heads * row_bytes * pad, row_bytes * pad, 1, pad}
                        : TensorRef{run.y.as<void>(), heads * pad * row_bytes, pad * row_bytes, row_bytes, 1};
-  qp.scale = quant::dense_scale_ref(req, prob, run.scale.as<float>());
+  qp.scale = gen::dense_scale_ref(req, prob, run.scale.as<float>());
   qp.mean = plan.mean_floats ? run.mean.as<float>() : nullptr;
   qp.amax_scratch = plan.scratch_floats ? run.scratch.as<float>() : nullptr;
   qp.batch = prob.batch;

@@ -33,8 +33,8 @@ std::string expect_round_trip(const gen::Source& src, const HelperKernel* expect
 }
 
 // Every quantization pass of every plan the quantizer accepts, over the request's fields.
-std::vector<std::pair<quant::QuantRequest, quant::QuantLaunch>> every_quant_pass() {
-  std::vector<std::pair<quant::QuantRequest, quant::QuantLaunch>> out;
+std::vector<std::pair<gen::QuantRequest, gen::QuantLaunch>> every_quant_pass() {
+  std::vector<std::pair<gen::QuantRequest, gen::QuantLaunch>> out;
   for (Fmt in : {Fmt::fp16, Fmt::bf16})
     for (Gran g : {Gran::per_token, Gran::per_block, Gran::per_tensor, Gran::per_channel, Gran::per_warp, Gran::per_thread})
       for (int group : {0, 32, 64, 128})
@@ -44,15 +44,15 @@ std::vector<std::pair<quant::QuantRequest, quant::QuantLaunch>> every_quant_pass
               for (bool block_mean : {false, true})
                 for (int rotate : {quant::kRotateNone, quant::kRotateQ, quant::kRotateK})
                   for (int variant = 0; variant < 3; ++variant) {   // int8, packed int4, fp8e4m3 codes
-                    quant::QuantRequest r;
+                    gen::QuantRequest r;
                     r.in = in, r.gran = g, r.group = group, r.d = d, r.transpose = transpose, r.smooth = smooth;
                     r.block_mean = block_mean, r.rotate = rotate;
                     if (variant == 1) r.pack4 = true, r.qmax = 7;
                     if (variant == 2) r.code = Fmt::fp8e4m3;
-                    for (const quant::QuantProblem& p : {quant::QuantProblem{2, 3, 1000, transpose ? 1024 : 1000},
-                                                         quant::QuantProblem{1, 2, 5000, transpose ? 5120 : 5000, 1 << 20, 1024}}) {
-                      if (!quant::quant_request_error(r, p).empty()) continue;
-                      for (const quant::QuantLaunch& l : quant::plan_quant(r, p).launches) out.emplace_back(r, l);
+                    for (const gen::QuantProblem& p : {gen::QuantProblem{2, 3, 1000, transpose ? 1024 : 1000},
+                                                         gen::QuantProblem{1, 2, 5000, transpose ? 5120 : 5000, 1 << 20, 1024}}) {
+                      if (!gen::quant_request_error(r, p).empty()) continue;
+                      for (const gen::QuantLaunch& l : gen::plan_quant(r, p).launches) out.emplace_back(r, l);
                     }
                   }
   return out;
@@ -108,9 +108,9 @@ TEST(HelperKernelNames, LseCombineAppendAndFlashqRoundTrip) {
 
 // Helper names as they are cached: the quantizers' and the LSE correction's are unchanged.
 TEST(HelperKernelNames, Examples) {
-  quant::QuantRequest r;
+  gen::QuantRequest r;
   r.smooth = true;
-  const quant::QuantPlan plan = quant::plan_quant(r, quant::QuantProblem{1, 1, 128, 128});
+  const gen::QuantPlan plan = gen::plan_quant(r, gen::QuantProblem{1, 1, 128, 128});
   EXPECT_EQ(gen::render_quant_pass(r, plan.launches.back(), Arch::sm_90a).kernel_name,
             "qattn_quant_f16_i8tok_smooth_d128__quantize_rows");
   const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=bf16 d=64 smooth=k arch=sm_89");

@@ -2,10 +2,13 @@
 #include <gtest/gtest.h>
 
 #include "generator/quant_plan.hpp"
+#include "generator/template_args.hpp"
 
-namespace qattn {
-namespace quant {
+namespace qattn::gen {
 namespace {
+
+// The constants and helpers shared with the device passes (qattn/quant/quant_config.h).
+using namespace quant;
 
 QuantRequest request(Gran gran, int group, bool smooth, bool transpose, Fmt in = Fmt::fp16, int d = 128) {
   QuantRequest r;
@@ -166,7 +169,7 @@ TEST(QuantShape, SmoothedTokenLocalKTakesItsMeanFromTheSample) {
   EXPECT_EQ(sample_splits, 16u);
   for (Gran g : {Gran::per_token, Gran::per_block, Gran::per_warp, Gran::per_thread}) {
     const int group = g == Gran::per_token ? 0 : 64;
-    const std::string gid = gran_id(g);
+    const std::string gid = template_args::gran_enum(g);
     const QuantRequest k = request(g, group, true, false, Fmt::bf16, 64);
     for (int resident : {0, 1 << 20}) {
       const QuantProblem p{2, 8, seq, seq, resident, sample};
@@ -441,7 +444,7 @@ TEST(QuantShape, RotationIsTheRowPassLastParameter) {
                            request(Gran::per_channel, 0, false, false)}) {
     bad.rotate = kRotateK;
     EXPECT_NE(quant_request_error(bad, QuantProblem{1, 2, 1000, 1024}).find("token-local"), std::string::npos)
-        << gran_id(bad.gran);
+        << template_args::gran_enum(bad.gran);
   }
   QuantRequest wide = request(Gran::per_block, 128, false, false);
   wide.rotate = kRotateQ;
@@ -502,5 +505,4 @@ TEST(QuantShape, ParamChecksCatchBadStridesAndPointers) {
 }
 
 }  // namespace
-}  // namespace quant
-}  // namespace qattn
+}  // namespace qattn::gen

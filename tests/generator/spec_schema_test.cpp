@@ -19,22 +19,22 @@ namespace {
 // Every value each field takes in a spec the grammar accepts (counts: their bounds, default and a few).
 std::vector<std::vector<int>> values_per_field() {
   std::vector<std::vector<int>> out;
-  for (const schema::Field& f : schema::fields()) {
+  for (const gen::schema::Field& f : gen::schema::fields()) {
     std::vector<int> vals;
     switch (f.domain) {
-      case schema::Domain::choice:
+      case gen::schema::Domain::choice:
         for (size_t i = 0; i < f.choice_count; ++i) vals.push_back(f.choices[i].value);
-        if (!f.required && schema::find_choice(f, f.fallback) == nullptr) vals.push_back(f.fallback);   // arch unset
+        if (!f.required && gen::schema::find_choice(f, f.fallback) == nullptr) vals.push_back(f.fallback);   // arch unset
         break;
-      case schema::Domain::count:
+      case gen::schema::Domain::count:
         vals = {f.lo, f.lo + 1, 7, 64, f.hi};
         if (f.fallback < f.lo) vals.push_back(f.fallback);   // splitk unset
         break;
-      case schema::Domain::flag: vals = {0, 1}; break;
-      case schema::Domain::smooth:
+      case gen::schema::Domain::flag: vals = {0, 1}; break;
+      case gen::schema::Domain::smooth:
         for (int bits = 0; bits < 8; ++bits) vals.push_back(bits);
         break;
-      case schema::Domain::operand:
+      case gen::schema::Domain::operand:
         for (Fmt fmt : {Fmt::fp16, Fmt::bf16, Fmt::int8, Fmt::int4, Fmt::fp8e4m3, Fmt::flashq})
           for (Gran g : {Gran::none, Gran::per_tensor, Gran::per_block, Gran::per_warp, Gran::per_thread,
                          Gran::per_token, Gran::per_channel, Gran::per_group, Gran::per_head}) {
@@ -53,7 +53,7 @@ std::vector<std::vector<int>> values_per_field() {
 
 std::vector<Spec> generated_specs() {
   const auto values = values_per_field();
-  const auto& fields = schema::fields();
+  const auto& fields = gen::schema::fields();
   std::vector<Spec> specs;
   // Every value of every field, the others at their defaults.
   for (size_t i = 0; i < fields.size(); ++i)
@@ -75,7 +75,7 @@ std::vector<Spec> generated_specs() {
 TEST(SpecSchema, EveryFieldIsInTheTableOnce) {
   std::set<std::string> keys;
   std::set<int> ranks;
-  for (const schema::Field& f : schema::fields()) {
+  for (const gen::schema::Field& f : gen::schema::fields()) {
     EXPECT_TRUE(keys.insert(f.key).second) << f.key;
     EXPECT_TRUE(ranks.insert(f.name_rank).second) << f.key;
     EXPECT_NE(f.get, nullptr);
@@ -83,32 +83,32 @@ TEST(SpecSchema, EveryFieldIsInTheTableOnce) {
   }
   // Setting any one field to another value changes the spec, through every member the table names.
   const auto values = values_per_field();
-  for (size_t i = 0; i < schema::kFieldCount; ++i) {
+  for (size_t i = 0; i < gen::schema::kFieldCount; ++i) {
     const Spec base;
     for (int v : values[i]) {
       Spec s;
-      schema::fields()[i].set(s, v);
-      EXPECT_EQ(schema::fields()[i].get(s), v) << schema::fields()[i].key;
-      EXPECT_EQ(s == base, v == schema::fields()[i].get(base)) << schema::fields()[i].key << "=" << v;
+      gen::schema::fields()[i].set(s, v);
+      EXPECT_EQ(gen::schema::fields()[i].get(s), v) << gen::schema::fields()[i].key;
+      EXPECT_EQ(s == base, v == gen::schema::fields()[i].get(base)) << gen::schema::fields()[i].key << "=" << v;
     }
   }
 }
 
 TEST(SpecSchema, DifferentSpecsGiveDifferentKeysTextsAndNames) {
   const std::vector<Spec> specs = generated_specs();
-  std::map<schema::SpecKey, std::string> text_of_key;
-  std::map<std::string, schema::SpecKey> key_of_text;
-  std::map<std::string, schema::SpecKey> key_of_name;
+  std::map<gen::schema::SpecKey, std::string> text_of_key;
+  std::map<std::string, gen::schema::SpecKey> key_of_text;
+  std::map<std::string, gen::schema::SpecKey> key_of_name;
   const Tiling tiling{64, 64, 4, 2};
   size_t named = 0;
   for (const Spec& s : specs) {
-    const schema::SpecKey key = schema::spec_key(s);
+    const gen::schema::SpecKey key = gen::schema::spec_key(s);
     const std::string text = to_string(s);
     SCOPED_TRACE(text);
     // parse(to_string(s)) == s, and the canonical text is a fixed point.
     const Spec back = parse_spec(text);
     ASSERT_EQ(back, s);
-    ASSERT_EQ(schema::spec_key(back), key);
+    ASSERT_EQ(gen::schema::spec_key(back), key);
     ASSERT_EQ(to_string(back), text);
     // One text per key and one key per text.
     const auto [t, fresh_key] = text_of_key.emplace(key, text);
@@ -137,16 +137,16 @@ TEST(SpecSchema, RotationChangesTheKeyAndTheName) {
   const Spec plain = parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 smooth=kv arch=sm_90a");
   Spec rotated = plain;
   rotated.rotate = Rotation::hadamard;
-  EXPECT_NE(schema::spec_key(plain), schema::spec_key(rotated));
+  EXPECT_NE(gen::schema::spec_key(plain), gen::schema::spec_key(rotated));
   EXPECT_NE(to_string(plain), to_string(rotated));
   EXPECT_NE(kernel_name(plain, Tiling{}), kernel_name(rotated, Tiling{}));
   // And the same for every field: one changed field, one changed key.
   const Spec base;
-  for (const schema::Field& f : schema::fields()) {
+  for (const gen::schema::Field& f : gen::schema::fields()) {
     Spec changed = base;
     f.set(changed, f.get(base) == 1 ? 2 : 1);
     if (changed == base) continue;
-    EXPECT_NE(schema::spec_key(changed), schema::spec_key(base)) << f.key;
+    EXPECT_NE(gen::schema::spec_key(changed), gen::schema::spec_key(base)) << f.key;
   }
 }
 

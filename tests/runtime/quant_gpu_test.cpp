@@ -60,16 +60,16 @@ class QuantVsReference : public test::GpuTest {
                  " " + test::to_string(layout) + " " + test::seed_note(seed));
     HostTensor x = test::random_tensor({batch, heads, seq, d}, layout, test::k_like(), seed);
     test::round_to(x, fmt);
-    quant::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
+    gen::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
     req.rotate = rq.rotate;
     const int pad = rq.transpose ? (seq + kVPadTokens - 1) / kVPadTokens * kVPadTokens : seq;
-    const quant::QuantProblem prob{batch, heads, seq, pad, resident_blocks, mean_sample};
-    const quant::QuantPlan plan = quant::plan_quant(req, prob);
-    ASSERT_EQ(plan.launches.size() == 1 && plan.launches[0].min_blocks > 0, quant::quant_one_pass(req, prob));
+    const gen::QuantProblem prob{batch, heads, seq, pad, resident_blocks, mean_sample};
+    const gen::QuantPlan plan = gen::plan_quant(req, prob);
+    ASSERT_EQ(plan.launches.size() == 1 && plan.launches[0].min_blocks > 0, gen::quant_one_pass(req, prob));
 
     test::QuantRun run = test::prepare_quant_run(x, fmt, req, prob, plan, d);
     const QuantParams& qp = run.qp;
-    ASSERT_EQ(quant::quant_params_error(req, qp), "");
+    ASSERT_EQ(gen::quant_params_error(req, qp), "");
     test::run_quant_plan(passes_, req, plan, qp, kDevice);
     const std::vector<std::int8_t> codes = run.y.to_vector<std::int8_t>();
     const std::vector<float> scales = run.scale.to_vector<float>();
@@ -116,8 +116,8 @@ TEST_F(QuantVsReference, EveryGranularitySmoothingAndLayout) {
           if (seq == 4097 ? (d != 64 && d != 96) : d == 64) continue;
           run_case(fmt, rq, seq, layout, d);
           ++cases;
-          if (quant::quant_one_pass(quant::QuantRequest{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d},
-                                    quant::QuantProblem{1, 1, seq, seq, resident_blocks()})) {
+          if (gen::quant_one_pass(gen::QuantRequest{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d},
+                                    gen::QuantProblem{1, 1, seq, seq, resident_blocks()})) {
             run_case(fmt, rq, seq, layout, d, resident_blocks());
             ++cases;
           }
@@ -149,11 +149,11 @@ TEST_F(QuantVsReference, OnePassAtTheLargestHead) {
   const int resident = resident_blocks();
   const int rows_seq = resident / 2 * quant::kRowTileTokens;
   const int vt_seq = resident / 2 * quant::kTransposeTileTokens;
-  const quant::QuantRequest k_req{Fmt::fp16, Gran::per_token, 0, true, false, 128};
-  const quant::QuantRequest v_req{Fmt::fp16, Gran::per_channel, 0, true, true, 128};
-  ASSERT_TRUE(quant::quant_one_pass(k_req, quant::QuantProblem{2, 3, rows_seq, rows_seq, resident}));
-  ASSERT_FALSE(quant::quant_one_pass(k_req, quant::QuantProblem{2, 3, rows_seq + 1, rows_seq + 1, resident}));
-  ASSERT_TRUE(quant::quant_one_pass(v_req, quant::QuantProblem{2, 3, vt_seq, vt_seq, resident}));
+  const gen::QuantRequest k_req{Fmt::fp16, Gran::per_token, 0, true, false, 128};
+  const gen::QuantRequest v_req{Fmt::fp16, Gran::per_channel, 0, true, true, 128};
+  ASSERT_TRUE(gen::quant_one_pass(k_req, gen::QuantProblem{2, 3, rows_seq, rows_seq, resident}));
+  ASSERT_FALSE(gen::quant_one_pass(k_req, gen::QuantProblem{2, 3, rows_seq + 1, rows_seq + 1, resident}));
+  ASSERT_TRUE(gen::quant_one_pass(v_req, gen::QuantProblem{2, 3, vt_seq, vt_seq, resident}));
   run_case(Fmt::fp16, Request{Gran::per_token, 0, true, false}, rows_seq, Layout::bshd, 128, resident);
   run_case(Fmt::bf16, Request{Gran::per_channel, 0, true, true}, vt_seq, Layout::bhsd, 128, resident);
   run_case(Fmt::fp16, Request{Gran::per_channel, 0, false, true}, vt_seq - 1, Layout::bshd, 128, resident);
@@ -181,10 +181,10 @@ TEST_F(QuantVsReference, KMeanFromASampleOfTheTokens) {
           for (int d : {64, 96, 128, 256}) {
             // Every head dim at the default sample on the long head; the other lengths at d 96 and 128.
             if (n.seq != 4097 && d != 96 && d != 128) continue;
-            const quant::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
+            const gen::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
             const int resident = layout == Layout::bhsd ? resident_blocks() : 0;
-            const quant::QuantProblem prob{1, 1, n.seq, n.seq, resident, n.sample};
-            ASSERT_EQ(quant::quant_samples_mean(req, prob), n.seq > n.sample);
+            const gen::QuantProblem prob{1, 1, n.seq, n.seq, resident, n.sample};
+            ASSERT_EQ(gen::quant_samples_mean(req, prob), n.seq > n.sample);
             run_case(fmt, rq, n.seq, layout, d, resident, n.sample);
             ++cases;
           }

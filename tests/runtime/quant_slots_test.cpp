@@ -21,7 +21,7 @@ TEST(QuantSlots, TheKMeanSampleReachesKOnly) {
     EXPECT_EQ(slots[0].problem.mean_sample_tokens, 0);
     EXPECT_EQ(slots[1].problem.mean_sample_tokens, 1024);
     EXPECT_EQ(slots[2].problem.mean_sample_tokens, 0);
-    EXPECT_TRUE(quant::quant_samples_mean(slots[1].request, slots[1].problem));
+    EXPECT_TRUE(gen::quant_samples_mean(slots[1].request, slots[1].problem));
     ASSERT_EQ(slots[1].plan.launches.size(), 3u);
     EXPECT_EQ(slots[1].plan.launches[0].tag, "channel_stats_s1024");
     EXPECT_EQ(slots[1].plan.launches[0].grid[0], 1024u / quant::kSampledChunkTokens);

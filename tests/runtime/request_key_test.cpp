@@ -22,7 +22,7 @@ TEST(RequestKey, RotationIsPartOfTheKey) {
 TEST(RequestKey, EveryFieldIsPartOfTheKey) {
   const Problem p{1, 8, 8, 4096, 4096};
   const Spec base;
-  for (const schema::Field& f : schema::fields()) {
+  for (const gen::schema::Field& f : gen::schema::fields()) {
     Spec changed = base;
     f.set(changed, f.get(base) == 1 ? 2 : 1);
     ASSERT_NE(changed, base) << f.key;

@@ -59,13 +59,13 @@ class Int4Quantizer : public test::GpuTest {
 
   // Quantizes x (fp16, bshd) with the request on the GPU; returns the raw output bytes, rows of
   // row_bytes, and the scales / mean through the out parameters.
-  std::vector<std::int8_t> quantize(const HostTensor& x, const quant::QuantRequest& req, int row_bytes,
+  std::vector<std::int8_t> quantize(const HostTensor& x, const gen::QuantRequest& req, int row_bytes,
                                     std::vector<float>& scales, std::vector<float>& mean, ScaleRef& sref) {
-    const quant::QuantProblem prob{x.shape.batch, x.shape.heads, x.shape.seq, x.shape.seq};
-    const quant::QuantPlan plan = quant::plan_quant(req, prob);
+    const gen::QuantProblem prob{x.shape.batch, x.shape.heads, x.shape.seq, x.shape.seq};
+    const gen::QuantPlan plan = gen::plan_quant(req, prob);
     test::QuantRun run = test::prepare_quant_run(x, Fmt::fp16, req, prob, plan, row_bytes);
     const QuantParams& qp = run.qp;
-    EXPECT_EQ(quant::quant_params_error(req, qp), "");
+    EXPECT_EQ(gen::quant_params_error(req, qp), "");
     test::run_quant_plan(passes_, req, plan, qp, kDevice);
     scales = run.scale.to_vector<float>();
     mean = run.mean.to_vector<float>();
@@ -91,7 +91,7 @@ TEST_F(Int4Quantizer, PackedAndUnpackedCodesMatchTheReference) {
                          " d=" + std::to_string(d) + " seq=" + std::to_string(seq) + " " + test::seed_note(seed));
             HostTensor x = test::random_tensor({2, 2, seq, d}, Layout::bshd, test::k_like(), seed);
             test::round_to(x, Fmt::fp16);
-            quant::QuantRequest req{Fmt::fp16, g, grp, smooth, false, d};
+            gen::QuantRequest req{Fmt::fp16, g, grp, smooth, false, d};
             req.qmax = 7;
             std::vector<float> s1, m1, s2, m2;
             ScaleRef r1{}, r2{};

@@ -363,7 +363,7 @@ TEST_F(KMeanSample, MatchesTheFullMeanEndToEnd) {
       SCOPED_TRACE(std::string(text) + " " + to_string(p) + " " + test::seed_note(seed));
       // The runtime's K plan with the sample reads only the sample in its statistics pass.
       const auto slots = rt::quant_slots(spec, p, false, 0, sample);
-      ASSERT_TRUE(quant::quant_samples_mean(slots[1].request, slots[1].problem));
+      ASSERT_TRUE(gen::quant_samples_mean(slots[1].request, slots[1].problem));
       const TwoRuns r = run_both(rt_full, rt_sampled, spec, p, c.layout, seed, stream);
       const test::ErrorMetrics &ma = r.ma, &mb = r.mb, &mab = r.between;
       std::printf("[ k-mean ] %-80s %-28s full mean: cos %.7f relL2 %.3e maxAbs %.3e | sampled (%d): cos %.7f relL2 %.3e "

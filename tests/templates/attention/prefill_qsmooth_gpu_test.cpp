@@ -238,13 +238,13 @@ TEST_F(QSmoothQuantizer, BlockMeansAndCodesMatchTheReference) {
                      to_string(fmt) + " " + test::seed_note(seed));
         HostTensor x = test::q_block_offset_data({batch, heads, seq, d}, layout, seed);
         test::round_to(x, fmt);
-        quant::QuantRequest req{fmt, g.gran, g.group, false, false, d};
+        gen::QuantRequest req{fmt, g.gran, g.group, false, false, d};
         req.block_mean = true;
-        const quant::QuantProblem prob{batch, heads, seq, seq};
-        const quant::QuantPlan plan = quant::plan_quant(req, prob);
+        const gen::QuantProblem prob{batch, heads, seq, seq};
+        const gen::QuantPlan plan = gen::plan_quant(req, prob);
         test::QuantRun run = test::prepare_quant_run(x, fmt, req, prob, plan, d);
         const QuantParams& qp = run.qp;
-        ASSERT_EQ(quant::quant_params_error(req, qp), "");
+        ASSERT_EQ(gen::quant_params_error(req, qp), "");
         test::run_quant_plan(passes_, req, plan, qp, kDevice);
         const std::vector<float> mean = run.mean.to_vector<float>();
         const std::vector<double> mean_ref = test::q_block_means(x);

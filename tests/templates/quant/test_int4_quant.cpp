@@ -121,25 +121,25 @@ TEST(Int4Quant, PackedLayoutIsLowNibbleFirst) {
 // The packed quantizer is QuantizeRows<..., Pack4 = true>; the unpacked plan (int8, and int4 stored one
 // code per byte) keeps its template-id. pack4 needs rows and qmax <= 7.
 TEST(Int4Quant, PlanOfThePackedQuantizer) {
-  quant::QuantRequest r;
+  gen::QuantRequest r;
   r.gran = Gran::per_warp;
   r.group = 64;
   r.smooth = true;
   r.d = 96;
-  const quant::QuantProblem p{1, 2, 97, 97};
-  const std::string unpacked = quant::plan_quant(r, p).launches.back().pass;
+  const gen::QuantProblem p{1, 2, 97, 97};
+  const std::string unpacked = gen::plan_quant(r, p).launches.back().pass;
   EXPECT_EQ(unpacked.find(", true>"), unpacked.size() - 7) << unpacked;   // Smooth, no Pack4
   r.qmax = 7;
-  EXPECT_EQ(quant::plan_quant(r, p).launches.back().pass, unpacked);   // qmax is a launch parameter
+  EXPECT_EQ(gen::plan_quant(r, p).launches.back().pass, unpacked);   // qmax is a launch parameter
   r.pack4 = true;
-  const std::string packed = quant::plan_quant(r, p).launches.back().pass;
+  const std::string packed = gen::plan_quant(r, p).launches.back().pass;
   EXPECT_EQ(packed, unpacked.substr(0, unpacked.size() - 1) + ", true>");
   r.qmax = 127;
-  EXPECT_NE(quant::quant_request_error(r, p), "");
+  EXPECT_NE(gen::quant_request_error(r, p), "");
   r.qmax = 7;
   r.transpose = true;
   r.gran = Gran::per_channel;
-  EXPECT_NE(quant::quant_request_error(r, quant::QuantProblem{1, 2, 97, 128}), "");
+  EXPECT_NE(gen::quant_request_error(r, gen::QuantProblem{1, 2, 97, 128}), "");
 }
 
 }  // namespace

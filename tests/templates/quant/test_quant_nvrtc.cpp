@@ -30,12 +30,12 @@ int test_level() {
 // mean from a sample of the tokens (K with token-local scales; S is a template argument of the
 // statistics passes, any S below seq_len instantiates them).
 using Bounds = std::pair<unsigned, int>;
-void add_passes(std::map<std::string, Bounds>& passes, const QuantRequest& r, QuantProblem p) {
+void add_passes(std::map<std::string, Bounds>& passes, const gen::QuantRequest& r, gen::QuantProblem p) {
   for (int resident : {0, 1 << 20})
     for (int sample : {0, p.seq_len / 2}) {
       p.resident_blocks = resident;
       p.mean_sample_tokens = sample;
-      for (const QuantLaunch& l : plan_quant(r, p).launches) passes[l.pass] = {l.block, l.min_blocks};
+      for (const gen::QuantLaunch& l : gen::plan_quant(r, p).launches) passes[l.pass] = {l.block, l.min_blocks};
     }
 }
 
@@ -51,7 +51,7 @@ std::map<std::string, Bounds> planned_passes(bool all_dims) {
                             Gran::per_thread})
             for (int group : {32, 64, 128})   // per_block 64 | 128; per_warp / per_thread 32 (Q) | 64 (K)
             for (bool pack4 : {false, true}) {   // qk=int4's packed rows (qmax 7)
-              QuantRequest r;
+              gen::QuantRequest r;
               r.pack4 = pack4;
               r.qmax = pack4 ? 7 : 127;
               r.in = in;
@@ -60,11 +60,11 @@ std::map<std::string, Bounds> planned_passes(bool all_dims) {
               r.smooth = smooth;
               r.transpose = transpose;
               r.d = d;
-              const QuantProblem p{1, 1, 1000, 1024};
-              if (!quant_request_error(r, p).empty()) continue;
+              const gen::QuantProblem p{1, 1, 1000, 1024};
+              if (!gen::quant_request_error(r, p).empty()) continue;
               add_passes(passes, r, p);
               r.block_mean = true;   // Q smoothing (block means): the plan refuses what it does not cover
-              if (!quant_request_error(r, p).empty()) continue;
+              if (!gen::quant_request_error(r, p).empty()) continue;
               add_passes(passes, r, p);
             }
   // rotate=hadamard: Q rows (with or without block means) and K rows (with or without smoothing), each
@@ -76,7 +76,7 @@ std::map<std::string, Bounds> planned_passes(bool all_dims) {
         for (int rotate : {kRotateQ, kRotateK})
           for (bool extra : {false, true})   // Q: block means; K: smoothing
             for (bool pack4 : {false, true}) {
-              QuantRequest r;
+              gen::QuantRequest r;
               r.in = in;
               r.gran = gran;
               r.group = gran == Gran::per_token ? 0 : gran == Gran::per_block || rotate == kRotateK ? 64 : 32;
@@ -85,22 +85,22 @@ std::map<std::string, Bounds> planned_passes(bool all_dims) {
               r.pack4 = pack4;
               r.qmax = pack4 ? 7 : 127;
               (rotate == kRotateQ ? r.block_mean : r.smooth) = extra;
-              const QuantProblem p{1, 1, 1000, 1024};
-              if (!quant_request_error(r, p).empty()) continue;   // block means are not packed
+              const gen::QuantProblem p{1, 1, 1000, 1024};
+              if (!gen::quant_request_error(r, p).empty()) continue;   // block means are not packed
               add_passes(passes, r, p);
             }
   // pv=fp8e4m3: the transposed per-channel V pass with e4m3 codes.
   for (Fmt in : {Fmt::fp16, Fmt::bf16})
     for (int d : dims)
       for (bool smooth : {false, true}) {
-        QuantRequest r;
+        gen::QuantRequest r;
         r.in = in;
         r.gran = Gran::per_channel;
         r.smooth = smooth;
         r.transpose = true;
         r.d = d;
         r.code = Fmt::fp8e4m3;
-        add_passes(passes, r, QuantProblem{1, 1, 1000, 1024});
+        add_passes(passes, r, gen::QuantProblem{1, 1, 1000, 1024});
       }
   return passes;
 }
