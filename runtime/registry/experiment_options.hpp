@@ -14,7 +14,7 @@ struct ExperimentOptions {
   // Quantized prefill with token-local Q scales (per_token, per_warp, per_thread, per_block; no smooth=q,
   // rotate or packed int4): attention() and prepare() launch the chosen tiling's fused-Q twin (_qf), whose
   // kernel quantizes its own Q tile, instead of a Q quantization pass before the plain kernel. The tuner
-  // times the plain form and compiles the winner's twin into the cache too. QATTN_FUSE_Q=0: off.
+  // verifies and times each candidate in this form too (rt::GpuCandidateRunner). QATTN_FUSE_Q=0: off.
   bool fuse_q_quant = true;
   // Quantized prefill in the wgmma form (sm_90a) at d 64 / 128: the TMA twin (_tma), whose K / V^T tiles
   // one thread loads as tensor-map boxes on an mbarrier, instead of every thread's cp.async. Like

@@ -1,11 +1,10 @@
-// The tuner's view of the GPU: compile candidates in parallel (through the binary cache), verify each
-// against the float64 host reference, and time it with CUDA events over rotating input buffers.
+// The tuner's view of the GPU: compile candidates in parallel (through the binary cache), check each
+// through the accuracy gate (accuracy_gate.hpp), and time it with CUDA events over rotating input buffers.
 #pragma once
-#include <map>
-#include <string>
-
 #include <cmath>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "qattn/tuner.hpp"
 #include "runtime/device/device_buffer.hpp"
@@ -31,6 +30,9 @@ struct DeviceInputs {
 DeviceInputs make_check_inputs(const Spec& spec, const Problem& p, unsigned long long seed, bool bhsd_layout, int ordinal,
                                CheckData data = CheckData::outliers);
 
+// A candidate is named by the tiling the tuner stores; what it compiles, verifies and times is that
+// tiling's launch form (Runtime::launch_form: the fused-Q / TMA twin attention() launches for it), so a
+// tuned time is the time of the kernel that runs.
 class GpuCandidateRunner final : public CandidateRunner {
  public:
   explicit GpuCandidateRunner(Runtime::Impl& runtime);

@@ -8,7 +8,9 @@
 #include "cache/maintenance.hpp"
 #include "cache/store.hpp"
 #include "qattn/error.hpp"
+#include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
+#include "qattn/validate.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/random_data.hpp"
 
@@ -107,6 +109,31 @@ TEST_F(RegistryGpu, WinnerFromAnotherDriverIsRevalidatedThenUsed) {
   const auto rows = user.list_tuned();
   ASSERT_EQ(rows.size(), 1u) << "the re-validated winner is stored under this driver in the user layer";
   EXPECT_EQ(rows[0].kernel_name, winner);
+}
+
+// The tuner verifies and times each candidate in the form attention() launches (its fused-Q / TMA twin),
+// and says so in the candidate's detail; a candidate whose form is itself has no such note.
+TEST_F(RegistryGpu, TheTunerTimesTheKernelAttentionLaunches) {
+  RuntimeOptions options;
+  options.use_cache = false;
+  Runtime runtime(options);
+  const Spec spec = runtime.resolve(parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 smooth=k"));
+  if (!validate(spec)) GTEST_SKIP() << validate(spec).reason;
+  const TuningResult r = runtime.tune(spec, Problem{1, 8, 8, 1024, 1024});
+  int twins = 0;
+  for (const CandidateOutcome& c : r.candidates) {
+    const Tiling launched = runtime.launch_form(spec, c.tiling);
+    const std::string note = "launched as " + kernel_name(spec, launched);
+    if (launched != c.tiling) {
+      ++twins;
+      EXPECT_EQ(c.detail.rfind(note, 0), 0u) << c.kernel_name << ": " << c.detail;
+    } else {
+      EXPECT_EQ(c.detail.find("launched as"), std::string::npos) << c.kernel_name << ": " << c.detail;
+    }
+  }
+  std::printf("[ tuner ] %d of %zu candidates ran as their launch form; winner %s\n", twins, r.candidates.size(),
+              r.winner_name.c_str());
+  EXPECT_GT(twins, 0) << "no candidate of this spec has a fused-Q or TMA twin here";
 }
 
 TEST_F(RegistryGpu, SpecForAnotherArchIsRefusedWithTheReason) {
