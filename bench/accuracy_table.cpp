@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/safe_file.hpp"
 #include "reference/format_sim.hpp"
 
 using namespace qattn::reference::sim;
@@ -337,10 +338,13 @@ int main(int argc, char** argv) {
   if (out_path.empty()) {
     std::cout << doc.str();
   } else {
-    std::ofstream f(out_path);
-    f << doc.str();
-    if (!f) {
-      std::fprintf(stderr, "cannot write %s\n", out_path.c_str());
+    try {
+      qattn::cache::write_file_safely(out_path, doc.str());   // whole or not at all, never through a link
+    } catch (const qattn::cache::BadPath& e) {
+      std::fprintf(stderr, "qattn_accuracy_table: %s\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "qattn_accuracy_table: cannot write %s: %s\n", out_path.c_str(), e.what());
       return 1;
     }
   }

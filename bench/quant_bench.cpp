@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache/safe_file.hpp"
 #include "qattn/error.hpp"
 #include "generator/quant_plan.hpp"
 #include "runtime/calls/helper_kernels.hpp"
@@ -212,10 +213,13 @@ int run(const Options& o) {
   if (!o.out.empty()) {
     nlohmann::json j{{"b", o.b}, {"h", o.h}, {"n", o.n}, {"d", o.d}, {"arch", bench.arch()}, {"resident_blocks", bench.resident()},
                      {"k_mean_sample", o.sample}, {"rows", rows}};
-    FILE* f = std::fopen(o.out.c_str(), "w");
-    if (!f) throw Error(ErrorKind::failure, "cannot write " + o.out);
-    std::fputs(j.dump(1).c_str(), f);
-    std::fclose(f);
+    try {
+      cache::write_file_safely(o.out, j.dump(1));   // whole or not at all, never through a link
+    } catch (const cache::BadPath& e) {
+      throw Error(ErrorKind::bad_input, e.what());
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::failure, "cannot write " + o.out + ": " + e.what());
+    }
   }
   return 0;
 }
