@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Prefill attention benchmark: qattn FP16 and INT8 against PyTorch SDPA (flash and cuDNN backends) on the
-same inputs, in one run. Writes prefill_<device>_<date>.json and .md (see bench/README.md).
+"""Prefill attention benchmark: qattn FP16 and INT8 against PyTorch SDPA (flash and cuDNN backends) and
+SageAttention2's sm90 kernel (--grid peers) on the same inputs, in one run. Writes
+prefill_<device>_<date>.json and .md (see bench/README.md).
 
     PYTHONPATH=python QATTN_LIBRARY=build/lib/libqattn.so python3 bench/bench_prefill.py --quick
 """
@@ -26,9 +27,9 @@ def parse_args(argv):
     p.add_argument("--d", default=None, help="head dims to keep, e.g. 128 or 64,128")
     p.add_argument("--n", default=None, help="sequence lengths to keep, e.g. 4096,16384")
     p.add_argument("--causal", choices=["yes", "no", "both"], default="both")
-    p.add_argument("--grid", choices=["default", "formats"], default="default",
-                   help="default: d 64/128, N 1k/4k/16k, issue 2's variants; formats: d 64/128/256, N 1k..32k, "
-                        "every variant (issue 3)")
+    p.add_argument("--grid", choices=["default", "formats", "peers"], default="default",
+                   help="default: d 64/128, N 1k/4k/16k, the baseline variants; formats: d 64/128/256, N 1k..32k, "
+                        "every qattn variant; peers: the Hopper comparison shapes (H 32) against SageAttention2")
     p.add_argument("--variants", default=None,
                    help="comma list from: " + ", ".join(bu.ALL_VARIANTS) + " (default: the grid's)")
     p.add_argument("--tune", choices=["auto", "off"], default="auto",
@@ -41,7 +42,8 @@ def parse_args(argv):
     try:
         args.head_dims = bu.parse_list(args.d, bu.HEAD_DIMS, "head dim", int) if args.d else None
         args.seq_lens = bu.parse_list(args.n, bu.SEQ_LENS, "sequence length", int) if args.n else None
-        default_variants = bu.ALL_VARIANTS if args.grid == "formats" else bu.DEFAULT_VARIANTS
+        default_variants = {"formats": list(bu.SDPA_VARIANTS) + list(bu.QATTN_VARIANTS),
+                            "peers": bu.PEER_GRID_VARIANTS}.get(args.grid, bu.DEFAULT_VARIANTS)
         args.variant_list = bu.parse_list(args.variants or ",".join(default_variants), bu.ALL_VARIANTS, "variant")
     except ValueError as e:
         p.error(str(e))
@@ -180,6 +182,41 @@ def bench_qattn(variant, shape, inputs, outs, reference, flops, args, bt, runtim
     return [kernel_row, e2e_row]
 
 
+def bench_peer(variant, shape, inputs, outs, reference, flops, args, bt):
+    """SageAttention2 (bench/peers/sage.py): its kernel alone on inputs it quantized itself, and its call
+    end to end from fp16."""
+    from peers import sage
+    gran = bu.PEER_VARIANTS[variant]
+    accuracy_of = lambda: bt.accuracy(outs[0], reference, shape)  # noqa: E731
+    rows = [row_base(shape, variant, "kernel"), row_base(shape, variant, "e2e")]
+    why = sage.import_error()
+    if why:
+        for r in rows:
+            r["error"] = why
+        return rows
+    prepared = []
+
+    def kernel_only(i):
+        prepared[i].run(outs[i])
+
+    def end_to_end(i):
+        outs[i].copy_(sage.end_to_end(*inputs[i], shape.causal, gran))
+
+    for o in outs:
+        o.fill_(float("nan"))
+    try:
+        prepared += [sage.KernelOnly(*inputs[i], shape.causal, gran) for i in range(args.sets)]
+        measure(rows[0], kernel_only, args.sets, args, flops, accuracy_of, bt)
+    except Exception as e:   # noqa: BLE001
+        rows[0]["error"] = f"{type(e).__name__}: {e}"
+        traceback.print_exc(limit=2)
+    del prepared
+    for o in outs:
+        o.fill_(float("nan"))
+    measure(rows[1], end_to_end, args.sets, args, flops, accuracy_of, bt)
+    return rows
+
+
 def bench_shape(shape, args, bt, runtime):
     """Every requested variant on one shape, on the same input sets. Returns the rows."""
     torch = bt.torch
@@ -193,6 +230,8 @@ def bench_shape(shape, args, bt, runtime):
     for variant in args.variant_list:
         if variant in bu.SDPA_VARIANTS:
             rows.append(bench_sdpa(variant, shape, inputs, reference, flops, args, bt))
+        elif variant in bu.PEER_VARIANTS:
+            rows += bench_peer(variant, shape, inputs, outs, reference, flops, args, bt)
         else:
             rows += bench_qattn(variant, shape, inputs, outs, reference, flops, args, bt, runtime)
     del inputs, outs

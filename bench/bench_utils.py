@@ -17,6 +17,10 @@ SEQ_LENS = (1024, 2048, 4096, 8192, 16384, 32768)
 DEFAULT_HEAD_DIMS = (64, 128)
 DEFAULT_SEQ_LENS = (1024, 4096, 16384)
 QUICK = ((128, 4096, False), (128, 4096, True), (64, 4096, False))   # (d, N, causal) of --quick
+# --grid peers: the shapes the Hopper prefill kernel is compared with SageAttention2 and cuDNN on,
+# (d, N, batch, heads), each causal and not: H 32 at B·N = 16k, a long single sequence, and a d 64 video
+# model's length (H 24, N 17776).
+PEER_SHAPES = ((128, 16384, 1, 32), (128, 4096, 4, 32), (128, 1024, 16, 32), (64, 17776, 1, 24), (128, 32768, 1, 32))
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,10 @@ def make_shape(d, n, causal):
 
 def shape_grid(quick=False, head_dims=None, seq_lens=None, causal=None, grid="default"):
     """The benchmarked shapes, optionally filtered (None: no filter on that axis)."""
+    if grid == "peers" and not quick:
+        return [Shape(d=d, n=n, causal=c, batch=b, heads=h) for d, n, b, h in PEER_SHAPES for c in (False, True)
+                if (head_dims is None or d in head_dims) and (seq_lens is None or n in seq_lens)
+                and (causal is None or c in causal)]
     if quick:
         triples = list(QUICK)
     else:
@@ -73,7 +81,12 @@ QATTN_VARIANTS = {
 # The variants of the default grid (issue 2's table); --grid formats runs them all.
 DEFAULT_VARIANTS = ["sdpa_flash", "sdpa_cudnn", "qattn_fp16", "qattn_int8_per_token", "qattn_int8_per_block",
                     "qattn_int8_per_tensor"]
-ALL_VARIANTS = list(SDPA_VARIANTS) + list(QATTN_VARIANTS)
+# Peer kernels (bench/peers/): SageAttention2's sm90 kernel at its two Q/K granularities.
+PEER_VARIANTS = {"sage2_per_warp": "per_warp", "sage2_per_thread": "per_thread"}
+# --grid peers: the baselines, qattn's INT8 formats on Hopper and the peer.
+PEER_GRID_VARIANTS = ["sdpa_flash", "sdpa_cudnn", "qattn_int8_per_token", "qattn_int8_fp8", "qattn_int8_fp8_2lvl",
+                      "sage2_per_warp"]
+ALL_VARIANTS = list(SDPA_VARIANTS) + list(QATTN_VARIANTS) + list(PEER_VARIANTS)
 BASELINE_OF_RATIO = {"ratio_flash": "sdpa_flash", "ratio_cudnn": "sdpa_cudnn"}
 
 

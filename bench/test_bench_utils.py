@@ -117,6 +117,17 @@ class Arithmetic(unittest.TestCase):
         self.assertEqual(len(bu.shape_grid(grid="formats", head_dims=[128], seq_lens=[4096])), 2)
 
 
+    def test_peers_grid_is_the_hopper_comparison(self):
+        grid = bu.shape_grid(grid="peers")
+        self.assertEqual(len(grid), 5 * 2)
+        self.assertIn(bu.Shape(d=128, n=1024, causal=True, batch=16, heads=32), grid)
+        self.assertIn(bu.Shape(d=64, n=17776, causal=False, batch=1, heads=24), grid)
+        self.assertEqual(len(bu.shape_grid(grid="peers", head_dims=[64])), 2)
+        for v in bu.PEER_GRID_VARIANTS:
+            self.assertIn(v, bu.ALL_VARIANTS)
+        self.assertIn("sage2_per_warp", bu.PEER_VARIANTS)
+
+
 class Files(unittest.TestCase):
     def test_device_slug(self):
         self.assertEqual(bu.device_slug("NVIDIA H100 80GB HBM3"), "h100-80gb-hbm3")

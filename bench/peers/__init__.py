@@ -1,0 +1,1 @@
+"""Peer kernels measured beside qattn in the prefill benchmark (never part of the library)."""
