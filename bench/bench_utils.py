@@ -233,10 +233,11 @@ def render_markdown(meta, rows):
     if not meta.get("complete", True):
         lines.append("- **incomplete run**: the shapes below are those finished before it stopped")
     lines += ["",
-              f"Hidden {HIDDEN} (H = {HIDDEN}/d), B·N = {TOKENS} tokens. TFLOPS = 4·B·H·N²·d / t, halved when "
+              f"Shapes: B×H per row (the default and formats grids: hidden {HIDDEN}, H = {HIDDEN}/d, B·N = {TOKENS} "
+              f"tokens). TFLOPS = 4·B·H·N²·d / t, halved when "
               f"causal (effective ops for INT8). Median of {meta.get('iters', '?')} timed calls (CUDA events) "
               f"rotating {meta.get('sets', '?')} input sets. mode: `kernel` = attention kernel alone on "
-              f"prepared (quantized) inputs, `e2e` = qattn_attention incl. quantization, `sdpa` = PyTorch. "
+              f"prepared (quantized) inputs, `e2e` = the call from fp16 incl. quantization (qattn_attention, or the peer's own call), `sdpa` = PyTorch. "
               f"'vs' = baseline time / this time (> 1: faster). quant (e2e rows) = (e2e - kernel) / kernel: the "
               f"share quantization adds to the attention time. Accuracy vs an fp64 reference on a slice "
               f"({meta.get('accuracy_slice', '?')}).", ""]
