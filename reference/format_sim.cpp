@@ -129,32 +129,28 @@ Mat e4m3_per_tensor(const Mat& x) {
   return y;
 }
 
-// Per-channel e4m3 with scale amax_c / 448 (SageAttention2's V, §3.5).
-Mat e4m3_per_channel(const Mat& x) {
+// Per-channel symmetric quantization: scale amax_c / max_code, x̂ = code(x / scale) * scale, where `code`
+// rounds onto the format's grid (an all-zero channel stays 0).
+template <class Code>
+Mat per_channel(const Mat& x, double max_code, Code code) {
   std::vector<double> amax(static_cast<size_t>(x.cols), 0.0);
   for (int r = 0; r < x.rows; ++r)
     for (int c = 0; c < x.cols; ++c) amax[static_cast<size_t>(c)] = std::max(amax[static_cast<size_t>(c)], std::fabs(x.at(r, c)));
   Mat y = x;
   for (int r = 0; r < x.rows; ++r)
     for (int c = 0; c < x.cols; ++c) {
-      const double s = amax[static_cast<size_t>(c)] / 448;
-      y.at(r, c) = s > 0 ? round_e4m3(x.at(r, c) / s) * s : 0.0;
+      const double s = amax[static_cast<size_t>(c)] / max_code;
+      y.at(r, c) = s > 0 ? code(x.at(r, c) / s) * s : 0.0;
     }
   return y;
 }
 
-// Per-channel INT8 with scale amax_c / 127 (INT-FlashAttention's V with one scale per channel).
+// SageAttention2's V (§3.5): e4m3, scale amax_c / 448.
+Mat e4m3_per_channel(const Mat& x) { return per_channel(x, 448, [](double u) { return round_e4m3(u); }); }
+
+// INT-FlashAttention's V with one scale per channel: int8 codes, scale amax_c / 127.
 Mat int8_per_channel(const Mat& x) {
-  std::vector<double> amax(static_cast<size_t>(x.cols), 0.0);
-  for (int r = 0; r < x.rows; ++r)
-    for (int c = 0; c < x.cols; ++c) amax[static_cast<size_t>(c)] = std::max(amax[static_cast<size_t>(c)], std::fabs(x.at(r, c)));
-  Mat y = x;
-  for (int r = 0; r < x.rows; ++r)
-    for (int c = 0; c < x.cols; ++c) {
-      const double s = amax[static_cast<size_t>(c)] / 127;
-      y.at(r, c) = s > 0 ? std::clamp(std::nearbyint(x.at(r, c) / s), -127.0, 127.0) * s : 0.0;
-    }
-  return y;
+  return per_channel(x, 127, [](double u) { return std::clamp(std::nearbyint(u), -127.0, 127.0); });
 }
 
 Mat quantize_v(const Mat& v, VFormat f) {
