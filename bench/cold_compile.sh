@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# What a cold compile costs, through the qattn CLI alone (so any build of qattn can be measured, old or
+# new): each spec of bench/cold_compile_specs.txt compiled once with no cache file, one process each,
+# then the default grid of one arch. No GPU needed; NVRTC runs on the CPU.
+#
+#   bench/cold_compile.sh QATTN_BINARY OUT_DIR [ARCH=sm_90a] [JOBS=all cores]
+#
+# Writes OUT_DIR/variants.tsv (spec, kernel, wall/user/sys seconds of the process, compile_ms the tool
+# reported), OUT_DIR/grid.json (the grid's rows) and OUT_DIR/summary.txt (medians, grid wall/user/sys
+# seconds). Wall time depends on what else runs on the machine; user time much less: report both.
+set -euo pipefail
+qattn=${1:?usage: cold_compile.sh QATTN_BINARY OUT_DIR [ARCH] [JOBS]}
+out=${2:?usage: cold_compile.sh QATTN_BINARY OUT_DIR [ARCH] [JOBS]}
+arch=${3:-sm_90a}
+jobs=${4:-$(nproc)}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+export LC_ALL=C TIMEFORMAT='%R %U %S'
+
+printf 'spec\tkernel\twall_s\tuser_s\tsys_s\tcompile_ms\n' >"$out/variants.tsv"
+grep -v '^#' "$here/cold_compile_specs.txt" | grep -v '^$' | while IFS= read -r spec; do
+  { time "$qattn" compile --spec "$spec" --arch "$arch" --no-cache --json >"$out/one.json"; } 2>"$out/one.time"
+  read -r wall user sys <"$out/one.time"
+  row=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%s\t%.1f" % (j["kernel"], j["compile_ms"]))' "$out/one.json")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$spec" "${row%%$'\t'*}" "$wall" "$user" "$sys" "${row##*$'\t'}" | tee -a "$out/variants.tsv"
+done
+rm -f "$out/one.json" "$out/one.time"
+
+{ time "$qattn" compile --grid default --arch "$arch" --no-cache --jobs "$jobs" --json >"$out/grid.json"; } 2>"$out/grid.time"
+read -r gwall guser gsys <"$out/grid.time"
+rm -f "$out/grid.time"
+
+python3 - "$out" "$arch" "$jobs" "$gwall" "$guser" "$gsys" <<'PY' | tee "$out/summary.txt"
+import csv, json, statistics, sys
+out, arch, jobs, gwall, guser, gsys = sys.argv[1:]
+rows = list(csv.DictReader(open(out + "/variants.tsv"), delimiter="\t"))
+med = lambda k: statistics.median(float(r[k]) for r in rows)
+print(f"variants ({arch}, {len(rows)}): median wall {med('wall_s'):.3f} s, user {med('user_s'):.3f} s, "
+      f"sys {med('sys_s'):.3f} s, tool-reported compile {med('compile_ms'):.0f} ms")
+grid = json.load(open(out + "/grid.json"))
+failed = sum(not r["ok"] for r in grid)
+print(f"grid default {arch}, --jobs {jobs}: {len(grid)} kernels ({failed} failed), wall {float(gwall):.2f} s, "
+      f"user {float(guser):.2f} s, sys {float(gsys):.2f} s")
+PY
