@@ -8,6 +8,9 @@
 # Writes OUT_DIR/variants.tsv (spec, kernel, wall/user/sys seconds of the process, compile_ms the tool
 # reported), OUT_DIR/grid.json (the grid's rows) and OUT_DIR/summary.txt (medians, grid wall/user/sys
 # seconds). Wall time depends on what else runs on the machine; user time much less: report both.
+# Each qattn process gets an empty CUDA_CACHE_PATH of its own: where a driver is installed, NVRTC 12.9+
+# (before qattn turned it off) kept compiles in the driver's compute cache and answered a repeated one
+# from there, which is not a cold compile.
 set -euo pipefail
 qattn=${1:?usage: cold_compile.sh QATTN_BINARY OUT_DIR [ARCH] [JOBS]}
 out=${2:?usage: cold_compile.sh QATTN_BINARY OUT_DIR [ARCH] [JOBS]}
@@ -19,14 +22,18 @@ export LC_ALL=C TIMEFORMAT='%R %U %S'
 
 printf 'spec\tkernel\twall_s\tuser_s\tsys_s\tcompile_ms\n' >"$out/variants.tsv"
 grep -v '^#' "$here/cold_compile_specs.txt" | grep -v '^$' | while IFS= read -r spec; do
+  export CUDA_CACHE_PATH=$(mktemp -d)
   { time "$qattn" compile --spec "$spec" --arch "$arch" --no-cache --json >"$out/one.json"; } 2>"$out/one.time"
+  rm -rf "$CUDA_CACHE_PATH"
   read -r wall user sys <"$out/one.time"
   row=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%s\t%.1f" % (j["kernel"], j["compile_ms"]))' "$out/one.json")
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$spec" "${row%%$'\t'*}" "$wall" "$user" "$sys" "${row##*$'\t'}" | tee -a "$out/variants.tsv"
 done
 rm -f "$out/one.json" "$out/one.time"
 
+export CUDA_CACHE_PATH=$(mktemp -d)
 { time "$qattn" compile --grid default --arch "$arch" --no-cache --jobs "$jobs" --json >"$out/grid.json"; } 2>"$out/grid.time"
+rm -rf "$CUDA_CACHE_PATH"
 read -r gwall guser gsys <"$out/grid.time"
 rm -f "$out/grid.time"
 
