@@ -5,6 +5,7 @@
 #
 #   bench/cold_compile.sh QATTN_BINARY OUT_DIR [ARCH=sm_90a] [JOBS=all cores]
 #
+# VARIANTS_ONLY=1 skips the grid.
 # Writes OUT_DIR/variants.tsv (spec, kernel, wall/user/sys seconds of the process, compile_ms the tool
 # reported), OUT_DIR/grid.json (the grid's rows) and OUT_DIR/summary.txt (medians, grid wall/user/sys
 # seconds). Wall time depends on what else runs on the machine; user time much less: report both.
@@ -30,6 +31,10 @@ grep -v '^#' "$here/cold_compile_specs.txt" | grep -v '^$' | while IFS= read -r 
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$spec" "${row%%$'\t'*}" "$wall" "$user" "$sys" "${row##*$'\t'}" | tee -a "$out/variants.tsv"
 done
 rm -f "$out/one.json" "$out/one.time"
+summary() {
+  python3 -c 'import csv,statistics as s,sys; r=list(csv.DictReader(open(sys.argv[1]),delimiter="\t")); m=lambda k: s.median(float(x[k]) for x in r); print("variants (%s, %d): median wall %.3f s, user %.3f s, sys %.3f s, tool-reported compile %.0f ms" % (sys.argv[2], len(r), m("wall_s"), m("user_s"), m("sys_s"), m("compile_ms")))' "$out/variants.tsv" "$arch"
+}
+if [ "${VARIANTS_ONLY:-0}" = 1 ]; then summary | tee "$out/summary.txt"; exit 0; fi
 
 export CUDA_CACHE_PATH=$(mktemp -d)
 { time "$qattn" compile --grid default --arch "$arch" --no-cache --jobs "$jobs" --json >"$out/grid.json"; } 2>"$out/grid.time"
@@ -37,13 +42,9 @@ rm -rf "$CUDA_CACHE_PATH"
 read -r gwall guser gsys <"$out/grid.time"
 rm -f "$out/grid.time"
 
-python3 - "$out" "$arch" "$jobs" "$gwall" "$guser" "$gsys" <<'PY' | tee "$out/summary.txt"
-import csv, json, statistics, sys
+{ summary; python3 - "$out" "$arch" "$jobs" "$gwall" "$guser" "$gsys" <<'PY'; } | tee "$out/summary.txt"
+import json, sys
 out, arch, jobs, gwall, guser, gsys = sys.argv[1:]
-rows = list(csv.DictReader(open(out + "/variants.tsv"), delimiter="\t"))
-med = lambda k: statistics.median(float(r[k]) for r in rows)
-print(f"variants ({arch}, {len(rows)}): median wall {med('wall_s'):.3f} s, user {med('user_s'):.3f} s, "
-      f"sys {med('sys_s'):.3f} s, tool-reported compile {med('compile_ms'):.0f} ms")
 grid = json.load(open(out + "/grid.json"))
 failed = sum(not r["ok"] for r in grid)
 print(f"grid default {arch}, --jobs {jobs}: {len(grid)} kernels ({failed} failed), wall {float(gwall):.2f} s, "
