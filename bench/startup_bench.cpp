@@ -6,7 +6,9 @@
 // layer. Measured, in this order:
 //   context         the process's first CUDA context (driver load, cuInit, primary context): paid by any
 //                   CUDA program, reported apart from the cache's costs
-//   cold compile    render + NVRTC + ptxas of one variant (the first --compiles tuned winners, no cache)
+//   cold compile    render + NVRTC + ptxas of one variant (the first --compiles tuned winners, no cache:
+//                   neither qattn's nor NVRTC's own; each must move the compile counter by one and
+//                   leave a ptxas report, or the program exits 1)
 //   sqlite hit      first request of a kernel in a process whose runtime is open: tuned winner + cubin
 //                   read from SQLite (digest checked), module loaded; no NVRTC, no tuning
 //   in-process hit  a repeated request (the runtime's map)
@@ -27,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cold_compile.hpp"
 #include "cache/store.hpp"
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
@@ -96,15 +99,22 @@ int run(const std::string& db, int kernels, int compiles, const std::string& out
   out["device"] = device.str();
   out["distinct_tuned_kernels"] = all.size();
 
-  // 1. Cold compile: no cache at all, each variant rendered and compiled once.
-  std::vector<double> compile_ms;
-  for (int i = 0; i < compiles && i < static_cast<int>(all.size()); ++i) {
-    qattn::Runtime rt(probe_options);
-    const auto t0 = Clock::now();
-    rt.compile(all[static_cast<size_t>(i)].spec, all[static_cast<size_t>(i)].tiling);
-    compile_ms.push_back(ms_since(t0));
+  // 1. Cold compile: no cache at all, each variant rendered and compiled once (bench/cold_compile.hpp).
+  std::vector<qattn::bench::Variant> cold;
+  for (int i = 0; i < compiles && i < static_cast<int>(all.size()); ++i)
+    cold.emplace_back(all[static_cast<size_t>(i)].spec, all[static_cast<size_t>(i)].tiling);
+  const std::vector<qattn::bench::ColdCompileSample> cold_samples = qattn::bench::cold_compile_phase(cold);
+  std::vector<double> compile_ms, compile_cpu_ms;
+  for (const auto& s : cold_samples) {
+    compile_ms.push_back(s.wall_ms);
+    compile_cpu_ms.push_back(s.user_ms + s.sys_ms);
   }
   out["cold_compile_ms"] = compile_ms;
+  out["cold_compile_cpu_ms"] = compile_cpu_ms;
+  if (const std::string problem = qattn::bench::cold_phase_problem(cold_samples); !problem.empty()) {
+    std::fprintf(stderr, "qattn_bench_startup: the cold phase was not a cold compile: %s\n", problem.c_str());
+    return 1;
+  }
 
   // 2 and 3. One runtime over the shipped cache; each kernel's first request, then repeated requests.
   const int n = std::min<int>(kernels, static_cast<int>(all.size()));

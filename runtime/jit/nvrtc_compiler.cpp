@@ -237,7 +237,7 @@ CompileResult compile(const CompileRequest& request) {
   const auto start = std::chrono::steady_clock::now();
   CompileResult result;
   result.options_used = {"-std=c++17", "-arch=" + request.arch, "-default-device",
-                         "--ptxas-options=-v"};
+                         "--ptxas-options=-v", "-no-cache"};
   result.options_used.insert(result.options_used.end(), request.extra_options.begin(),
                              request.extra_options.end());
 

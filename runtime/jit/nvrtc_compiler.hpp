@@ -20,9 +20,8 @@ struct CompileRequest {
 };
 
 // Resources of one kernel (-1: unknown). Registers, stack and static shared memory come from the
-// cubin itself (always there); spills only from the ptxas -v report, which NVRTC leaves out when it
-// serves a repeated compile from its cache (seen on the H100 machine: a 2nd identical compile took
-// 17 ms instead of 160 ms and had an empty log; CUDA_CACHE_DISABLE=1 brings the report back).
+// cubin itself (always there); spills only from the ptxas -v report, which every compile prints since
+// NVRTC's own cache is off (see compile()).
 struct KernelUsage {
   std::string name;   // as ptxas names it (mangled unless extern "C")
   int registers = -1, spill_store_bytes = -1, spill_load_bytes = -1, static_smem_bytes = -1,
@@ -48,7 +47,14 @@ struct CompileResult {
   double compile_ms = 0.0;
 };
 
-// Compiles with: -std=c++17 -arch=<arch> -default-device --ptxas-options=-v, then extra_options.
+// Compiles with: -std=c++17 -arch=<arch> -default-device --ptxas-options=-v -no-cache, then
+// extra_options. -no-cache turns off NVRTC's own cache (NVRTC 12.9+, kept in the driver's compute
+// cache where a driver is installed): qattn's binary cache is the one cache, keyed by source, options
+// and toolchain; NVRTC's served a repeated compile in tens of milliseconds without the ptxas report
+// (so without spill counts) and made a "cold" compile in a benchmark a cache lookup
+// (docs/design/cache.md, "What a cold compile costs"). It changes no generated code, so binary-cache
+// keys need not change with it; an option that changes code must come through extra_options, which
+// are part of the key.
 // A compile error gives ok = false and the diagnostics in log. Throws std::invalid_argument for an
 // arch outside supported_archs(). Thread-safe: concurrent calls share nothing mutable.
 CompileResult compile(const CompileRequest& request);

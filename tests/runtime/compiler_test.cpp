@@ -66,6 +66,21 @@ TEST(NvrtcCompiler, CompilesAnAbiKernelForEverySupportedArch) {
   EXPECT_NE(cubins[3], cubins[4]);
 }
 
+// NVRTC (12.9+) keeps its own cache in the driver's compute cache where a driver is installed; a
+// repeated compile served from it skipped NVVM and ptxas and printed no ptxas report. With its cache
+// off, every compile is a real one: the second of two identical compiles reports spills like the first.
+TEST(NvrtcCompiler, ARepeatedCompileStillRunsPtxas) {
+  const CompileRequest req = abi_request("sm_90a");
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    const CompileResult r = compile(req);
+    ASSERT_TRUE(r.ok) << r.log;
+    EXPECT_NE(std::find(r.options_used.begin(), r.options_used.end(), "-no-cache"), r.options_used.end());
+    EXPECT_EQ(parse_ptxas_report(r.log).size(), 2u) << r.log;
+    for (const KernelUsage& k : r.kernels) EXPECT_EQ(k.spill_store_bytes, 0) << k.name;
+  }
+}
+
 TEST(NvrtcCompiler, Sm90aPtxTargetsTheArchSpecificVariant) {
   CompileRequest req = abi_request("sm_90a");
   req.want_ptx = true;
@@ -178,7 +193,7 @@ TEST(NvrtcCompiler, ExtraOptionsAreAppendedAfterTheDefaults) {
   CompileResult r = compile(req);
   ASSERT_TRUE(r.ok) << r.log;
   const std::vector<std::string> expected = {"-std=c++17", "-arch=sm_80", "-default-device",
-                                             "--ptxas-options=-v", "-lineinfo", "--maxrregcount=24"};
+                                             "--ptxas-options=-v", "-no-cache", "-lineinfo", "--maxrregcount=24"};
   EXPECT_EQ(r.options_used, expected);
   EXPECT_LE(r.registers, 24);
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Where a cold compile's time goes: one rendered kernel compiled by NVRTC, stopped after each phase.
+
+    python3 bench/nvrtc_phases.py KERNEL.cu [--templates templates] [--arch sm_90a] [--repeats 3]
+
+KERNEL.cu comes from `qattn compile --spec S --arch A --no-cache --emit source --out KERNEL.cu`. Prints
+the median CPU time (this process, user + system) of: an empty kernel (NVRTC's fixed cost), the front end
+alone (-fdevice-syntax-only), front end + NVVM (PTX for compute_XX, no ptxas), the whole compile (cubin),
+and the front end and the whole compile again with a precompiled header of the kernel's includes made
+earlier in this process (-use-pch). NVRTC runs on the CPU: no GPU needed. Options as qattn's (-std=c++17 -default-device
+-no-cache); the templates come from a directory instead of memory, which NVRTC reads alike.
+"""
+import argparse
+import ctypes
+import os
+import statistics
+import tempfile
+import time
+
+EMPTY = 'extern "C" __global__ void empty_kernel(int* p) { p[threadIdx.x] = 1; }\n'
+
+
+def load_nvrtc():
+    for name in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            pass
+    raise SystemExit("nvrtc_phases.py: libnvrtc not found; set LD_LIBRARY_PATH=/usr/local/cuda/lib64")
+
+
+def compile_once(nvrtc, source, options):
+    """CPU milliseconds of one nvrtcCompileProgram; raises on a compile error."""
+    prog = ctypes.c_void_p()
+    if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"kernel.cu", 0, None, None):
+        raise RuntimeError("nvrtcCreateProgram failed")
+    argv = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+    t0 = time.process_time()
+    rc = nvrtc.nvrtcCompileProgram(prog, len(options), argv)
+    ms = 1e3 * (time.process_time() - t0)
+    if rc:
+        size = ctypes.c_size_t()
+        nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        raise RuntimeError("compile failed (%d): %s" % (rc, log.value.decode(errors="replace")[:2000]))
+    nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
+    return ms
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("kernel")
+    ap.add_argument("--templates", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates"))
+    ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args()
+    nvrtc = load_nvrtc()
+    source = open(a.kernel).read()
+    base = ["-std=c++17", "-default-device", "-no-cache", "-I" + os.path.abspath(a.templates)]
+    real = ["-arch=" + a.arch, "--ptxas-options=-v"]
+    pch = os.path.join(tempfile.mkdtemp(), "kernel.pch")
+    compile_once(nvrtc, source, base + real + ["-create-pch=" + pch])
+    phases = [
+        ("empty kernel (NVRTC's fixed cost)", EMPTY, base + real),
+        ("front end only (-fdevice-syntax-only)", source, base + real + ["-fdevice-syntax-only"]),
+        ("front end only, with a PCH of its includes", source, base + real + ["-fdevice-syntax-only", "-use-pch=" + pch]),
+        ("front end + NVVM (PTX, no ptxas)", source, base + ["-arch=" + a.arch.replace("sm_", "compute_")]),
+        ("whole compile (cubin)", source, base + real),
+        ("whole compile with a PCH of its includes", source, base + real + ["-use-pch=" + pch]),
+    ]
+    print("%-44s %10s   (median CPU ms of %d, %s)" % ("phase", "cpu_ms", a.repeats, os.path.basename(a.kernel)))
+    for name, src, opts in phases:
+        ms = statistics.median(compile_once(nvrtc, src, opts) for _ in range(a.repeats))
+        print("%-44s %10.1f" % (name, ms))
+    os.remove(pch)
+
+
+if __name__ == "__main__":
+    main()
