@@ -4,8 +4,9 @@
   scripts/sass_diff.py dump DIR [--qattn build/bin/qattn] [--jobs 2]
       compiles every kernel of the list (see kernel_list) with `qattn compile --emit cubin --no-cache`
       and writes, per kernel, DIR/<kernel>.code (the cubin's sections, see code_digest) and
-      DIR/<kernel>.report (qattn's registers / spills / shared-memory line), plus DIR/<kernel>.sass when
-      cuobjdump is installed (readable, for a diff by eye).
+      DIR/<kernel>.report (qattn's registers / spills / shared-memory line and notes), plus
+      DIR/<kernel>.sass when cuobjdump is installed (readable, for a diff by eye), and DIR/entries.txt
+      (which list entry compiled to which kernel). --only REGEX takes the matching entries only.
   scripts/sass_diff.py compare BASE NEW
       exit 0 when both folders hold the same kernels with identical files, else lists the differences
       and exits 1.
@@ -100,7 +101,7 @@ EXTRA = [
     ("sm_90a", "prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=128 smooth=kv", "bm64_bn128_w4_s2_wg"),
     ("sm_90a", "prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=256 causal smooth=k accum=two_level", "bm64_bn64_w4_s2_wg"),
     ("sm_90a", "prefill qk=int8:per_block pv=int8:per_tensor out=bf16 d=96 smooth=k", "bm64_bn64_w4_s2_wg"),
-    ("sm_90a", "prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=64 smooth=k", "bm128_bn64_w4_s2_wg"),
+    ("sm_90a", "prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=64 smooth=k", "bm128_bn64_w8_s2_wg"),
     ("sm_80", "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=kv", "bm128_bn64_w8_s2"),
     ("sm_80", "prefill qk=int8:per_thread pv=int8:per_channel out=fp16 d=128 smooth=kv", "bm128_bn64_w8_s2_qf"),
     ("sm_89", "prefill qk=int8:per_block pv=int8:per_tensor out=fp16 d=96 causal smooth=k", "bm64_bn64_w4_s2_qf"),
@@ -151,12 +152,14 @@ def dump_one(qattn, out_dir, arch, spec, tiling, tmp):
     r = subprocess.run(["nice"] + cmd + ["--out", cubin], capture_output=True, text=True)
     if r.returncode != 0:
         return f"FAILED {arch} | {spec} | {tiling}: {r.stderr.strip() or r.stdout.strip()}"
-    line = (r.stdout + r.stderr).strip().splitlines()[-1]
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    line = next(l for l in lines if l.startswith("qattn_"))
     kernel = line.split()[0]
-    # registers, spills, shared memory; the compile time and cubin size vary or are covered by .code
-    report = re.sub(r"\s+compiled in.*$", "", line)
-    with open(os.path.join(out_dir, kernel + ".report"), "w") as f:
-        f.write(f"{arch} | {spec} | {tiling}\n{report}\n")
+    # registers, spills, shared memory, and the notes (e.g. a serialized wgmma pipeline); the compile
+    # time and cubin size vary or are covered by .code
+    report = "\n".join([re.sub(r"\s+compiled in.*$", "", line)] + [l for l in lines if l.startswith("note:")])
+    with open(os.path.join(out_dir, kernel + ".report"), "w") as f:   # list entries may share a kernel
+        f.write(report + "\n")
     with open(os.path.join(out_dir, kernel + ".code"), "w") as f:
         f.write(code_digest(cubin))
     cuobjdump = shutil.which("cuobjdump") or ("/usr/local/cuda/bin/cuobjdump" if os.path.exists("/usr/local/cuda/bin/cuobjdump") else None)
@@ -165,16 +168,19 @@ def dump_one(qattn, out_dir, arch, spec, tiling, tmp):
         with open(os.path.join(out_dir, kernel + ".sass"), "w") as f:
             f.write(sass)
     os.unlink(cubin)
-    return None
+    return f"{arch} | {spec} | {tiling} -> {kernel}"
 
 
 def dump(args):
     os.makedirs(args.dir, exist_ok=True)
-    items = kernel_list()
+    items = [it for it in kernel_list() if re.search(args.only, " | ".join(it))]
     env_ld = os.environ.get("LD_LIBRARY_PATH", "")
     os.environ["LD_LIBRARY_PATH"] = "/usr/local/cuda/lib64" + (":" + env_ld if env_ld else "")
     with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(args.jobs) as ex:
-        errors = [e for e in ex.map(lambda it: dump_one(args.qattn, args.dir, *it, tmp), items) if e]
+        results = list(ex.map(lambda it: dump_one(args.qattn, args.dir, *it, tmp), items))
+    errors = [r for r in results if r.startswith("FAILED")]
+    with open(os.path.join(args.dir, "entries.txt"), "w") as f:   # which list entry compiled to which kernel
+        f.write("".join(r + "\n" for r in results if not r.startswith("FAILED")))
     for e in errors:
         print(e, file=sys.stderr)
     n = len([f for f in os.listdir(args.dir) if f.endswith(".code")])
@@ -244,6 +250,7 @@ def main():
     d.add_argument("dir")
     d.add_argument("--qattn", default="build/bin/qattn")
     d.add_argument("--jobs", type=int, default=2)
+    d.add_argument("--only", default="", help="only the list entries whose 'arch | spec | tiling' text matches this regex")
     c = sub.add_parser("compare")
     c.add_argument("base")
     c.add_argument("new")
