@@ -28,6 +28,7 @@ struct Body {
   const char* header;
   std::string type;
   const char* params = "qattn::AttentionParams";
+  std::string config;   // definitions the type names (the int8 kernel's configuration struct), or empty
 };
 
 Body decode_body(const Spec& s, const Tiling& t) {
@@ -43,44 +44,54 @@ Body decode_body(const Spec& s, const Tiling& t) {
   return {gemv ? "qattn/decode/decode_gemv.cuh" : "qattn/decode/decode_mma.cuh", os.str(), "qattn::DecodeParams"};
 }
 
+// The int8 kernel (every quantized Q/K: int4 too) takes one configuration struct
+// (templates/qattn/attention/prefill_int8/config.cuh), written here: the required members, then each
+// optional one that differs from DefaultConfig's, so that adding an option leaves the sources (and so
+// the cache keys) of the kernels that do not use it unchanged.
+Body prefill_int8_body(const Spec& s, const Tiling& t) {
+  const bool qsmooth = (s.smooth & kSmoothQ) != 0;
+  // V smoothing: int8 P·V normalised by the exact sum (see the kernel's "row sum").
+  const bool vsmooth = s.pv.fmt == Fmt::int8 && (s.smooth & kSmoothV) != 0;
+  // K's scale shared by 64-key groups (per_warp / per_block / per_tensor K), folded into the row factor;
+  // in the wgmma form only: in the mma.sync form it costs ptxas 10 more registers at d 64 (138 on
+  // sm_80: 3 blocks per SM instead of 4), for a gain not shown on those archs.
+  const bool kblock = t.wgmma && !qsmooth &&
+                      (s.qk.gran == Gran::per_warp || s.qk.gran == Gran::per_block || s.qk.gran == Gran::per_tensor);
+  const auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  std::ostringstream cfg;
+  cfg << "struct qattn_config : qattn::prefill_int8::DefaultConfig {\n";
+  const auto member = [&](const char* type, const char* name, const std::string& value) {
+    cfg << "  static constexpr " << type << " " << name << " = " << value << ";\n";
+  };
+  member("qattn::Gran", "v_scale", gran_enum(s.pv.gran));
+  member("qattn::Fmt", "out", fmt_enum(s.out));
+  member("int", "head_dim", std::to_string(s.head_dim));
+  member("bool", "causal", b(s.causal));
+  member("int", "block_m", std::to_string(t.block_m));
+  member("int", "block_n", std::to_string(t.block_n));
+  member("int", "warps", std::to_string(t.warps));
+  member("int", "stages", std::to_string(t.stages));
+  member("bool", "wgmma", b(t.wgmma));
+  if (s.pv.fmt != Fmt::int8) member("qattn::Fmt", "pv", fmt_enum(s.pv.fmt));
+  if (s.accum != Accum::fp32) member("qattn::Accum", "accum", accum_enum(s.accum));
+  if (t.int4_mma) member("bool", "packed_int4", b(true));   // int4 without it: the same codes as int8
+  if (qsmooth) member("bool", "q_smooth", b(true));
+  if (s.qk.fmt == Fmt::int4) member("bool", "int4_codes", b(true));
+  if (t.q_fused) member("qattn::Gran", "fused_q", gran_enum(s.qk.gran));   // Q's scale groups
+  if (vsmooth) member("bool", "v_smooth", b(true));
+  if (kblock) member("bool", "k_block_scale", b(true));
+  if (t.tma) member("bool", "tma", b(true));
+  cfg << "};\n";
+  return {"qattn/attention/prefill_int8.cuh", "qattn::prefill_int8::Kernel<qattn_config>", "qattn::AttentionParams",
+          cfg.str()};
+}
+
 Body attention_body(const Spec& s, const Tiling& t) {
   if (s.phase == Phase::decode) return decode_body(s, t);
+  if (s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4) return prefill_int8_body(s, t);
   std::ostringstream tail;
   tail << s.head_dim << ", " << (s.causal ? "true" : "false") << ", " << t.block_m << ", " << t.block_n << ", "
-       << t.warps << ", " << t.stages;
-  const bool int_qk = s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4;   // int4: the int8 kernel (S4 or int8 compute)
-  if (int_qk) tail << ", " << (t.wgmma ? "true" : "false");
-  // The int8 kernel's optional last template arguments, in order, each with whether it differs from its
-  // default: PV, ACC (always together), S4 (packed int4 Q/K), QSMOOTH, INT4 (raw S), QF (fused Q: Q's
-  // scale groups), VSMOOTH (int8 P·V normalised by the exact sum, see the kernel's "row sum"), KBLOCK (K's
-  // scale shared by 64-key groups: per_warp / per_block / per_tensor K, folded into the row factor).
-  // Arguments up to the last non-default one are written, so sources that need none stay as they were.
-  if (int_qk) {
-    const bool qsmooth = (s.smooth & kSmoothQ) != 0, qf = t.q_fused;
-    const bool vsmooth = s.pv.fmt == Fmt::int8 && (s.smooth & kSmoothV) != 0;
-    // KBLOCK in the wgmma form only: in the mma.sync form it costs ptxas 10 more registers at d 64
-    // (138 on sm_80: 3 blocks per SM instead of 4), for a gain not shown on those archs.
-    const bool kblock = t.wgmma && !qsmooth &&
-                        (s.qk.gran == Gran::per_warp || s.qk.gran == Gran::per_block || s.qk.gran == Gran::per_tensor);
-    const auto b = [](bool v) { return std::string(v ? "true" : "false"); };
-    const std::vector<std::pair<std::string, bool>> optional = {
-        {std::string(fmt_enum(s.pv.fmt)) + ", " + accum_enum(s.accum), s.pv.fmt != Fmt::int8 || s.accum != Accum::fp32},
-        {b(t.int4_mma), t.int4_mma},
-        {b(qsmooth), qsmooth},
-        {b(s.qk.fmt == Fmt::int4), s.qk.fmt == Fmt::int4},
-        {gran_enum(qf ? s.qk.gran : Gran::none), qf},
-        {b(vsmooth), vsmooth},
-        {b(kblock), kblock},
-        {b(t.tma), t.tma}};
-    size_t used = 0;
-    for (size_t i = 0; i < optional.size(); ++i)
-      if (optional[i].second) used = i + 1;
-    for (size_t i = 0; i < used; ++i) tail << ", " << optional[i].first;
-  }
-  tail << ">";
-  if (int_qk)
-    return {"qattn/attention/prefill_int8.cuh",
-            std::string("qattn::prefill_int8::Kernel<") + gran_enum(s.pv.gran) + ", " + fmt_enum(s.out) + ", " + tail.str()};
+       << t.warps << ", " << t.stages << ">";
   return {"qattn/attention/prefill_fp16.cuh",
           std::string("qattn::prefill_fp16::Kernel<") + fmt_enum(s.qk.fmt) + ", " + tail.str()};
 }
@@ -96,6 +107,7 @@ Source render_attention(const Spec& spec, const Tiling& tiling) {
   std::ostringstream os;
   os << "// qattn generated: " << to_string(spec) << " | " << to_string(tiling) << "\n"
      << "#include \"" << body.header << "\"\n"
+     << body.config
      // Minimum blocks only when the tiling asks (_mb<k>): a hint of 1 would let ptxas spend registers
      // for one block per SM, costing the int8 wgmma kernel a resident block.
      << "extern \"C\" __global__ void __launch_bounds__(" << tiling.warps * 32

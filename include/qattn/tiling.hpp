@@ -26,7 +26,7 @@ struct Tiling {
   int min_blocks = 0;   // 0: no hint
   bool int4_mma = false;   // qk=int4: packed int4 Q/K on mma.sync .s4 (token _i4mma); never with wgmma
   // Quantized prefill: the kernel reads the fp16/bf16 Q and quantizes its own Q tile (token _qf), so
-  // there is no Q quantization pass (see the "fused Q" notes in prefill_int8.cuh).
+  // there is no Q quantization pass (see the notes in templates/qattn/attention/prefill_int8/fused_q.cuh).
   bool q_fused = false;
   // Quantized prefill on wgmma: one thread loads each K / V^T tile with TMA boxes completed on an
   // mbarrier (token _tma) instead of every thread's cp.async; the launch (or prepare(), once per

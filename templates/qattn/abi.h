@@ -196,7 +196,7 @@ struct alignas(64) TmaMap {
 // Parameters of a prefill kernel that loads its K / V^T tiles with TMA (tiling token _tma; runtime/
 // tma_maps.cpp encodes the maps). The maps come first, for their alignment.
 //  k_map: int8 K rows, rank 5: (row bytes, then key bits 0, 2-3, 1 and key / 16), so that a box lands
-//         in shared memory in the kernel's permuted key order (prefill_int8.cuh, k_smem_row);
+//         in shared memory in the kernel's permuted key order (prefill_int8/kv_loads.cuh, k_smem_row);
 //  v_map: V^T rows, rank 2: (tokens, rows of (b, h_kv, channel)).
 struct TmaAttentionParams {
   TmaMap k_map, v_map;

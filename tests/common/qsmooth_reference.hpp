@@ -1,5 +1,5 @@
 // Float64 model of Q smoothing by block means (smooth=q; templates/qattn/quant/block_mean.cuh and
-// prefill_int8.cuh, "Q smoothing"):
+// docs/design/prefill-kernels.md, "Q smoothing"):
 //   q̄_b[c]  = mean of channel c over the rows of block b (kQMeanBlock = 64 rows of (b, h), the last block
 //             over its existing rows), q' = q - q̄_b(row), quantized as any Q (quantize_reference);
 //   the kernel quantizes q̄_b with two int8 codes per value (MeanCodes): s = amax_c |q̄_b[c]| / 127,

@@ -152,15 +152,16 @@ TEST(Int4Prefill, KernelNamesRoundTripAndDifferByForm) {
     EXPECT_THROW(parse_tiling(bad), Error) << bad;
 }
 
-// Packed: the int8 kernel with S4 = true and half-size Q / K tiles; int8 compute: S4 = false. Both
-// set INT4 (raw, exactly converted S: see prefill_int8.cuh's kRawS).
+// Packed: the int8 kernel with packed_int4 set and half-size Q / K tiles; int8 compute: without it.
+// Both set int4_codes (raw, exactly converted S: see prefill_int8/layout.cuh's kRawS).
 TEST(Int4Prefill, RenderPicksTheFormAndSharedMemoryShrinks) {
   const Spec s = int4_spec("per_token", 128, false, Arch::sm_89, " smooth=k");
   const gen::Source p = gen::render_attention(s, Tiling{64, 64, 4, 2, false, 0, true});
-  EXPECT_TRUE(contains(p.text, "qattn::prefill_int8::Kernel<qattn::Gran::per_channel, qattn::Fmt::fp16, 128, false, 64, 64, 4, 2, false, qattn::Fmt::int8, qattn::Accum::fp32, true, false, true>"))
+  EXPECT_TRUE(contains(p.text, "  static constexpr bool wgmma = false;\n  static constexpr bool packed_int4 = true;\n"
+                               "  static constexpr bool int4_codes = true;\n};"))
       << p.text;
   const gen::Source c = gen::render_attention(s, Tiling{64, 64, 4, 2});
-  EXPECT_TRUE(contains(c.text, "qattn::prefill_int8::Kernel<qattn::Gran::per_channel, qattn::Fmt::fp16, 128, false, 64, 64, 4, 2, false, qattn::Fmt::int8, qattn::Accum::fp32, false, false, true>"))
+  EXPECT_TRUE(contains(c.text, "  static constexpr bool wgmma = false;\n  static constexpr bool int4_codes = true;\n};"))
       << c.text;
   for (int d : {64, 96, 128, 256}) {
     const Spec sd = int4_spec("per_token", d, false, Arch::sm_80);

@@ -35,13 +35,37 @@ TEST(Render, TranslationUnitNamesTheKernelAndIncludesOnlyEmbeddedHeaders) {
   }
 }
 
-// The int8 kernel's last template argument selects mma.sync or wgmma; the tiling says which.
+// The int8 kernel's configuration struct as rendered (the members between its braces), one
+// "static constexpr <type> <name> = <value>;" per line.
+std::string config_of(const gen::Source& x) {
+  const size_t at = x.text.find("struct qattn_config : qattn::prefill_int8::DefaultConfig {");
+  if (at == std::string::npos) return "";
+  return x.text.substr(at, x.text.find("};", at) - at);
+}
+bool sets(const gen::Source& x, const std::string& member) {
+  return config_of(x).find("static constexpr " + member + ";") != std::string::npos;
+}
+bool mentions(const gen::Source& x, const std::string& name) {
+  return config_of(x).find(" " + name + " = ") != std::string::npos;
+}
+
+// The int8 kernel's configuration selects mma.sync or wgmma; the tiling says which.
 TEST(Render, Int8FormFollowsTheTiling) {
   const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=k arch=sm_90a");
   const gen::Source wg = gen::render_attention(s, Tiling{64, 128, 4, 2, true});
   const gen::Source sync = gen::render_attention(s, Tiling{64, 128, 4, 2});
-  EXPECT_NE(wg.text.find("64, 128, 4, 2, true>"), std::string::npos) << wg.text;
-  EXPECT_NE(sync.text.find("64, 128, 4, 2, false>"), std::string::npos) << sync.text;
+  for (const gen::Source* x : {&wg, &sync}) {
+    EXPECT_TRUE(sets(*x, "qattn::Gran v_scale = qattn::Gran::per_channel")) << x->text;
+    EXPECT_TRUE(sets(*x, "qattn::Fmt out = qattn::Fmt::fp16")) << x->text;
+    EXPECT_TRUE(sets(*x, "int head_dim = 64")) << x->text;
+    EXPECT_TRUE(sets(*x, "bool causal = false")) << x->text;
+    EXPECT_TRUE(sets(*x, "int block_m = 64") && sets(*x, "int block_n = 128") && sets(*x, "int warps = 4") &&
+                sets(*x, "int stages = 2"))
+        << x->text;
+    EXPECT_NE(x->text.find("qattn::prefill_int8::Kernel<qattn_config>::run(p, qattn_smem);"), std::string::npos) << x->text;
+  }
+  EXPECT_TRUE(sets(wg, "bool wgmma = true")) << wg.text;
+  EXPECT_TRUE(sets(sync, "bool wgmma = false")) << sync.text;
   EXPECT_NE(wg.kernel_name, sync.kernel_name);
   EXPECT_GT(kernel_smem_bytes(s, Tiling{64, 128, 4, 2, true}), kernel_smem_bytes(s, Tiling{64, 128, 4, 2}));
   // The launch bounds carry the minimum blocks only when the tiling asks for them.
@@ -50,69 +74,67 @@ TEST(Render, Int8FormFollowsTheTiling) {
   EXPECT_NE(mb.text.find("__launch_bounds__(128, 4)"), std::string::npos) << mb.text;
 }
 
-// pv=fp16 / fp8e4m3 and accum=fp16 / two_level are the int8 kernel's last two template arguments; the
-// int8 P·V kernels with fp32 accumulation render as before (no extra arguments).
-TEST(Render, PvFormatAndAccumulationAreTheLastTemplateArguments) {
+// pv=fp16 / fp8e4m3 and accum=fp16 / two_level set the configuration's pv and accum; the int8 P·V
+// kernels with fp32 accumulation leave both at DefaultConfig's (the source names neither).
+TEST(Render, PvFormatAndAccumulationAreConfigurationMembers) {
   const Tiling t{64, 64, 4, 2};
   const gen::Source f16 = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=fp16 out=fp16 d=128 accum=fp16 arch=sm_80"), t);
-  EXPECT_NE(f16.text.find("qattn::prefill_int8::Kernel<qattn::Gran::none, qattn::Fmt::fp16, 128, false, 64, 64, 4, 2, "
-                          "false, qattn::Fmt::fp16, qattn::Accum::fp16>"),
-            std::string::npos)
-      << f16.text;
+  EXPECT_TRUE(sets(f16, "qattn::Gran v_scale = qattn::Gran::none")) << f16.text;
+  EXPECT_TRUE(sets(f16, "qattn::Fmt pv = qattn::Fmt::fp16")) << f16.text;
+  EXPECT_TRUE(sets(f16, "qattn::Accum accum = qattn::Accum::fp16")) << f16.text;
   const gen::Source f8 = gen::render_attention(
       parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=bf16 d=64 causal accum=two_level arch=sm_89"), t);
-  EXPECT_NE(f8.text.find("qattn::Gran::per_channel, qattn::Fmt::bf16, 64, true, 64, 64, 4, 2, false, "
-                         "qattn::Fmt::fp8e4m3, qattn::Accum::two_level>"),
-            std::string::npos)
-      << f8.text;
+  EXPECT_TRUE(sets(f8, "qattn::Fmt out = qattn::Fmt::bf16") && sets(f8, "bool causal = true")) << f8.text;
+  EXPECT_TRUE(sets(f8, "qattn::Fmt pv = qattn::Fmt::fp8e4m3")) << f8.text;
+  EXPECT_TRUE(sets(f8, "qattn::Accum accum = qattn::Accum::two_level")) << f8.text;
   const gen::Source f8a = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_89"), t);
-  EXPECT_NE(f8a.text.find("false, qattn::Fmt::fp8e4m3, qattn::Accum::fp32>"), std::string::npos) << f8a.text;
+  EXPECT_TRUE(sets(f8a, "qattn::Fmt pv = qattn::Fmt::fp8e4m3")) << f8a.text;
+  EXPECT_FALSE(mentions(f8a, "accum")) << f8a.text;
   const gen::Source i8 = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 arch=sm_89"), t);
-  EXPECT_NE(i8.text.find("64, 64, 4, 2, false>"), std::string::npos) << i8.text;
+  EXPECT_FALSE(mentions(i8, "pv") || mentions(i8, "accum")) << i8.text;
   EXPECT_THROW(gen::render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_80"), t), Error);
 }
 
-// smooth=q adds the kernel's QSMOOTH argument (after WG); other specs render as before, without it.
-TEST(Render, QSmoothingAddsTheLastTemplateArgument) {
+// smooth=q sets q_smooth; other specs render as before, without it.
+TEST(Render, QSmoothingSetsItsConfigurationMember) {
   const Spec s = parse_spec("prefill qk=int8:per_block pv=int8:per_tensor out=fp16 d=128 causal smooth=qk arch=sm_89");
   const gen::Source q = gen::render_attention(s, Tiling{64, 128, 4, 2});
-  EXPECT_NE(q.text.find("64, 128, 4, 2, false, qattn::Fmt::int8, qattn::Accum::fp32, false, true>"), std::string::npos) << q.text;
+  EXPECT_TRUE(sets(q, "bool q_smooth = true")) << q.text;
   Spec k = s;
   k.smooth = kSmoothK;
   const gen::Source plain = gen::render_attention(k, Tiling{64, 128, 4, 2});
-  EXPECT_NE(plain.text.find("64, 128, 4, 2, false>"), std::string::npos) << plain.text;
+  EXPECT_FALSE(mentions(plain, "q_smooth")) << plain.text;
   EXPECT_NE(q.kernel_name, plain.kernel_name);
 }
 
-// smooth=v with int8 P·V adds VSMOOTH (the last argument: the kernel normalises by the exact row sum and
-// counts Σ P̂ only for the overflow guard); without V smoothing, or with a float P·V (always the exact
-// sum), the source is as before.
-TEST(Render, VSmoothingWithInt8PvAddsTheLastTemplateArgument) {
+// smooth=v with int8 P·V sets v_smooth (the kernel normalises by the exact row sum and counts Σ P̂ only
+// for the overflow guard); without V smoothing, or with a float P·V (always the exact sum), the
+// source is as before.
+TEST(Render, VSmoothingWithInt8PvSetsItsConfigurationMember) {
   const Tiling t{64, 128, 4, 3, true, 4};
   const gen::Source kv = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), t);
-  EXPECT_NE(kv.text.find("64, 128, 4, 3, true, qattn::Fmt::int8, qattn::Accum::fp32, false, false, false, "
-                         "qattn::Gran::none, true>"),
-            std::string::npos)
-      << kv.text;
+  EXPECT_TRUE(sets(kv, "bool v_smooth = true")) << kv.text;
+  EXPECT_FALSE(mentions(kv, "fused_q") || mentions(kv, "k_block_scale")) << kv.text;
   const gen::Source k = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=k arch=sm_90a"), t);
-  EXPECT_NE(k.text.find("64, 128, 4, 3, true>"), std::string::npos) << k.text;
+  EXPECT_FALSE(mentions(k, "v_smooth")) << k.text;
   const gen::Source f8 =
       gen::render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), t);
-  EXPECT_NE(f8.text.find("true, qattn::Fmt::fp8e4m3, qattn::Accum::fp32>"), std::string::npos) << f8.text;
-  // With the fused Q tile, QF carries Q's granularity; VSMOOTH follows it, then KBLOCK (per_warp K).
+  EXPECT_TRUE(sets(f8, "qattn::Fmt pv = qattn::Fmt::fp8e4m3")) << f8.text;
+  EXPECT_FALSE(mentions(f8, "v_smooth")) << f8.text;
+  // With the fused Q tile, fused_q carries Q's granularity; per_warp K also sets k_block_scale.
   Tiling qf = t;
   qf.q_fused = true;
   const gen::Source fused =
       gen::render_attention(parse_spec("prefill qk=int8:per_warp pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), qf);
-  EXPECT_NE(fused.text.find("false, false, false, qattn::Gran::per_warp, true, true>"), std::string::npos) << fused.text;
+  EXPECT_TRUE(sets(fused, "qattn::Gran fused_q = qattn::Gran::per_warp")) << fused.text;
+  EXPECT_TRUE(sets(fused, "bool v_smooth = true") && sets(fused, "bool k_block_scale = true")) << fused.text;
 }
 
 // per_warp / per_thread Q/K scales reach the kernel expanded per row (generator/quant_plan.hpp): the spec renders
-// the per_token kernel body, under a name that keeps its own granularity. per_warp K shares one scale per
-// 64 keys, which the wgmma form folds into the row factor (KBLOCK, the last argument).
+// the per_token kernel's configuration, under a name that keeps its own granularity. per_warp K shares one
+// scale per 64 keys, which the wgmma form folds into the row factor (k_block_scale).
 TEST(Render, FragmentGranularitiesRenderThePerTokenKernel) {
   const Spec tok = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal smooth=kv arch=sm_90a");
-  const auto body = [](const gen::Source& x) { return x.text.substr(x.text.find("qattn::prefill_int8::Kernel<")); };
   for (const char* g : {"per_warp", "per_thread"}) {
     Spec s = tok;
     s.qk.gran = std::string(g) == "per_warp" ? Gran::per_warp : Gran::per_thread;
@@ -121,27 +143,26 @@ TEST(Render, FragmentGranularitiesRenderThePerTokenKernel) {
       EXPECT_NE(a.kernel_name, b.kernel_name);
       EXPECT_NE(a.kernel_name.find(std::string("_qki8") + (s.qk.gran == Gran::per_warp ? "wrp" : "thr")),
                 std::string::npos) << a.kernel_name;
-      if (s.qk.gran == Gran::per_warp && t.wgmma) {
-        const std::string with_kblock = body(b).substr(0, body(b).find(">::run")) + ", true>::run";
-        EXPECT_EQ(body(a).substr(0, body(a).find("(p, ")), with_kblock) << g;
-      } else {
-        EXPECT_EQ(body(a), body(b)) << g;
-      }
+      ASSERT_FALSE(config_of(b).empty()) << b.text;
+      if (s.qk.gran == Gran::per_warp && t.wgmma)
+        EXPECT_EQ(config_of(a), config_of(b) + "  static constexpr bool k_block_scale = true;\n") << g;
+      else
+        EXPECT_EQ(config_of(a), config_of(b)) << g;
     }
   }
 }
 
-// K scales shared by 64-key groups (per_warp, per_block, per_tensor K) set KBLOCK in the wgmma form; the
-// mma.sync form and per-key K scales leave it out.
+// K scales shared by 64-key groups (per_warp, per_block, per_tensor K) set k_block_scale in the wgmma
+// form; the mma.sync form and per-key K scales leave it out.
 TEST(Render, KBlockScalesFoldOnlyInTheWgmmaForm) {
   const Tiling wg{64, 128, 4, 2, true}, sync{64, 128, 4, 2};
   for (const char* g : {"per_block", "per_tensor"}) {
     const Spec s = parse_spec(std::string("prefill qk=int8:") + g + " pv=int8:per_tensor out=fp16 d=128 smooth=k arch=sm_90a");
-    EXPECT_NE(gen::render_attention(s, wg).text.find("false, false, false, qattn::Gran::none, false, true>"), std::string::npos) << g;
-    EXPECT_NE(gen::render_attention(s, sync).text.find("64, 128, 4, 2, false>"), std::string::npos) << g;
+    EXPECT_TRUE(sets(gen::render_attention(s, wg), "bool k_block_scale = true")) << g;
+    EXPECT_FALSE(mentions(gen::render_attention(s, sync), "k_block_scale")) << g;
   }
   const Spec tok = parse_spec("prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=k arch=sm_90a");
-  EXPECT_NE(gen::render_attention(tok, wg).text.find("64, 128, 4, 2, true>"), std::string::npos);
+  EXPECT_FALSE(mentions(gen::render_attention(tok, wg), "k_block_scale"));
 }
 
 TEST(Render, InvalidPointsAreRefusedWithTheReason) {

@@ -234,7 +234,7 @@ class AttentionLongKeys : public test::GpuTest {
 };
 
 // Past 32768 keys a row's 8-bit probabilities can sum past what the int32 accumulators hold, and the
-// int8 kernel then halves O and the row sum (kLRescale / kLxRescale in prefill_int8.cuh; with smooth=kv
+// int8 kernel then halves O and the row sum (kLRescale / kLxRescale in prefill_int8/numerics.cuh; with smooth=kv
 // the guard reads the exact row sum). Query row 0 of every head is zero, so its softmax is uniform over
 // all 40000 keys: every P̂ is 255 and the halving must happen; the other rows are random.
 TEST_F(AttentionLongKeys, UniformRowsPastTheRowSumLimit) {

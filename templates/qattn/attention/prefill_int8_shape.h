@@ -4,7 +4,7 @@
 // Valid tilings (tiling_ok):
 //   d      64, 96, 128 or 256        the Q·K^T k-loop runs in 32-byte mma steps, ldmatrix.x4 in 64s
 //                                    (d = 96: one x4, then an x2 for the last step). Q and K tiles
-//                                    are column blocks of one swizzle atom each (prefill_int8.cuh,
+//                                    are column blocks of one swizzle atom each (prefill_int8/layout.cuh,
 //                                    kAtomBytes): 1 x d bytes at 64 / 128, 2 x 128 at 256, 3 x 32 at 96.
 //   warps  4 or 8                    each warp owns bm / warps query rows.
 //   bm     16 * warps * {1, 2}       every warp holds one or two m16 mma tiles of rows (64 .. 256).
@@ -66,7 +66,7 @@ constexpr int kMaxArrayRegisters = 176;
 // Bytes of one Q or K row in shared and global memory: d int8 codes, or d int4 codes packed in pairs.
 QATTN_INT8_SHAPE_FN int qk_row_bytes(int d, bool s4 = false) { return s4 ? d / 2 : d; }
 
-// Q smoothing's shared memory (prefill_int8.cuh, "Q smoothing"): after everything else.
+// Q smoothing's shared memory (prefill_int8/q_smoothing.cuh): after everything else.
 QATTN_INT8_SHAPE_FN int qsmooth_bytes(int d, int bm, int bn) { return 16 * d + 4 * (bm / 64) * bn + 4 * 8; }
 
 // The fused-Q form's two floats per Q row (abs-max, then scale), after everything else.

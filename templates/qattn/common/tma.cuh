@@ -3,7 +3,7 @@
 // One thread issues a whole tile (a box of a tensor map the host encoded with cuTensorMapEncodeTiled),
 // the hardware swizzles it into shared memory and counts its bytes on an mbarrier; every consumer
 // waits on that barrier's phase. Against a cp.async ring this takes the per-thread copy instructions,
-// their address arithmetic and the group waits out of the loop (prefill_int8.cuh, TMA).
+// their address arithmetic and the group waits out of the loop (prefill_int8/kv_loads.cuh, TMA).
 //
 // Protocol per stage buffer: the issuing thread arrives with expect_tx(bytes) and issues the copies;
 // the phase completes when the bytes have landed. Use n of a buffer waits on parity (n & 1).

@@ -1,6 +1,6 @@
 // Q smoothing by block means (smooth=q; SageAttention2 §3.3): the per-channel mean of every block of
 // kQMeanBlock (64) query rows of (b, h), subtracted from Q before quantizing. The attention kernel adds
-// the block mean's share of the scores back, q̄_b·k (prefill_int8.cuh, "Q smoothing").
+// the block mean's share of the scores back, q̄_b·k (docs/design/prefill-kernels.md, "Q smoothing").
 //
 //   BlockMeans<In, D, TileTokens>: the means of the blocks of one row tile (64 or 128 rows) that a
 //     quantizer block already holds in registers, so Q is still read once (QuantizeRows<..., BlockMean>).

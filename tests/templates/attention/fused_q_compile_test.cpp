@@ -61,10 +61,13 @@ TEST(FusedQ, FormAppliesToTokenLocalPlainInt8QOnly) {
     EXPECT_THROW(parse_tiling(bad), Error) << bad;
   const Spec s = parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal smooth=kv arch=sm_90a");
   EXPECT_EQ(parse_kernel_name(kernel_name(s, wg)).tiling, wg);
-  // QF carries Q's granularity (then VSMOOTH, false for fp8 P·V, and KBLOCK, true for per_warp K in the
-  // wgmma form); the fused tile adds 8 bytes per Q row.
+  // fused_q carries Q's granularity (v_smooth stays unset for fp8 P·V, k_block_scale is set for
+  // per_warp K in the wgmma form); the fused tile adds 8 bytes per Q row.
   const gen::Source src = gen::render_attention(s, Tiling{64, 128, 4, 2, true, 0, false, true});
-  EXPECT_NE(src.text.find("false, false, false, qattn::Gran::per_warp, false, true>"), std::string::npos) << src.text;
+  EXPECT_NE(src.text.find("  static constexpr qattn::Gran fused_q = qattn::Gran::per_warp;\n"
+                          "  static constexpr bool k_block_scale = true;\n};"),
+            std::string::npos)
+      << src.text;
   EXPECT_EQ(kernel_smem_bytes(s, Tiling{64, 128, 4, 2, true, 0, false, true}),
             kernel_smem_bytes(s, Tiling{64, 128, 4, 2, true}) + 8 * 64);
 }

@@ -43,11 +43,11 @@ std::vector<Spec> int4_points(Arch arch) {
   return out;
 }
 
-// The template instantiation a point compiles to (the line of the rendered source that calls run()).
+// What a point compiles to: the rendered kernel configuration (Kernel<qattn_config> runs it).
 std::string body_of(const Spec& s, const Tiling& t) {
   const std::string text = gen::render_attention(s, t).text;
-  const size_t at = text.find("qattn::prefill_int8::Kernel<");
-  return text.substr(at, text.find("::run(", at) - at);
+  const size_t at = text.find("struct qattn_config");
+  return text.substr(at, text.find("};", at) - at);
 }
 
 class Int4CompileGrid : public ::testing::TestWithParam<Arch> {};

@@ -64,13 +64,15 @@ TEST(Tma, OneTokenOfTheGrammarAndTheKernelSource) {
     EXPECT_THROW(parse_tiling(bad), Error) << bad;
   const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal smooth=kv arch=sm_90a");
   EXPECT_EQ(parse_kernel_name(kernel_name(s, t)).tiling, t);
-  // The kernel's parameter stays in parameter space (the TMA unit reads the maps there), TMA is the
-  // template's last argument, and the launch needs one 8-byte mbarrier per stage more, and 8 bytes for
-  // the K scales' address (kept in shared memory, not a register).
+  // The kernel's parameter stays in parameter space (the TMA unit reads the maps there), tma is set in
+  // the kernel's configuration, and the launch needs one 8-byte mbarrier per stage more, and 8 bytes
+  // for the K scales' address (kept in shared memory, not a register).
   const gen::Source src = gen::render_attention(s, t);
   EXPECT_NE(src.text.find("const __grid_constant__ qattn::TmaAttentionParams p"), std::string::npos) << src.text;
   EXPECT_NE(src.text.find("::run_tma(p, qattn_smem)"), std::string::npos);
-  EXPECT_NE(src.text.find(", true, false, true>"), std::string::npos) << src.text;   // VSMOOTH, KBLOCK, TMA
+  EXPECT_NE(src.text.find("  static constexpr bool v_smooth = true;\n  static constexpr bool tma = true;\n};"),
+            std::string::npos)
+      << src.text;
   Tiling no_tma = t;
   no_tma.tma = false;
   EXPECT_EQ(kernel_smem_bytes(s, t), kernel_smem_bytes(s, no_tma) + 8 * 3 + 8);
