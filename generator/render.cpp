@@ -41,7 +41,7 @@ Body decode_body(const Spec& s, const Tiling& t) {
      << flag(s.causal && s.qk.fmt != Fmt::flashq) << ", "
      << flag(s.paged) << ", " << softmax_enum(s.softmax) << ", " << t.block_m << ", " << t.block_n << ", " << t.warps
      << ", " << t.stages << ">";
-  return {gemv ? "qattn/decode/decode_gemv.cuh" : "qattn/decode/decode_mma.cuh", os.str(), "qattn::DecodeParams"};
+  return {gemv ? "qattn/decode/decode_gemv.cuh" : "qattn/decode/decode_mma.cuh", os.str(), "qattn::DecodeParams", ""};
 }
 
 // The int8 kernel (every quantized Q/K: int4 too) takes one configuration struct
@@ -93,7 +93,7 @@ Body attention_body(const Spec& s, const Tiling& t) {
   tail << s.head_dim << ", " << (s.causal ? "true" : "false") << ", " << t.block_m << ", " << t.block_n << ", "
        << t.warps << ", " << t.stages << ">";
   return {"qattn/attention/prefill_fp16.cuh",
-          std::string("qattn::prefill_fp16::Kernel<") + fmt_enum(s.qk.fmt) + ", " + tail.str()};
+          std::string("qattn::prefill_fp16::Kernel<") + fmt_enum(s.qk.fmt) + ", " + tail.str(), "qattn::AttentionParams", ""};
 }
 
 }  // namespace

@@ -216,7 +216,8 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
     return Verdict::no("tiling " + to_string(t) + " is not supported by the " +
                        (is_float(s.qk.fmt) ? "fp16/bf16" : t.int4_mma ? "packed int4" : "int8") + " kernel at d=" +
                        std::to_string(s.head_dim) +
-                       " (see the valid tilings at the top of templates/qattn/attention/prefill_*.cuh)");
+                       " (see the valid tilings in templates/qattn/attention/prefill_" +
+                       (is_float(s.qk.fmt) ? "fp16" : "int8") + "_shape.h)");
   if (smem > limits.max_smem_per_block)
     return Verdict::no("tiling " + to_string(t) + " needs " + std::to_string(smem) + " bytes of shared memory; " +
                        to_string(s.arch) + " allows " + std::to_string(limits.max_smem_per_block));

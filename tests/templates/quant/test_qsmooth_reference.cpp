@@ -48,8 +48,9 @@ TEST(QSmoothReference, BlockMeansCenterEveryBlock) {
             EXPECT_NEAR(sum, 0.0, 1e-9) << "seq " << seq << " block " << k;
           }
     // A block of one row (seq 1, 65) is its own mean: its smoothed row is zero.
-    if (seq % kQMeanBlock == 1)
+    if (seq % kQMeanBlock == 1) {
       for (int c = 0; c < 64; ++c) EXPECT_EQ(r.at(1, 1, seq - 1, c), 0.0);
+    }
   }
 }
 
