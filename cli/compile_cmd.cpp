@@ -14,6 +14,7 @@
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
 #include "generator/search_space.hpp"
+#include "generator/spec_space.hpp"
 
 namespace qattn::cli {
 namespace {
@@ -60,16 +61,44 @@ std::regex parse_filter(const std::string& pattern) {
   }
 }
 
-int compile_grid(const Args& args) {
-  if (args.get("grid") != "default") throw_bad_input("--grid " + args.get("grid") + " is unknown; accepted: default");
-  const std::vector<Arch> archs = parse_archs(args.get("arch", "sm_80,sm_89,sm_90a"));
+// Options that belong to the other mode are refused rather than ignored.
+void refuse_options(const Args& args, const std::vector<std::string>& names, const std::string& why) {
+  for (const std::string& n : names)
+    if (args.has(n)) throw_bad_input("--" + n + " " + why + " (see qattn compile --help)");
+}
+
+// --grid default: the built-in grid's specs. --grid space: every spec validate() accepts, one point per
+// distinct kernel (generator/spec_space.hpp), optionally a seeded sample of them.
+std::vector<std::pair<Spec, Tiling>> grid_points(const Args& args, const std::string& grid) {
   const std::regex filter = parse_filter(args.get("filter", ".*"));
   std::vector<std::pair<Spec, Tiling>> points;
-  for (Arch a : archs)
-    for (const Spec& s : gen::default_grid(a)) {
-      const Tiling t = default_tiling(s, default_limits(a));
-      if (std::regex_search(kernel_name(s, t), filter)) points.emplace_back(s, t);
-    }
+  if (grid == "default") {
+    for (Arch a : parse_archs(args.get("arch", "sm_80,sm_89,sm_90a")))
+      for (const Spec& s : gen::default_grid(a)) {
+        const Tiling t = default_tiling(s, default_limits(a));
+        if (std::regex_search(kernel_name(s, t), filter)) points.emplace_back(s, t);
+      }
+    return points;
+  }
+  std::vector<gen::SpacePoint> kernels;
+  for (Arch a : parse_archs(args.get("arch", "sm_80,sm_86,sm_89,sm_90,sm_90a")))
+    for (Phase phase : {Phase::prefill, Phase::decode})
+      for (const gen::SpacePoint& p : gen::distinct_default_kernels(gen::accepted_specs(phase, a)))
+        if (std::regex_search(p.kernel, filter)) kernels.push_back(p);
+  if (args.has("sample"))
+    kernels = gen::sample_points(kernels, static_cast<size_t>(args.get_int("sample", 0, 1, 1000000)),
+                                 static_cast<uint64_t>(args.get_int("seed", 1, 0, 2147483647)));
+  for (const gen::SpacePoint& p : kernels) points.emplace_back(p.spec, p.tiling);
+  return points;
+}
+
+int compile_grid(const Args& args) {
+  const std::string grid = args.get("grid");
+  if (grid != "default" && grid != "space") throw_bad_input("--grid " + grid + " is unknown; accepted: default, space");
+  if (grid == "default") refuse_options(args, {"sample", "seed"}, "applies to --grid space only");
+  if (args.has("seed") && !args.has("sample")) throw_bad_input("--seed picks the --sample draw: give --sample N too");
+  const bool fail_on_spills = grid == "space";   // the spill sweep: a spilling default tiling is a defect
+  const std::vector<std::pair<Spec, Tiling>> points = grid_points(args, grid);
   Runtime runtime(runtime_options(args));
   std::vector<Row> rows(points.size());
   std::atomic<size_t> next{0};
@@ -95,10 +124,11 @@ int compile_grid(const Args& args) {
       }
     });
   for (auto& t : workers) t.join();
-  int failures = 0;
+  int failures = 0, spilled = 0;
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
     failures += !r.error.empty();
+    spilled += r.spills > 0;
     out.push_back({{"kernel", r.name}, {"arch", r.arch}, {"registers", r.registers}, {"spill_bytes", r.spills},
                    {"smem_bytes", r.smem}, {"compile_ms", r.ms}, {"cached", r.cached},
                    {"wgmma_serialized", r.serialized}, {"ok", r.error.empty()},
@@ -115,19 +145,13 @@ int compile_grid(const Args& args) {
       std::printf("%-86s %-7s %5d %6d %7d %7.0fms %s\n", r.name.c_str(), r.arch.c_str(), r.registers, r.spills, r.smem,
                   r.ms, note.c_str());
     }
-    std::printf("%zu kernels, %d failed\n", rows.size(), failures);
+    std::printf("%zu kernels, %d failed, %d spilled\n", rows.size(), failures, spilled);
   }
-  return failures ? 1 : 0;
-}
-
-// Options that belong to the other mode are refused rather than ignored.
-void refuse_options(const Args& args, const std::vector<std::string>& names, const std::string& why) {
-  for (const std::string& n : names)
-    if (args.has(n)) throw_bad_input("--" + n + " " + why + " (see qattn compile --help)");
+  return failures || (fail_on_spills && spilled) ? 1 : 0;
 }
 
 int compile_one(const Args& args) {
-  refuse_options(args, {"filter", "jobs"}, "applies to --grid only");
+  refuse_options(args, {"filter", "jobs", "sample", "seed"}, "applies to --grid only");
   Spec spec = parse_spec(args.require("spec", "<spec text>, e.g. --spec 'prefill qk=fp16 pv=fp16 out=fp16 d=128'"));
   if (args.has("arch")) spec.arch = parse_arch(args.get("arch"));
   if (spec.arch == Arch::unset) throw_bad_input("compile needs an arch: --arch sm_80|sm_86|sm_89|sm_90|sm_90a or arch= in the spec");
@@ -189,24 +213,31 @@ int compile(const Args& args) {
 const Verb& compile_verb() {
   static const Verb verb{
       "compile",
-      "render and NVRTC-compile one spec or the default grid, into the cache (no GPU needed)",
+      "render and NVRTC-compile one spec, the default grid or the whole accepted space (no GPU needed)",
       {"compile --spec S [--arch A] [--tiling T] [--emit source|ptx|cubin [--out FILE]] [--db FILE | --no-cache] [--json]",
-       "compile --grid default [--arch A,A,...] [--filter REGEX] [--jobs N] [--db FILE | --no-cache] [--json]"},
+       "compile --grid default [--arch A,A,...] [--filter REGEX] [--jobs N] [--db FILE | --no-cache] [--json]",
+       "compile --grid space [--arch A,A,...] [--filter REGEX] [--sample N [--seed S]] [--jobs N] [--db FILE | --no-cache] [--json]"},
       "With --spec: renders the kernel of one spec and tiling, compiles it with NVRTC and stores the binary in "
       "the cache (a second compile of the same kernel is a cache hit). Prints one line: kernel name, registers, "
       "spilled bytes, shared memory, compile time. With --emit the source, PTX or cubin is written to --out (or "
       "to stdout; the report then goes to stderr).\n\n"
       "With --grid default: compiles every spec of the built-in grid for each arch in parallel and prints one "
-      "row per kernel; exit 1 when any failed. Neither mode needs a GPU.",
+      "row per kernel; exit 1 when any failed.\n\n"
+      "With --grid space (the spill sweep): every spec that validate() accepts, for each arch and both phases, "
+      "reduced to one point per distinct kernel of its default tiling, compiled in parallel, one row per kernel; "
+      "exit 1 when any failed or spilled registers to local memory. It takes hours on a few cores for every "
+      "arch: --arch, --filter and --sample narrow it. No mode needs a GPU.",
       {{"spec", "S", "the spec text, e.g. 'prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal'"},
        {"arch", "A", "target: sm_80, sm_86, sm_89, sm_90 or sm_90a (with --spec: overrides arch= in the spec; with "
-                     "--grid: a comma list, default sm_80,sm_89,sm_90a)"},
+                     "--grid: a comma list, default sm_80,sm_89,sm_90a for default, all five for space)"},
        {"tiling", "T", "tiling instead of the spec's default, e.g. bm128_bn64_w4_s2 or bm64_bn128_w4_s3_wg"},
        {"emit", "WHAT", "also output the kernel: source (CUDA C++), ptx, or cubin (needs --out)"},
        {"out", "FILE", "the file --emit writes (written whole or not at all)"},
-       {"grid", "NAME", "compile a grid instead of one spec; accepted: default"},
+       {"grid", "NAME", "compile a grid instead of one spec; accepted: default (the built-in grid), space (every accepted spec)"},
        {"filter", "REGEX", "with --grid: only kernels whose name matches (ECMAScript regex, searched; at most 256 characters, groups nested at most 16 deep)"},
        {"jobs", "N", "with --grid: compile threads, 1..256 (default: one per CPU core)"},
+       {"sample", "N", "with --grid space: only N kernels, drawn without replacement after --filter, 1..1000000"},
+       {"seed", "S", "with --sample: the draw's seed, 0..2147483647 (default 1; the same seed draws the same kernels)"},
        db_option(),
        no_cache_option(),
        json_option("the report (with --grid: an array of rows)")},
@@ -214,8 +245,8 @@ const Verb& compile_verb() {
         "compile one kernel for H100 and print its registers, spills and shared memory"},
        {"qattn compile --spec 'prefill qk=fp16 pv=fp16 out=fp16 d=64' --arch sm_80 --emit source --out k.cu --no-cache",
         "write the rendered CUDA source to k.cu without touching the cache"},
-       {"qattn compile --grid default --arch sm_90a --filter 'd128' --json",
-        "compile the d=128 kernels of the default grid for sm_90a; one JSON row per kernel"}},
+       {"qattn compile --grid space --arch sm_80 --filter '^qattn_prefill' --no-cache",
+        "the spill sweep of every accepted sm_80 prefill kernel: exit 1 if any spills"}},
       0,
       {},
       compile};

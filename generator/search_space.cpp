@@ -1,5 +1,6 @@
 #include "generator/search_space.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "qattn/attention/prefill_fp16_shape.h"
@@ -58,20 +59,38 @@ std::vector<Tiling> preferred_gemv(const Spec& s) {
   return out;
 }
 
+// Moves the given tilings to the end of the list (still candidates the tuner times, no longer the default).
+void demote(std::vector<Tiling>& list, const std::vector<Tiling>& spilling) {
+  std::stable_partition(list.begin(), list.end(), [&](const Tiling& t) {
+    return std::find(spilling.begin(), spilling.end(), t) == spilling.end();
+  });
+}
+
 std::vector<Tiling> preferred(const Spec& s) {
   std::vector<Tiling> out;
   if (s.phase == Phase::decode) return s.flow == Dataflow::gemv ? preferred_gemv(s) : preferred_decode(s);
   if (s.qk.fmt == Fmt::fp16 || s.qk.fmt == Fmt::bf16) {
+    const bool sm8x = s.arch == Arch::sm_80 || s.arch == Arch::sm_86 || s.arch == Arch::sm_89;
     auto take = [&](const auto& list) {
       for (const auto& t : list) out.push_back({t.bm, t.bn, t.warps, t.stages});
     };
-    if (s.head_dim <= 64) take(prefill_fp16::kTilingsD64);
+    if (s.head_dim <= 64) {
+      take(prefill_fp16::kTilingsD64);
+      // At 255 registers the one-stage bm 128 forms spill 8-12 bytes where listed below; the first tiling
+      // of the list that does not spill goes first (bench/results/2026-11-27_spill_sweep/).
+      if (!s.causal) demote(out, {{128, 128, 4, 1}});   // every arch
+      else if (sm8x) demote(out, {{128, 128, 4, 1}, {128, 128, 4, 2}});   // causal: the 2-stage one too
+    }
     else if (s.head_dim <= 96) {
       take(prefill_fp16::kTilingsD96);
       // sm_90: 1 stage spills 12 bytes at d 96 (non-causal), 2 stages do not (prefill_fp16_shape.h).
       if (s.arch == Arch::sm_90 || s.arch == Arch::sm_90a) std::swap(out[0], out[1]);
     }
-    else if (s.head_dim <= 128) take(prefill_fp16::kTilingsD128);
+    else if (s.head_dim <= 128) {
+      take(prefill_fp16::kTilingsD128);
+      // The one-stage form spills 8-12 bytes on sm_80 (non-causal), sm_86 and sm_89; not on sm_90 / sm_90a.
+      if (sm8x && !(s.causal && s.arch == Arch::sm_80)) demote(out, {{128, 64, 4, 1}});
+    }
     else take(prefill_fp16::kTilingsD256);
     return out;
   }

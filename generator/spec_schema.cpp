@@ -228,6 +228,31 @@ const Field& field_named(std::string_view key) {
   throw Error(ErrorKind::failure, "no spec field '" + std::string(key) + "'");
 }
 
+std::vector<int> domain_values(const Field& f) {
+  std::vector<int> out;
+  switch (f.domain) {
+    case Domain::choice:
+      for (size_t i = 0; i < f.choice_count; ++i) out.push_back(f.choices[i].value);
+      break;
+    case Domain::count: break;
+    case Domain::flag: out = {0, 1}; break;
+    case Domain::smooth:
+      for (int bits = kSmoothNone; bits <= (kSmoothQ | kSmoothK | kSmoothV); ++bits) out.push_back(bits);
+      break;
+    case Domain::operand:
+      for (const Choice& fmt : kFmts) {
+        if (fmt.value == v(Fmt::fp16) || fmt.value == v(Fmt::bf16)) {
+          out.push_back(operand_value({static_cast<Fmt>(fmt.value), Gran::none}));
+          continue;
+        }
+        for (const Choice& g : kGrans)
+          if (g.value != v(Gran::none)) out.push_back(operand_value({static_cast<Fmt>(fmt.value), static_cast<Gran>(g.value)}));
+      }
+      break;
+  }
+  return out;
+}
+
 std::string accepted_values(const Field& f) { return accepted_list(f.choices, f.choice_count); }
 
 std::string format_value(const Field& f, const Spec& s) {

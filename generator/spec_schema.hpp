@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "qattn/spec.hpp"
 
@@ -62,6 +63,12 @@ const Field& field_named(std::string_view key);
 std::string format_value(const Field& field, const Spec& spec);
 void parse_value(const Field& field, Spec& spec, std::string_view value);
 std::string accepted_values(const Field& field);   // "none, hadamard"
+
+// Every value the text grammar can give a field, as the numbers of get() / set(), in table order:
+// each choice, both states of a flag, each smoothing set, and each operand (fp16 and bf16 without a
+// granularity, the other formats with every granularity; which pairs a kernel supports is validate()'s
+// question, not the grammar's). Empty for a count field: its range (lo..hi) is the caller's to sample.
+std::vector<int> domain_values(const Field& field);
 
 // Kernel-name form of one field: "" when the name leaves it out; parse returns false on no match.
 std::string name_token(const Field& field, const Spec& spec);

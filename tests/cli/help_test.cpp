@@ -151,6 +151,19 @@ TEST(CliErrors, CompileRefusesOptionsOfTheOtherMode) {
   EXPECT_NE(o.err.find("--tiling does not go with --grid"), std::string::npos) << o.err;
   o = run_cli(spec + " --emit source --json");
   EXPECT_EQ(o.code, 2) << "JSON and the payload would share stdout: " << o.err;
+  o = run_cli("compile --grid everything --no-cache");
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("accepted: default, space"), std::string::npos) << o.err;
+  o = run_cli("compile --grid default --sample 3 --no-cache");
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("--sample applies to --grid space only"), std::string::npos) << o.err;
+  o = run_cli("compile --grid space --seed 3 --filter '^none$' --no-cache");
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("give --sample N too"), std::string::npos) << o.err;
+  o = run_cli("compile --grid space --sample 0 --no-cache");
+  EXPECT_EQ(o.code, 2) << o.err;
+  o = run_cli(spec + " --sample 2");
+  EXPECT_EQ(o.code, 2) << o.err;
 }
 
 TEST(CliErrors, UnknownVerbsAndCacheActionsAreBadInput) {

@@ -92,6 +92,25 @@ TEST_F(CliJson, CompileGridIsAnArrayOfRows) {
   EXPECT_TRUE(j.empty());
 }
 
+// The spill sweep over a seeded draw of two sm_80 decode kernels: one row each, none spilled, and the
+// same seed draws the same kernels.
+TEST_F(CliJson, CompileSpaceSampleIsASeededDrawOfRows) {
+  const std::string line = "compile --grid space --arch sm_80 --filter '^qattn_decode_' --sample 2 --seed 5 --json --no-cache";
+  const Outcome o = run_cli(line);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json j = json_of(o);
+  ASSERT_EQ(j.size(), 2u) << j.dump();
+  for (const nlohmann::json& row : j) {
+    EXPECT_TRUE(row.at("ok").get<bool>()) << row.dump();
+    EXPECT_EQ(row.at("spill_bytes"), 0) << row.dump();
+    EXPECT_EQ(row.at("kernel").get<std::string>().rfind("qattn_decode_sm80_", 0), 0u) << row.dump();
+  }
+  const nlohmann::json again = json_of(run_cli(line));
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].at("kernel"), j[0].at("kernel"));
+  EXPECT_EQ(again[1].at("kernel"), j[1].at("kernel"));
+}
+
 TEST_F(CliJson, CacheActionsAndReport) {
   ASSERT_EQ(run_cli("compile " + kSpec + " --db " + db_).code, 0);
   store_dataflow_decision(db_);

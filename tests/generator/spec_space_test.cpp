@@ -1,0 +1,115 @@
+// The enumerated spec space (generator/spec_space.hpp): only accepted specs, each once, every head dim
+// and format family of each phase, pruning that loses nothing, and a seeded sample that repeats.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <set>
+
+#include "generator/spec_schema.hpp"
+#include "generator/spec_space.hpp"
+#include "qattn/validate.hpp"
+
+namespace qattn {
+namespace {
+
+TEST(SpecSpace, EverySpecIsAcceptedAndListedOnce) {
+  for (Phase phase : {Phase::prefill, Phase::decode})
+    for (Arch arch : {Arch::sm_80, Arch::sm_90a}) {
+      const std::vector<Spec> specs = gen::accepted_specs(phase, arch);
+      std::set<std::string> texts;
+      std::set<int> dims;
+      std::set<int> qk_fmts;
+      for (const Spec& s : specs) {
+        EXPECT_TRUE(validate(s)) << to_string(s);
+        EXPECT_EQ(s.phase, phase);
+        EXPECT_EQ(s.arch, arch);
+        EXPECT_TRUE(texts.insert(to_string(s)).second) << to_string(s);
+        dims.insert(s.head_dim);
+        qk_fmts.insert(static_cast<int>(s.qk.fmt));
+      }
+      const std::set<int> want = phase == Phase::prefill ? std::set<int>{64, 96, 128, 256} : std::set<int>{64, 128, 256};
+      EXPECT_EQ(dims, want);
+      EXPECT_EQ(qk_fmts.size(), phase == Phase::prefill ? 4u : 6u) << to_string(phase);
+      EXPECT_EQ(specs, gen::accepted_specs(phase, arch));   // deterministic
+    }
+}
+
+TEST(SpecSpace, KnownPointsAreInTheSpace) {
+  for (const char* text : {"prefill qk=fp16 pv=fp16 out=fp16 d=64 arch=sm_80",
+                           "prefill qk=int4:per_warp pv=fp8e4m3:per_channel out=bf16 d=256 causal smooth=qkv arch=sm_89",
+                           "decode qk=flashq:per_channel pv=flashq:per_channel out=fp16 d=64 gqa=8 softmax=sas paged flow=gemv arch=sm_90a"}) {
+    const Spec want = parse_spec(text);
+    bool found = false;
+    for (const Spec& s : gen::accepted_specs(want.phase, want.arch)) found = found || s == want;
+    EXPECT_TRUE(found) << text;
+  }
+}
+
+// The unpruned product over a slice of the space (two Q/K formats, both P/V and output formats of
+// the slice, three head dims, every other field's values) holds exactly the enumerated specs of the slice.
+TEST(SpecSpace, PruningLosesNoAcceptedSpec) {
+  const auto& fields = schema::fields();
+  for (Phase phase : {Phase::prefill, Phase::decode}) {
+    const Arch arch = Arch::sm_89;
+    std::set<std::string> enumerated;
+    const std::vector<Operand> slice = {{Fmt::int8, Gran::per_token}, {Fmt::fp8e4m3, Gran::per_channel},
+                                        {Fmt::fp16, Gran::none}, {Fmt::fp8e4m3, Gran::per_head}};
+    auto in_slice = [&](const Spec& s) {
+      bool qk = false, pv = false;
+      for (const Operand& o : slice) qk = qk || s.qk == o, pv = pv || s.pv == o;
+      return qk && pv && (s.head_dim == 64 || s.head_dim == 96 || s.head_dim == 128) && s.gqa <= 2;
+    };
+    for (const Spec& s : gen::accepted_specs(phase, arch))
+      if (in_slice(s)) enumerated.insert(to_string(s));
+    std::set<std::string> product;
+    Spec spec;
+    spec.phase = phase;
+    spec.arch = arch;
+    std::function<void(size_t)> walk = [&](size_t i) {
+      if (i == fields.size()) {
+        if (validate(spec) && in_slice(spec)) product.insert(to_string(spec));
+        return;
+      }
+      const schema::Field& f = fields[i];
+      if (!std::strcmp(f.key, "phase") || !std::strcmp(f.key, "arch")) return walk(i + 1);   // fixed
+      std::vector<int> values = schema::domain_values(f);
+      if (!std::strcmp(f.key, "d")) values = {64, 96, 100, 128};
+      if (!std::strcmp(f.key, "gqa")) values = {1, 2};
+      if (!std::strcmp(f.key, "splitk")) values = {0};
+      if (!std::strcmp(f.key, "qk") || !std::strcmp(f.key, "pv")) {
+        values.clear();
+        for (const Operand& o : slice) values.push_back(static_cast<int>(o.fmt) * 16 + static_cast<int>(o.gran));
+      }
+      for (int x : values) {
+        f.set(spec, x);
+        walk(i + 1);
+      }
+      f.set(spec, f.fallback);
+    };
+    walk(0);
+    EXPECT_FALSE(product.empty());
+    EXPECT_EQ(enumerated, product) << to_string(phase);
+  }
+}
+
+TEST(SpecSpace, DistinctKernelsAndSeededSamples) {
+  const std::vector<Spec> specs = gen::accepted_specs(Phase::decode, Arch::sm_80);
+  const std::vector<gen::SpacePoint> kernels = gen::distinct_default_kernels(specs);
+  ASSERT_FALSE(kernels.empty());
+  EXPECT_LT(kernels.size(), specs.size());   // gqa 2 and 16 share the mma decode kernels of gqa 1
+  std::set<std::string> names;
+  for (const gen::SpacePoint& p : kernels) EXPECT_TRUE(names.insert(p.kernel).second) << p.kernel;
+  const auto a = gen::sample_points(kernels, 10, 7), b = gen::sample_points(kernels, 10, 7),
+             c = gen::sample_points(kernels, 10, 8);
+  ASSERT_EQ(a.size(), 10u);
+  std::vector<std::string> na, nb, nc;
+  for (size_t i = 0; i < 10; ++i) na.push_back(a[i].kernel), nb.push_back(b[i].kernel), nc.push_back(c[i].kernel);
+  EXPECT_EQ(na, nb);
+  EXPECT_NE(na, nc);
+  EXPECT_EQ(std::set<std::string>(na.begin(), na.end()).size(), 10u);   // without replacement
+  EXPECT_EQ(gen::sample_points(kernels, kernels.size() + 5, 1).size(), kernels.size());
+}
+
+}  // namespace
+}  // namespace qattn
