@@ -49,7 +49,7 @@ TEST(SpecSpace, KnownPointsAreInTheSpace) {
 // The unpruned product over a slice of the space (two Q/K formats, both P/V and output formats of
 // the slice, three head dims, every other field's values) holds exactly the enumerated specs of the slice.
 TEST(SpecSpace, PruningLosesNoAcceptedSpec) {
-  const auto& fields = schema::fields();
+  const auto& fields = gen::schema::fields();
   for (Phase phase : {Phase::prefill, Phase::decode}) {
     const Arch arch = Arch::sm_89;
     std::set<std::string> enumerated;
@@ -71,9 +71,9 @@ TEST(SpecSpace, PruningLosesNoAcceptedSpec) {
         if (validate(spec) && in_slice(spec)) product.insert(to_string(spec));
         return;
       }
-      const schema::Field& f = fields[i];
+      const gen::schema::Field& f = fields[i];
       if (!std::strcmp(f.key, "phase") || !std::strcmp(f.key, "arch")) return walk(i + 1);   // fixed
-      std::vector<int> values = schema::domain_values(f);
+      std::vector<int> values = gen::schema::domain_values(f);
       if (!std::strcmp(f.key, "d")) values = {64, 96, 100, 128};
       if (!std::strcmp(f.key, "gqa")) values = {1, 2};
       if (!std::strcmp(f.key, "splitk")) values = {0};
