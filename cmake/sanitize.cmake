@@ -25,12 +25,18 @@ if("undefined" IN_LIST qattn_sanitizers)
   list(APPEND qattn_sanitize_flags -fno-sanitize-recover=undefined)
 endif()
 add_compile_options(${qattn_sanitize_flags})
-add_link_options(-fsanitize=${QATTN_SANITIZE})
+# Debian's GCC links with --as-needed except when a sanitizer is on; without it every program that names
+# the driver stub (CUDA::nvrtc brings it) would need libcuda.so.1, which a machine without a driver lacks.
+add_link_options(-fsanitize=${QATTN_SANITIZE} LINKER:--as-needed)
 
 # A program that was not linked with the sanitizers (python3 for the Python wrapper's tests) can load the
-# sanitized libqattn.so only when the ASan runtime is loaded first: tests/CMakeLists.txt preloads this file.
+# sanitized libqattn.so only when the ASan runtime is loaded first, and libstdc++ with it: ASan intercepts
+# C++ throws only in a libstdc++ present at start-up (a later one aborts at the first exception).
+# tests/CMakeLists.txt preloads both.
 if("address" IN_LIST qattn_sanitizers)
   execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libasan.so
                   OUTPUT_VARIABLE QATTN_ASAN_RUNTIME OUTPUT_STRIP_TRAILING_WHITESPACE)
+  execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.so
+                  OUTPUT_VARIABLE QATTN_STDCXX_RUNTIME OUTPUT_STRIP_TRAILING_WHITESPACE)
 endif()
 message(STATUS "qattn: sanitizers ${QATTN_SANITIZE} for every target")
