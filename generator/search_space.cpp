@@ -66,7 +66,7 @@ void demote(std::vector<Tiling>& list, const std::vector<Tiling>& spilling) {
   });
 }
 
-std::vector<Tiling> preferred(const Spec& s) {
+std::vector<Tiling> listed(const Spec& s) {
   std::vector<Tiling> out;
   if (s.phase == Phase::decode) return s.flow == Dataflow::gemv ? preferred_gemv(s) : preferred_decode(s);
   if (s.qk.fmt == Fmt::fp16 || s.qk.fmt == Fmt::bf16) {
@@ -107,7 +107,7 @@ std::vector<Tiling> preferred(const Spec& s) {
   if (s.qk.fmt == Fmt::int4 && int4_mma_by_default(s)) {
     Spec as_int8 = s;
     as_int8.qk.fmt = Fmt::int8;
-    for (Tiling t : preferred(as_int8)) {
+    for (Tiling t : listed(as_int8)) {
       t.int4_mma = true;
       out.push_back(t);
     }
@@ -152,6 +152,32 @@ std::vector<Tiling> preferred(const Spec& s) {
   if (s.head_dim <= 64) out.insert(out.end(), {{64, 64, 4, 3}, {64, 128, 4, 3}, {64, 64, 4, 2}, {128, 64, 4, 2}});
   else if (s.head_dim <= 128) out.insert(out.end(), {{64, 128, 4, 2}, {64, 128, 4, 3}, {64, 64, 4, 2}, {128, 128, 8, 3}});
   else out.insert(out.end(), {{64, 32, 4, 2}, {64, 32, 4, 3}, {128, 32, 8, 2}});
+  return out;
+}
+
+// Quantized prefill points whose listed first tiling spills at 255 or at 128 (mb4) registers, found by
+// `qattn compile --grid space` (bench/results/2026-11-27_spill_sweep/): the first listed tiling that
+// does not spill goes first; the others stay candidates for the tuner.
+void demote_spilling_quantized(const Spec& s, std::vector<Tiling>& out) {
+  const bool fp8 = s.pv.fmt == Fmt::fp8e4m3, two_level = s.accum == Accum::two_level;
+  const bool q_smooth = (s.smooth & kSmoothQ) != 0, per_tensor = s.qk.gran == Gran::per_tensor;
+  const bool i4 = int4_mma_by_default(s);
+  auto shape = [i4](int bm, int bn, int w, int st, bool wg = false, int mb = 0) {
+    return Tiling{bm, bn, w, st, wg, mb, i4};
+  };
+  if (s.head_dim <= 64 && fp8 && two_level)   // the wgmma mb4 forms: 4-32 bytes at 128 registers
+    demote(out, {shape(64, 128, 4, 3, true, 4), shape(64, 128, 4, 2, true, 4)});
+  if (s.head_dim <= 64 && fp8 && per_tensor && (two_level || q_smooth))   // mma.sync, 3 stages: 4 bytes
+    demote(out, {shape(64, 64, 4, 3)});
+  if (s.head_dim > 64 && s.head_dim <= 96 && s.qk.fmt == Fmt::int4 && per_tensor && s.pv.fmt != Fmt::int8)
+    demote(out, {shape(64, 64, 4, 2)});   // 168 registers, 4 bytes; 3 stages do not spill
+  if (s.head_dim > 128 && fp8 && q_smooth && two_level && s.arch == Arch::sm_89)
+    demote(out, {shape(64, 32, 4, 3)});   // 16-20 bytes; 2 stages: none (causal: 12, as every listed one)
+}
+
+std::vector<Tiling> preferred(const Spec& s) {
+  std::vector<Tiling> out = listed(s);
+  if (s.phase == Phase::prefill && s.quantized()) demote_spilling_quantized(s, out);
   return out;
 }
 

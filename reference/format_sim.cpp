@@ -203,6 +203,7 @@ Mat simulate_attention(const Mat& q, const Mat& k, const Mat& v, const std::vect
     qh = quantize_int(qh, cfg.gran, Role::q, cfg.qk_qmax, cfg.q_block).deq;
     kh = quantize_int(kh, cfg.gran, Role::k, cfg.qk_qmax).deq;
   }
+  const Mat qmean_h = cfg.smooth_q && cfg.rotate ? rotate_rows(qmean, Role::q) : qmean;   // pairs with kh
   // P·V side.
   std::vector<double> vmean;
   Mat vs = v;
@@ -219,7 +220,8 @@ Mat simulate_attention(const Mat& q, const Mat& k, const Mat& v, const std::vect
     const int visible = cfg.causal ? std::clamp(r + n - q.rows + 1, 0, n) : n;
     for (int j = 0; j < visible; ++j) {
       double x = dot(qh.row(r), kh.row(j), d);
-      if (cfg.smooth_q) x += dot(qmean.row(r / cfg.q_block), ks.row(j), d);   // ΔS from the unquantized K'
+      if (cfg.smooth_q && !cfg.delta_s_from_codes) x += dot(qmean.row(r / cfg.q_block), ks.row(j), d);
+      if (cfg.smooth_q && cfg.delta_s_from_codes) x += dot(qmean_h.row(r / cfg.q_block), kh.row(j), d);
       s[static_cast<size_t>(j)] = x * scale;
     }
     // FlashAttention-2 online softmax over key tiles; P is quantized against the running max, per tile.

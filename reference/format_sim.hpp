@@ -77,6 +77,8 @@ struct SimConfig {
   Gran gran = Gran::per_token;   // of both Q and K (K's per_warp is per-block, see above)
   bool smooth_k = false;       // K - mean_tokens(K): softmax-invariant
   bool smooth_q = false;       // Q - mean of its q_block-row block, plus ΔS = mean · K'ᵀ in float64
+  bool delta_s_from_codes = false;   // ΔS = mean · K̂ᵀ from K's quantized values (qattn's kernels: one more
+                                     // mma on the K codes) instead of the exact K'; rotated like K when rotate
   bool qk_fp8 = false;         // Q and K per-tensor e4m3 (scale amax/448) instead of integers
   bool rotate = false;         // Q and K (after smoothing) through the signed Hadamard rotation of
                                // quant_config.h before quantization (QuaRot; SageAttention2's HadmdAttn)

@@ -62,6 +62,7 @@ sim::SimConfig format_numerics(const Spec& spec, const Tiling& tiling) {
   c.smooth_q = (spec.smooth & kSmoothQ) != 0;
   c.smooth_k = (spec.smooth & kSmoothK) != 0;
   c.smooth_v = (spec.smooth & kSmoothV) != 0;
+  c.delta_s_from_codes = true;   // the kernel's ΔS is one more mma on K's codes
   c.rotate = spec.rotate == Rotation::hadamard;
   switch (spec.pv.fmt) {
     case Fmt::int8:

@@ -188,5 +188,27 @@ TEST(AccuracySim, Int8PerChannelVKeepsEachChannelWithinHalfItsScale) {
   EXPECT_GT(e.rel_l1, 0);
 }
 
+TEST(AccuracySim, DeltaSFromTheCodesIsExactWithoutQuantizationAndCostsMoreWithInt4) {
+  Outliers o;
+  o.biased = {3, 40, 77, 100};   // Q channels with offsets: large block means
+  o.bias_lo = 5, o.bias_hi = 20;
+  const Mat q = random_matrix(128, 128, Dist::normal, o, 21, 22), k = outlier_matrix(192, 23), v = outlier_matrix(192, 24);
+  std::vector<int> rows;
+  for (int r = 0; r < q.rows; r += 5) rows.push_back(r);
+  const double scale = 1 / std::sqrt(128.0);
+  const Mat ref = reference_attention(q, k, v, rows, scale);
+  for (bool rotate : {false, true}) {
+    SimConfig exact;
+    exact.smooth_q = exact.smooth_k = exact.delta_s_from_codes = true;
+    exact.rotate = rotate;
+    EXPECT_LT(compare(ref, simulate_attention(q, k, v, rows, scale, exact)).rel_l1, 1e-12) << "rotate " << rotate;
+    SimConfig int4 = exact, int4_exact_ds = exact;
+    int4.qk_qmax = int4_exact_ds.qk_qmax = 7;
+    int4_exact_ds.delta_s_from_codes = false;
+    EXPECT_LT(compare(ref, simulate_attention(q, k, v, rows, scale, int4)).cosine,
+              compare(ref, simulate_attention(q, k, v, rows, scale, int4_exact_ds)).cosine) << "rotate " << rotate;
+  }
+}
+
 }  // namespace
 }  // namespace qattn::reference::sim
