@@ -169,7 +169,8 @@ void demote_spilling_quantized(const Spec& s, std::vector<Tiling>& out) {
     demote(out, {shape(64, 128, 4, 3, true, 4), shape(64, 128, 4, 2, true, 4)});
   if (s.head_dim <= 64 && fp8 && per_tensor && (two_level || q_smooth))   // mma.sync, 3 stages: 4 bytes
     demote(out, {shape(64, 64, 4, 3)});
-  if (s.head_dim > 64 && s.head_dim <= 96 && s.qk.fmt == Fmt::int4 && per_tensor && s.pv.fmt != Fmt::int8)
+  if (s.head_dim > 64 && s.head_dim <= 96 && s.qk.fmt == Fmt::int4 && (per_tensor || s.qk.gran == Gran::per_block) &&
+      s.pv.fmt != Fmt::int8)
     demote(out, {shape(64, 64, 4, 2)});   // 168 registers, 4 bytes; 3 stages do not spill
   if (s.head_dim > 128 && fp8 && q_smooth && two_level && s.arch == Arch::sm_89)
     demote(out, {shape(64, 32, 4, 3)});   // 16-20 bytes; 2 stages: none (causal: 12, as every listed one)
