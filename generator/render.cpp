@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "generator/template_args.hpp"
+#include "qattn/attention/prefill_int8_shape.h"
 #include "qattn/attention/tile_order.h"
 #include "qattn/error.hpp"
 #include "qattn/kernel_name.hpp"
@@ -81,6 +82,7 @@ Body prefill_int8_body(const Spec& s, const Tiling& t) {
   if (vsmooth) member("bool", "v_smooth", b(true));
   if (kblock) member("bool", "k_block_scale", b(true));
   if (t.tma) member("bool", "tma", b(true));
+  if (t.warp_specialized) member("bool", "warp_specialized", b(true));
   cfg << "};\n";
   return {"qattn/attention/prefill_int8.cuh", "qattn::prefill_int8::Kernel<qattn_config>", "qattn::AttentionParams",
           cfg.str()};
@@ -104,20 +106,24 @@ Source render_attention(const Spec& spec, const Tiling& tiling) {
   src.kernel_name = kernel_name(spec, tiling);
   src.arch = spec.arch;
   const Body body = attention_body(spec, tiling);
+  const int min_blocks = tiling.warp_specialized ? prefill_int8::ws_blocks_per_sm(tiling.warps) : tiling.min_blocks;
   std::ostringstream os;
   os << "// qattn generated: " << to_string(spec) << " | " << to_string(tiling) << "\n"
      << "#include \"" << body.header << "\"\n"
      << body.config
      // Minimum blocks only when the tiling asks (_mb<k>): a hint of 1 would let ptxas spend registers
      // for one block per SM, costing the int8 wgmma kernel a resident block.
-     << "extern \"C\" __global__ void __launch_bounds__(" << tiling.warps * 32
-     << (tiling.min_blocks > 0 ? ", " + std::to_string(tiling.min_blocks) : std::string()) << ")\n"
+     // The warp-specialized form fixes its blocks per SM: the producer's registers go to the consumers.
+     << "extern \"C\" __global__ void __launch_bounds__(" << block_threads(tiling)
+     << (min_blocks > 0 ? ", " + std::to_string(min_blocks) : std::string()) << ")\n"
      // _tma: the tensor maps are read by the TMA unit from parameter space, so the parameter is
      // __grid_constant__ (never copied to local memory).
      << src.kernel_name << "(const " << (tiling.tma ? "__grid_constant__ qattn::TmaAttentionParams" : body.params)
      << " p) {\n"
      << "  extern __shared__ __align__(128) char qattn_smem[];\n"
-     << "  " << body.type << (tiling.tma ? "::run_tma(p, qattn_smem);\n" : "::run(p, qattn_smem);\n")
+     << "  " << body.type << (tiling.warp_specialized ? "::run_ws(p, qattn_smem);\n"
+                              : tiling.tma             ? "::run_tma(p, qattn_smem);\n"
+                                                       : "::run(p, qattn_smem);\n")
      << "}\n";
   src.text = os.str();
   return src;
@@ -141,7 +147,7 @@ LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Probl
   l.grid[0] = g.x;
   l.grid[1] = g.y;
   l.grid[2] = g.z;
-  l.block = static_cast<unsigned>(tiling.warps * 32);
+  l.block = static_cast<unsigned>(block_threads(tiling));
   l.smem_bytes = static_cast<unsigned>(kernel_smem_bytes(spec, tiling));
   return l;
 }

@@ -161,7 +161,7 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
                                s.accum == Accum::fp16, t.int4_mma, qsmooth))
     return 0;
   return prefill_int8::smem_bytes(s.head_dim, t.block_m, t.block_n, t.stages, t.wgmma, v_bytes, t.int4_mma, qsmooth,
-                                  t.q_fused, t.tma);
+                                  t.q_fused, t.tma, t.warp_specialized);
 }
 
 // What the fused-Q form (_qf) does not do: pack int4 Q, subtract Q's block means, rotate.
@@ -205,6 +205,14 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (t.tma && s.head_dim != 64 && s.head_dim != 128)
     return Verdict::no("tiling " + to_string(t) + ": _tma loads K rows of one swizzle atom; accepted: d=64, d=128 (got d=" +
                        std::to_string(s.head_dim) + "); drop _tma");
+  if (t.warp_specialized && !(t.wgmma && t.tma))
+    return Verdict::no("tiling " + to_string(t) + ": _ws (a producer warpgroup loading by TMA) needs _wg and _tma, "
+                       "e.g. bm128_bn128_w8_s2_wg_tma_ws");
+  if (t.warp_specialized && t.q_fused)
+    return Verdict::no("tiling " + to_string(t) + ": _ws reads a pre-quantized Q; drop _qf or _ws");
+  if (t.warp_specialized && t.min_blocks > 0)
+    return Verdict::no("tiling " + to_string(t) + ": _ws fixes its blocks per SM (1 with 8 warps, 2 with 4); drop _mb" +
+                       std::to_string(t.min_blocks));
   if (t.wgmma && s.arch != Arch::sm_90a)
     return Verdict::no("tiling " + to_string(t) + ": wgmma needs arch=sm_90a (got " + to_string(s.arch) + "); drop _wg");
   const int smem = kernel_smem_bytes(s, t);
@@ -221,16 +229,18 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (smem > limits.max_smem_per_block)
     return Verdict::no("tiling " + to_string(t) + " needs " + std::to_string(smem) + " bytes of shared memory; " +
                        to_string(s.arch) + " allows " + std::to_string(limits.max_smem_per_block));
-  if (t.warps * 32 > limits.max_threads_per_block)
+  const int threads = block_threads(t);
+  if (threads > limits.max_threads_per_block)
     return Verdict::no("tiling " + to_string(t) + " has too many threads per block");
-  if (t.min_blocks > 0) {
+  const int min_blocks = t.warp_specialized ? prefill_int8::ws_blocks_per_sm(t.warps) : t.min_blocks;
+  if (min_blocks > 0) {
     const int by_smem = limits.smem_per_sm / (smem + limits.smem_reserved_per_block);
-    const int by_threads = limits.max_threads_per_sm / (t.warps * 32);
-    if (t.min_blocks > by_smem || t.min_blocks > by_threads)
-      return Verdict::no("tiling " + to_string(t) + " asks for " + std::to_string(t.min_blocks) +
+    const int by_threads = limits.max_threads_per_sm / threads;
+    if (min_blocks > by_smem || min_blocks > by_threads)
+      return Verdict::no("tiling " + to_string(t) + " asks for " + std::to_string(min_blocks) +
                          " blocks per SM; " + to_string(s.arch) + " holds at most " +
                          std::to_string(by_smem < by_threads ? by_smem : by_threads) + " of them (shared memory " +
-                         std::to_string(smem) + " bytes, " + std::to_string(t.warps * 32) + " threads each)");
+                         std::to_string(smem) + " bytes, " + std::to_string(threads) + " threads each)");
   }
   return Verdict::yes();
 }

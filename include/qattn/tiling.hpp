@@ -5,7 +5,8 @@
 // Q/K rows of d/2 bytes); without it a qk=int4 spec runs on int8 tensor cores over the same [-7, 7]
 // codes stored one per byte (the only fast form on sm_90, where the s4 mma is emulated),
 // then "_qf" when the kernel quantizes its own Q tile, "_tma" when it loads K / V^T tiles with the tensor
-// memory accelerator (sm_90a wgmma form), then "_mb<k>" when the kernel asks ptxas for k resident blocks
+// memory accelerator (sm_90a wgmma form), then "_ws" when a producer warpgroup does those loads for
+// consumer warpgroups (warp-specialized; needs _wg and _tma), then "_mb<k>" when the kernel asks ptxas for k resident blocks
 // per SM (__launch_bounds__(threads, k): registers capped at 64K / (k * threads)),
 // e.g. "bm64_bn128_w4_s3_wg_mb4" or "bm64_bn128_w4_s3_wg_qf_tma_mb4".
 #pragma once
@@ -32,15 +33,21 @@ struct Tiling {
   // mbarrier (token _tma) instead of every thread's cp.async; the launch (or prepare(), once per
   // prepared call) encodes the tensor maps.
   bool tma = false;
+  // Warp-specialized (token _ws, with _wg and _tma): one more warpgroup issues the TMA loads into a ring
+  // of stages for the `warps` consumer warps, which take turns on the tensor cores when there are two
+  // warpgroups of them; 1 block per SM with 8 warps, 2 with 4 (no _mb).
+  bool warp_specialized = false;
   bool operator==(const Tiling& o) const {
     return block_m == o.block_m && block_n == o.block_n && warps == o.warps && stages == o.stages &&
            wgmma == o.wgmma && min_blocks == o.min_blocks && int4_mma == o.int4_mma && q_fused == o.q_fused &&
-           tma == o.tma;
+           tma == o.tma && warp_specialized == o.warp_specialized;
   }
   bool operator!=(const Tiling& o) const { return !(*this == o); }
 };
 
 std::string to_string(const Tiling& t);
+// Threads per CTA: warps x 32, plus the producer warpgroup of the warp-specialized form.
+int block_threads(const Tiling& t);
 Tiling parse_tiling(std::string_view text);   // throws qattn::Error(bad_input)
 
 }  // namespace qattn

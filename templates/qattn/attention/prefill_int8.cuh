@@ -7,8 +7,9 @@
 // Kernel<Cfg> takes one configuration struct (prefill_int8/config.cuh). Its body is made of the parts
 // in prefill_int8/, each included inside the class so that they share its constants and types:
 // the configuration and per-format traits, the layout, the producer (K/V loads), the consumer
-// (Q·K^T, softmax, P·V, Q smoothing, one tile's step), the epilogue, the fused-Q prologue and the
-// entry with the main loop. A new P·V format touches format_traits.cuh, pv.cuh and the generator's
+// (Q·K^T, softmax, P·V, Q smoothing, one tile's step), the epilogue, the fused-Q prologue, the entry
+// with the main loop, and the warp-specialized entry (a producer warpgroup feeding consumer warpgroups,
+// sm_90a). A new P·V format touches format_traits.cuh, pv.cuh and the generator's
 // candidate table.
 #pragma once
 
@@ -19,6 +20,7 @@
 #include "qattn/common/fp8_cvt.cuh"
 #include "qattn/common/int8_ptx.cuh"
 #include "qattn/common/tma.cuh"
+#include "qattn/common/warp_roles.cuh"
 #include "qattn/common/wgmma.cuh"
 #include "qattn/quant/quant_device.cuh"
 #include "qattn/attention/prefill_int8/config.cuh"
@@ -41,6 +43,7 @@ struct Kernel {
 #include "qattn/attention/prefill_int8/epilogue.cuh"
 #include "qattn/attention/prefill_int8/fused_q.cuh"
 #include "qattn/attention/prefill_int8/run.cuh"
+#include "qattn/attention/prefill_int8/warp_specialized.cuh"
 };
 
 }  // namespace prefill_int8

@@ -73,14 +73,21 @@ QATTN_INT8_SHAPE_FN int qsmooth_bytes(int d, int bm, int bn) { return 16 * d + 4
 QATTN_INT8_SHAPE_FN int fused_q_bytes(int bm) { return 8 * bm; }
 
 // TMA loads (_tma): one 8-byte mbarrier per stage, then the K scales' address (8 bytes), after
-// everything else.
-QATTN_INT8_SHAPE_FN int tma_barrier_bytes(int stages) { return 8 * stages + 8; }
+// everything else; the warp-specialized form (_ws) adds a second mbarrier per stage (stage free).
+QATTN_INT8_SHAPE_FN int tma_barrier_bytes(int stages, bool ws = false) { return 8 * stages + 8 + (ws ? 8 * stages : 0); }
+
+// The warp-specialized form (_ws): the tiling's warps compute, one more warpgroup loads; the CTA count
+// per SM is fixed (1 with two consumer warpgroups, 2 with one), which sets the registers the producer
+// hands to the consumers (prefill_int8/warp_specialized.cuh).
+QATTN_INT8_SHAPE_FN int ws_threads(int warps) { return warps * 32 + 128; }
+QATTN_INT8_SHAPE_FN int ws_blocks_per_sm(int warps) { return warps == 8 ? 1 : 2; }
 
 QATTN_INT8_SHAPE_FN int smem_bytes(int d, int bm, int bn, int stages, bool wg = false, int v_bytes = 1,
-                                   bool s4 = false, bool qsmooth = false, bool q_fused = false, bool tma = false) {
+                                   bool s4 = false, bool qsmooth = false, bool q_fused = false, bool tma = false,
+                                   bool ws = false) {
   return bm * qk_row_bytes(d, s4) + stages * (bn * qk_row_bytes(d, s4) + v_bytes * bn * d + 4 * bn) + (wg ? 1024 : 0) +
          (qsmooth ? qsmooth_bytes(d, bm, bn) : 0) + (q_fused ? fused_q_bytes(bm) : 0) +
-         (tma ? tma_barrier_bytes(stages) : 0);
+         (tma || ws ? tma_barrier_bytes(stages, ws) : 0);
 }
 
 QATTN_INT8_SHAPE_FN int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }

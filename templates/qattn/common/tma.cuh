@@ -26,6 +26,17 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 
+// One plain arrival (release: this thread's earlier shared-memory reads are done before it counts).
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// One arrival that happens when every cp.async this thread issued so far has landed (it counts as one
+// of the barrier's expected arrivals).
+__device__ __forceinline__ void cp_async_mbar_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
 // Blocks until the phase of parity `parity` has completed.
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
   u32 done;

@@ -27,6 +27,7 @@ struct DefaultConfig {
   static constexpr bool v_smooth = false;         // int8 P·V normalised by the exact row sum (smooth=v)
   static constexpr bool k_block_scale = false;    // K's scale shared by 64-key groups, folded into the row factor
   static constexpr bool tma = false;              // K / V^T tiles by tensor-map copies (tiling _tma)
+  static constexpr bool warp_specialized = false; // a producer warpgroup feeds the consumers (tiling _ws; needs tma)
 };
 
 }  // namespace prefill_int8

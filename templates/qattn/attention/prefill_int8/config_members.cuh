@@ -20,6 +20,7 @@
   static constexpr bool VSMOOTH = Cfg::v_smooth;
   static constexpr bool KBLOCK = Cfg::k_block_scale;
   static constexpr bool TMA = Cfg::tma;
+  static constexpr bool WS = Cfg::warp_specialized;
 
   static_assert(QF == Gran::none || QF == Gran::per_token || QF == Gran::per_warp || QF == Gran::per_thread ||
                     QF == Gran::per_block,
@@ -42,3 +43,5 @@
   static_assert(OUT == Fmt::fp16 || OUT == Fmt::bf16, "prefill_int8: output must be fp16 or bf16");
   static_assert(!TMA || (WG && PV != Fmt::fp16 && (D == 64 || D == 128)),
                 "prefill_int8: TMA loads (one swizzle atom per K row) exist in the wgmma form at d 64 and 128");
+  static_assert(!WS || (TMA && QF == Gran::none),
+                "prefill_int8: the warp-specialized form (WS) loads by TMA and reads a pre-quantized Q");

@@ -6,7 +6,7 @@
   static_assert(tiling_ok(D, BM, BN, WARPS, STAGES, WG, kVBytes, kHalfO, S4, QSMOOTH),
                 "prefill_int8: invalid tiling (see prefill_int8_shape.h)");
   static constexpr int kThreads = WARPS * 32;
-  static constexpr int kSmemBytes = smem_bytes(D, BM, BN, STAGES, WG, kVBytes, S4, QSMOOTH, QF != Gran::none, TMA);
+  static constexpr int kSmemBytes = smem_bytes(D, BM, BN, STAGES, WG, kVBytes, S4, QSMOOTH, QF != Gran::none, TMA, WS);
 
  private:
   using u32 = dev::u32;

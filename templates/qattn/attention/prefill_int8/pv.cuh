@@ -2,6 +2,8 @@
 // kernel's constants and types directly).
 // The consumer's second product: P from the logits in the P·V format (u8 P̂, fp16 / bf16 P or e4m3 P̃),
 // the row sums, and O += P·V (mma.sync or wgmma).
+  // P's k32 A fragments (int8 P̂ or fp8 P̃), kept from one tile's softmax to the next tile's issue.
+  using PFrag = u32[kMT][kPVSteps][4];
   // pv=fp16 and pv=fp8e4m3: P = pscale · 2^(L - R) in registers, the exact row sums (fp32, before any
   // rounding), and O += P·V with the V tile at vtile.
   //   fp16: P rounded to OUT (fp16 or bf16: the type of V, which the loader copies as is), k16 A
@@ -12,8 +14,10 @@
   //         k32 A fragment), V^T e4m3 codes from the same swizzled tile as int8 V̂^T; mma m16n8k32
   //         .e4m3 into fp32 O (accum=fp32: the hardware's ~FP22 accumulate over the whole row), or into
   //         a zeroed accumulator per (8 channels, KV tile) added to O after the tile (two_level).
-  template <int NPS = kPVSteps>
-  static __device__ __forceinline__ void softmax_pv_float(State& st, const Logits& u, const RowFac& fac, u32 vtile) {
+  // ISSUE = false (the warp-specialized loop): P̃'s fragments into *keep, and no product (issue_pv).
+  template <int NPS = kPVSteps, bool ISSUE = true>
+  static __device__ __forceinline__ void softmax_pv_float(State& st, const Logits& u, const RowFac& fac, u32 vtile,
+                                                          PFrag* keep = nullptr) {
     const int lane = threadIdx.x & 31;
     constexpr float kLog2Scale = kHalfV ? 0.f : kLog2Fp8PScale;
     float y[kMT][kSN][4];   // P (before rounding), in S accumulator order
@@ -59,6 +63,10 @@
           pf[mt][ks][3] = dev::e4m3x4(j2[2], j2[3], j3[2], j3[3]);
         }
       }
+    }
+    if constexpr (!ISSUE) {
+      keep_fragments(*keep, pf);
+      return;
     }
     if constexpr (kHalfV) {
 #pragma unroll
@@ -176,8 +184,10 @@
 
   // P̂ = round(kPScale · 2^(L - R)) packed straight into the A fragments of P·V, the row sums (the exact
   // one always; Σ P̂ where it is l), and O += P̂·V̂ with the V^T tile at vtile.
-  template <int NPS = kPVSteps>
-  static __device__ __forceinline__ void softmax_pv_int8(State& st, const Logits& u, const RowFac& fac, u32 vtile) {
+  // ISSUE = false (the warp-specialized loop): P̂'s fragments into *keep, and no product (issue_pv).
+  template <int NPS = kPVSteps, bool ISSUE = true>
+  static __device__ __forceinline__ void softmax_pv_int8(State& st, const Logits& u, const RowFac& fac, u32 vtile,
+                                                         PFrag* keep = nullptr) {
     const int lane = threadIdx.x & 31;
     u32 pf[kMT][kPVSteps][4];
 #pragma unroll
@@ -228,13 +238,10 @@
         st.l_x[mt][hf] += lo + hi;
       }
     }
-    if constexpr (WG) {
-      const dev::u64 vd = dev::wgmma_desc(vtile, BN);
-      dev::fence_operands(st.o[0]);
-      dev::wgmma_fence();
-#pragma unroll
-      for (int ps = 0; ps < NPS; ++ps) dev::wgmma_u8s8_rs<D>(st.o[0], pf[0][ps], vd + 2 * ps, BN);
-      dev::wgmma_commit();   // the caller waits
+    if constexpr (!ISSUE) {
+      keep_fragments(*keep, pf);
+    } else if constexpr (WG) {
+      pv_int8_wgmma<NPS>(st, pf, vtile);
     } else {
 #pragma unroll
       for (int c = 0; c < D / 16; ++c) {
@@ -253,4 +260,24 @@
         }
       }
     }
+  }
+
+  static __device__ __forceinline__ void keep_fragments(PFrag& keep, const PFrag& pf) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int ps = 0; ps < kPVSteps; ++ps)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) keep[mt][ps][i] = pf[mt][ps][i];
+  }
+
+  // int8 P·V on wgmma: O += P̂·V̂ with the V^T tile at vtile (committed; the caller waits).
+  template <int NPS = kPVSteps>
+  static __device__ __forceinline__ void pv_int8_wgmma(State& st, const u32 (&pf)[1][kPVSteps][4], u32 vtile) {
+    const dev::u64 vd = dev::wgmma_desc(vtile, BN);
+    dev::fence_operands(st.o[0]);
+    dev::wgmma_fence();
+#pragma unroll
+    for (int ps = 0; ps < NPS; ++ps) dev::wgmma_u8s8_rs<D>(st.o[0], pf[0][ps], vd + 2 * ps, BN);
+    dev::wgmma_commit();   // the caller waits
   }

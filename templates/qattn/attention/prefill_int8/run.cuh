@@ -170,3 +170,105 @@
       store_output(p, st, cx, b, h, h_kv);
     }
   }
+
+  // Where (b, h_kv) starts in K, V^T and the K scales, and the CTA's lengths.
+  static __device__ __forceinline__ Ctx make_ctx(const AttentionParams& p, int b, int h_kv, int q0, const TmaMap* k_map,
+                                                 const TmaMap* v_map) {
+    Ctx cx;
+    cx.k = static_cast<const signed char*>(p.k.ptr) + b * p.k.sb + h_kv * p.k.sh;
+    cx.v = static_cast<const signed char*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh;
+    cx.k_scale = p.k_scale.ptr + b * p.k_scale.sb + h_kv * p.k_scale.sh;
+    cx.k_ss = p.k.ss;
+    cx.v_sc = p.v.sc;
+    cx.k_group = p.k_scale.group;
+    cx.kv_len = p.kv_len;
+    cx.q_len = p.q_len;
+    cx.causal_offset = p.kv_len - p.q_len;
+    cx.row0 = q0 + (threadIdx.x >> 5) * 16 * kMT;
+    cx.vh = static_cast<const dev::u16*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh;
+    cx.v_ss = p.v.ss;
+    if constexpr (TMA) {   // the host checked that these divide (runtime/device/tma_maps.cpp)
+      const long long k_at = b * p.k.sb + h_kv * p.k.sh;
+      cx.k_map = k_map;
+      cx.v_map = v_map;
+      cx.k_col = static_cast<int>(k_at % p.k.ss);
+      cx.k_group16 = static_cast<int>(k_at / p.k.ss / 16);
+      cx.v_row = static_cast<int>((b * p.v.sb + h_kv * p.v.sh) / p.v.sc);
+    }
+    return cx;
+  }
+
+  // KV tiles [0, n_tiles) hold every key any row of this CTA sees; the first n_full need no mask.
+  struct KvTiles {
+    int kv_end, n_full, n_tiles;
+  };
+  static __device__ __forceinline__ KvTiles kv_tiles(const AttentionParams& p, Ctx& cx, int q0) {
+    int kv_end = p.kv_len;
+    int n_full = p.kv_len / BN;
+    if (CAUSAL) {
+      const int last_row = (q0 + BM < p.q_len ? q0 + BM : p.q_len) - 1;
+      kv_end = kv_end < last_row + cx.causal_offset + 1 ? kv_end : last_row + cx.causal_offset + 1;
+      const int first_row_end = q0 + cx.causal_offset + 1;
+      const int full_by_row = first_row_end > 0 ? first_row_end / BN : 0;
+      n_full = n_full < full_by_row ? n_full : full_by_row;
+    }
+    const int n_tiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+    // Each thread holds bn / 4 keys of a row per tile, each P̂ <= 255 (and y < 255): 255 · 32768 / 4 <
+    // kLRescale, 255 · 30720 / 4 < kLxRescale. Float O has no integer range to keep.
+    cx.check_lq = kIntPV && n_tiles * BN > (kExactSum ? 30720 : 32768);
+    return KvTiles{kv_end, n_full, n_tiles};
+  }
+
+  // The running state before the first KV tile: Q's scales per row (pre-quantized Q), R = -inf, O = l = 0.
+  static __device__ __forceinline__ void init_state(State& st, const AttentionParams& p, const Ctx& cx, int b, int h) {
+    const int lane = threadIdx.x & 31;
+    const float* qscale = p.q_scale.ptr + b * p.q_scale.sb + h * p.q_scale.sh;
+    const float qmul = p.softmax_scale * dev::kLog2e;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int row = cx.row0 + 16 * mt + (lane >> 2) + 8 * hf;
+        float qs = 1.f;
+        if (QF == Gran::none && row < p.q_len) qs = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0] * qmul;
+        // A zero row (scale 0) must give a uniform softmax, not 0 · inf = NaN on masked keys.
+        st.qs[mt][hf] = fmaxf(qs, 1e-30f);
+        st.r[mt][hf] = dev::neg_inf();
+        st.l_q[mt][hf] = 0u;
+        st.l_x[mt][hf] = 0.f;
+      }
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int n = 0; n < kON; ++n)
+#pragma unroll
+        for (int e = 0; e < (kHalfO ? 2 : 4); ++e) st.o[mt][n][e] = 0;
+  }
+
+  // The shared-memory base the layout starts at: 1024-byte aligned for the wgmma form (its swizzle
+  // atoms; smem_bytes has the slack). smem moves with it.
+  static __device__ __forceinline__ u32 align_smem(char*& smem) {
+    u32 sbase = dev::smem_addr(smem);
+    if constexpr (WG) {
+      const u32 pad = (1024u - (sbase & 1023u)) & 1023u;
+      sbase += pad;
+      smem += pad;
+    }
+    return sbase;
+  }
+
+  // The pre-quantized int8 Q tile into shared memory by the kernel's kThreads (consumer) threads, one
+  // cp.async group (the caller commits).
+  static __device__ __forceinline__ void load_q_tile(const AttentionParams& p, u32 sbase, int b, int h, int q0) {
+    const signed char* qg = static_cast<const signed char*>(p.q.ptr) + b * p.q.sb + h * p.q.sh;
+    constexpr int kQChunks = BM * kDChunks;
+#pragma unroll
+    for (int it = 0; it < (kQChunks + kThreads - 1) / kThreads; ++it) {
+      const int i = it * kThreads + static_cast<int>(threadIdx.x);
+      if (kQChunks % kThreads == 0 || i < kQChunks) {
+        const int r = i / kDChunks, c = i % kDChunks;
+        const bool ok = q0 + r < p.q_len;
+        dev::cp_async_16(qk_addr<BM>(sbase, r, c), qg + (ok ? (q0 + r) * p.q.ss + c * 16 : 0), ok);
+      }
+    }
+  }

@@ -1,0 +1,170 @@
+// Part of prefill_int8::Kernel, included inside its class body by prefill_int8.cuh (so it uses the
+// kernel's constants and types directly).
+// The warp-specialized entry (sm_90a, tiling _ws): the kernel's kThreads threads are consumers (one or
+// two warpgroups of 64 query rows each, exactly as in run()), and one more warpgroup is the producer,
+// whose first warp alone keeps a ring of STAGES K / V^T / K-scale tiles full:
+//   full[s]   the tile in stage s landed: the TMA boxes' bytes (expect_tx by lane 0) and one cp.async
+//             arrival from each of the 32 lanes loading the tile's K scales;
+//   empty[s]  every consumer thread is done reading stage s (its P·V product completed).
+// So no consumer issues a copy or waits on a CTA-wide barrier inside the loop, and the producer runs
+// up to STAGES tiles ahead. The producer gives its registers to the consumers (setmaxnreg), which spend
+// them on overlapping their own work: S of tile t is issued together with P·V of tile t - 1, and the
+// softmax of tile t runs while that P·V is on the tensor cores (consume()). With two consumer
+// warpgroups the issues also take turns (named barriers 2 and 3): a warpgroup issues its pair only after
+// the other issued its own, so one warpgroup's softmax runs while the other's products occupy the
+// tensor cores.
+ public:
+  static constexpr int kProducerThreads = 128;
+  static constexpr int kWsThreads = ws_threads(WARPS);   // kThreads + kProducerThreads
+  static constexpr int kWsBlocksPerSm = ws_blocks_per_sm(WARPS);   // its __launch_bounds__
+  static __device__ __forceinline__ void run_ws(const TmaAttentionParams& tp, char* smem) {
+    static_assert(WS, "run_ws is the entry of the warp-specialized form");
+    const AttentionParams& p = tp.a;
+    constexpr tile_order::Order kOrder = CAUSAL ? tile_order::Order::banded : tile_order::Order::in_order;
+    const tile_order::Slot slot = tile_order::this_cta<kOrder>(p.heads_q);
+    if (kOrder == tile_order::Order::banded && slot.b >= p.batch) return;   // past the last head of the last band
+    const int h = slot.h, b = slot.b, h_kv = h / (p.heads_q / p.heads_kv);
+    const int q0 = slot.q_tile * BM;
+    Ctx cx = make_ctx(p, b, h_kv, q0, &tp.k_map, &tp.v_map);
+    const KvTiles kv = kv_tiles(p, cx, q0);
+    const u32 sbase = align_smem(smem);
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < STAGES; ++s) {
+        dev::mbar_init(stage_barrier(sbase, s), 1 + 32);
+        dev::mbar_init(empty_barrier(sbase, s), kThreads);
+      }
+      dev::fence_mbar_init();
+    }
+    __syncthreads();   // the last CTA-wide barrier: from here on the roles never wait for each other's threads
+    if (threadIdx.x >= kThreads) {
+      dev::release_registers<kProducerRegs>();
+      if (threadIdx.x < kThreads + 32) produce(cx, sbase, kv.n_tiles);
+      return;
+    }
+    dev::claim_registers<kConsumerRegs>();
+    State st;
+    init_state(st, p, cx, b, h);
+    load_q_tile(p, sbase, b, h, q0);
+    dev::cp_async_commit();
+    dev::cp_async_wait<0>();
+    dev::fence_proxy_async();                   // the Q tile, visible to wgmma
+    dev::named_sync(kConsumerBarrier, kThreads);
+    if (kPingPong && threadIdx.x >= 128) dev::named_arrive(kTurnBarrier, 2 * 128);   // warpgroup 0 goes first
+    consume(st, cx, kv, smem, sbase);
+    if (kPingPong && threadIdx.x < 128) dev::named_sync(kTurnBarrier, 2 * 128);   // warpgroup 1's last turn
+    if constexpr (kOrder == tile_order::Order::banded) {
+      const tile_order::Slot end = tile_order::this_cta_again<kOrder>(p.heads_q);
+      store_output(p, st, cx, end.b, end.h, end.h / (p.heads_q / p.heads_kv));
+    } else {
+      store_output(p, st, cx, b, h, h_kv);
+    }
+  }
+
+  // The consumer's loop. Per tile t >= 1: S_t = Q·K_t^T and O += P_{t-1}·V_{t-1} issued back to back;
+  // once S_t is in, the logits and tile max of t while P·V runs; then (P·V done) stage t - 1 is
+  // released, R rises (rescaling O, which now includes tile t - 1) and P_t is formed.
+  static __device__ __forceinline__ void consume(State& st, const Ctx& cx, const KvTiles& kv, const char* smem, u32 sbase) {
+    if (kv.n_tiles == 0) return;
+    Scores s;
+    PFrag pf;
+    dev::mbar_wait(stage_barrier(sbase, 0), 0);
+    take_turn();
+    qk(s, st, sbase + k_off(0), q_tile_addr(sbase));
+    pass_turn();
+    dev::wgmma_wait<0>();
+    dev::fence_operands(s[0]);
+    if (kv.n_full > 0) softmax_tile<false>(st, cx, s, smem, sbase, 0, pf);
+    else softmax_tile<true>(st, cx, s, smem, sbase, 0, pf);
+    for (int t = 1; t < kv.n_tiles; ++t) {
+      const int stage = t % STAGES;
+      dev::mbar_wait(stage_barrier(sbase, stage), (t / STAGES) & 1);
+      take_turn();
+      qk(s, st, sbase + k_off(stage), q_tile_addr(sbase));
+      issue_pv(st, pf, sbase + v_off((t - 1) % STAGES));
+      pass_turn();
+      dev::wgmma_wait<1>();   // S_t (P·V of t - 1 may still run)
+      dev::fence_operands(s[0]);
+      if (t < kv.n_full) softmax_tile<false>(st, cx, s, smem, sbase, t, pf);
+      else softmax_tile<true>(st, cx, s, smem, sbase, t, pf);
+    }
+    const int last = (kv.n_tiles - 1) % STAGES;
+    take_turn();
+    issue_pv(st, pf, sbase + v_off(last));
+    pass_turn();
+    dev::wgmma_wait<0>();
+    dev::fence_operands(st.o[0]);
+    dev::mbar_arrive(empty_barrier(sbase, last));
+  }
+
+  // Tile t's softmax on S (in registers): logits and tile max; then (t > 0) the wait for P·V of tile
+  // t - 1 and the release of its stage; then R's raise and P_t into pf.
+  template <bool MASKED>
+  static __device__ __forceinline__ void softmax_tile(State& st, const Ctx& cx, const Scores& s, const char* smem,
+                                                      u32 sbase, int t, PFrag& pf) {
+    Logits u;
+    RowVals m_tile;
+    RowFac fac;
+    const bool raise = logits<MASKED, kPVSteps>(u, m_tile, fac, s, st, cx,
+                                               reinterpret_cast<const float*>(smem + scale_off(t % STAGES)), t * BN,
+                                               reinterpret_cast<const float*>(smem + kDsOff));
+    if (t > 0) {
+      dev::wgmma_wait<0>();
+      dev::fence_operands(st.o[0]);
+      dev::mbar_arrive(empty_barrier(sbase, (t - 1) % STAGES));
+    }
+    if (__any_sync(0xffffffffu, raise)) raise_reference(st, m_tile, cx);
+    if constexpr (kIntPV) softmax_pv_int8<kPVSteps, false>(st, u, fac, 0u, &pf);
+    else softmax_pv_float<kPVSteps, false>(st, u, fac, 0u, &pf);
+  }
+
+  // O += P·V of the V^T tile at vtile (wgmma, committed; the caller waits).
+  static __device__ __forceinline__ void issue_pv(State& st, const PFrag& pf, u32 vtile) {
+    if constexpr (kIntPV) pv_int8_wgmma<kPVSteps>(st, pf, vtile);
+    else pv_fp8_wgmma<kPVSteps>(st, pf, vtile);
+  }
+
+  // Tensor-core turns of the two consumer warpgroups (no-ops otherwise): take before issuing products,
+  // pass right after issuing them (not after they complete).
+  static __device__ __forceinline__ void take_turn() {
+    if constexpr (kPingPong) dev::named_sync(kTurnBarrier + static_cast<int>(threadIdx.x / 128), 2 * 128);
+  }
+  static __device__ __forceinline__ void pass_turn() {
+    if constexpr (kPingPong) dev::named_arrive(kTurnBarrier + 1 - static_cast<int>(threadIdx.x / 128), 2 * 128);
+  }
+
+ private:
+  static constexpr bool kPingPong = WS && WARPS == 8;
+  static constexpr int kConsumerBarrier = 1;
+  static constexpr int kTurnBarrier = 2;   // and 3: the turn of warpgroup 0, 1
+  // Registers: the CTA holds kWsThreads x the launch bound's count; the producer keeps 24.
+  static constexpr int kLaunchRegs = (65536 / (kWsThreads * kWsBlocksPerSm)) / 8 * 8;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegsFit = (kLaunchRegs * kWsThreads - kProducerThreads * kProducerRegs) / kThreads / 8 * 8;
+  static constexpr int kConsumerRegs = kConsumerRegsFit < 256 ? kConsumerRegsFit : 256;
+
+  static __device__ __forceinline__ u32 empty_barrier(u32 sbase, int stage) { return stage_barrier(sbase, STAGES + 1 + stage); }
+
+  // The producer warp: tile t into stage t % STAGES once the consumers released the tile before it there.
+  // Lane 0 issues the K and V^T boxes; every lane copies BN / 32 K scales (zero past kv_len) and counts
+  // one arrival when they land.
+  static __device__ __forceinline__ void produce(const Ctx& cx, u32 sbase, int n_tiles) {
+    const int lane = threadIdx.x & 31;
+    for (int t = 0; t < n_tiles; ++t) {
+      const int stage = t % STAGES, k0 = t * BN;
+      if (t >= STAGES) dev::mbar_wait(empty_barrier(sbase, stage), (t / STAGES - 1) & 1);
+      const u32 full = stage_barrier(sbase, stage);
+      if (lane == 0) {
+        dev::mbar_arrive_expect_tx(full, kTmaTileBytes);
+        dev::tma_load_5d(sbase + k_off(stage), cx.k_map, full, cx.k_col, 0, 0, 0, cx.k_group16 + k0 / 16);
+        dev::tma_load_2d(sbase + v_off(stage), cx.v_map, full, k0, cx.v_row);
+      }
+#pragma unroll
+      for (int i = 0; i < BN / 32; ++i) {
+        const int key = k0 + 32 * i + lane;
+        const bool ok = key < cx.kv_len;
+        const int idx = cx.k_group == 1 ? key : (cx.k_group > 0 ? key / cx.k_group : 0);
+        dev::cp_async_ca<4>(sbase + scale_off(stage) + 4 * (32 * i + lane), cx.k_scale + (ok ? idx : 0), ok);
+      }
+      dev::cp_async_mbar_arrive(full);
+    }
+  }
