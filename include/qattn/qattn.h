@@ -53,11 +53,38 @@ typedef struct qattn_runtime_options {
   int device;             /* CUDA device ordinal */
 } qattn_runtime_options;
 
+/* Versioned runtime options (qattn_runtime_open). struct_size comes first: the caller sets it to
+ * sizeof(qattn_options) of the header it was compiled with (qattn_options_init does, with every default).
+ * The library reads the fields that fit in struct_size and takes the defaults for the others, so a
+ * program built against an older header works with a newer library; a program built against a newer
+ * header works with an older library as long as the fields that library does not know are zero, else
+ * QATTN_BAD_INPUT. Later versions only append fields, each on an 8-byte boundary, with zero meaning
+ * their default. The same rule holds for every struct below that starts with struct_size. */
+typedef struct qattn_options {
+  size_t struct_size;
+  const char* cache_path;          /* NULL: $QATTN_CACHE_DIR/qattn.db or ~/.cache/qattn/qattn.db */
+  int use_cache;                   /* 0: no SQLite at all (default 1) */
+  int read_only;                   /* 1: open the user cache read-only (default 0) */
+  int tune;                        /* 1: tune on a miss (default); 0: default tiling */
+  int device;                      /* CUDA device ordinal (default 0) */
+  /* An application-shipped cache opened read-only under the user cache: lookups try the user cache
+   * first, then this one; writes go to the user cache only. NULL or "": $QATTN_SHIPPED_CACHE, else none. */
+  const char* shipped_cache_path;
+} qattn_options;
+
 /* Library version, e.g. "0.1.0". */
 QATTN_API const char* qattn_version(void);
 QATTN_API const char* qattn_last_error(void);
 QATTN_API qattn_runtime_options qattn_default_options(void);
 
+/* Fills *options (struct_size bytes, normally sizeof(qattn_options)) with the defaults and sets
+ * struct_size. Accepted struct_size: at least the first version's size. */
+QATTN_API qattn_status qattn_options_init(qattn_options* options, size_t struct_size);
+/* Creates a runtime from versioned options (NULL: the defaults). */
+QATTN_API qattn_status qattn_runtime_open(const qattn_options* options, qattn_runtime** out);
+/* The first, unversioned form, kept unchanged for existing callers: the same as qattn_runtime_open with
+ * these five fields and shipped_cache_path NULL ($QATTN_SHIPPED_CACHE still applies). New options are
+ * only added to qattn_options. */
 QATTN_API qattn_status qattn_runtime_create(const qattn_runtime_options* options, qattn_runtime** out);
 QATTN_API void qattn_runtime_destroy(qattn_runtime* runtime);
 
