@@ -7,6 +7,7 @@
 #include "c_api_check.h"
 
 void check_options(const char* dir);
+void check_decode_cpu(qattn_runtime* rt);
 
 void run_cpu_checks(void) {
   char dir[] = "/tmp/qattn_c_api_XXXXXX";
@@ -17,6 +18,15 @@ void run_cpu_checks(void) {
     return;
   }
   check_options(dir);
+  {
+    qattn_options o;
+    qattn_runtime* rt = NULL;
+    qattn_options_init(&o, sizeof o);
+    o.use_cache = 0;
+    CHECK_STATUS(qattn_runtime_open(&o, &rt), QATTN_OK, NULL);
+    if (rt) check_decode_cpu(rt);
+    qattn_runtime_destroy(rt);
+  }
   snprintf(path, sizeof path, "%s/c_api_user.db", dir);
   unlink(path);
   rmdir(dir);
