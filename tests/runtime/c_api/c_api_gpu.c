@@ -104,7 +104,7 @@ static void run_scenario(qattn_runtime* rt, const host_data* h, const scenario* 
   a.n_new = T_N2, a.k = DEV(k2), a.v = DEV(v2), a.start = (const int*)DEV(starts2);
   CHECK_STATUS(qattn_append_kv(rt, &a, NULL), QATTN_OK, NULL);
 
-  reference(h, s->q_len, kv_lens, ref, ref_lse);
+  reference(h, start2, s->q_len, kv_lens, ref, ref_lse);
   qattn_decode_args_init(&d, sizeof d);
   d.spec = spec;
   d.shape.batch = T_BATCH, d.shape.heads_q = T_HQ, d.shape.heads_kv = T_HKV, d.shape.q_len = s->q_len, d.shape.kv_len = T_CAP;

@@ -25,15 +25,19 @@ void make_data(host_data* h, uint64_t seed) {
   fill(h->q, sizeof h->q / 2, 0, &state);
 }
 
-static double token(const uint16_t* first, const uint16_t* second, int b, int kh, int t, int c) {
-  if (t < start2[b]) return half_to_float(first[(((size_t)b * T_HKV + kh) * T_N1 + t) * T_D + c]);
-  return half_to_float(second[(((size_t)b * T_HKV + kh) * T_N2 + (t - start2[b])) * T_D + c]);
+static double token(const uint16_t* first, const uint16_t* second, const int* split, int b, int kh, int t, int c) {
+  if (t < split[b]) return half_to_float(first[(((size_t)b * T_HKV + kh) * T_N1 + t) * T_D + c]);
+  return half_to_float(second[(((size_t)b * T_HKV + kh) * T_N2 + (t - split[b])) * T_D + c]);
 }
 
-double token_k(const host_data* h, int b, int kh, int t, int c) { return token(h->k1, h->k2, b, kh, t, c); }
-double token_v(const host_data* h, int b, int kh, int t, int c) { return token(h->v1, h->v2, b, kh, t, c); }
+double token_k(const host_data* h, const int* split, int b, int kh, int t, int c) {
+  return token(h->k1, h->k2, split, b, kh, t, c);
+}
+double token_v(const host_data* h, const int* split, int b, int kh, int t, int c) {
+  return token(h->v1, h->v2, split, b, kh, t, c);
+}
 
-void reference(const host_data* h, int q_len, const int* lens, double* o, double* lse) {
+void reference(const host_data* h, const int* split, int q_len, const int* lens, double* o, double* lse) {
   const double scale = 1.0 / sqrt((double)T_D);
   double* s = malloc(sizeof(double) * T_CAP);
   int b, hq, i, t, c;
@@ -46,14 +50,14 @@ void reference(const host_data* h, int q_len, const int* lens, double* o, double
         double m = -INFINITY, sum = 0;
         for (t = 0; t < lens[b]; ++t) {
           double dot = 0;
-          for (c = 0; c < T_D; ++c) dot += half_to_float(q[c]) * token_k(h, b, kh, t, c);
+          for (c = 0; c < T_D; ++c) dot += half_to_float(q[c]) * token_k(h, split, b, kh, t, c);
           s[t] = scale * dot;
           if (s[t] > m) m = s[t];
         }
         for (t = 0; t < lens[b]; ++t) sum += (s[t] = exp(s[t] - m));
         for (c = 0; c < T_D; ++c) {
           double acc = 0;
-          for (t = 0; t < lens[b]; ++t) acc += s[t] * token_v(h, b, kh, t, c);
+          for (t = 0; t < lens[b]; ++t) acc += s[t] * token_v(h, split, b, kh, t, c);
           o[row * T_D + c] = acc / sum;
         }
         lse[row] = m + log(sum);

@@ -25,10 +25,11 @@ typedef struct host_data {
 
 /* K with outlier channels (a large bias and spread on every 32nd channel), Q and V standard normal. */
 void make_data(host_data* h, uint64_t seed);
-/* Token t of sequence b, KV head h, channel c as the cache holds it after both appends. */
-double token_k(const host_data* h, int b, int kh, int t, int c);
-double token_v(const host_data* h, int b, int kh, int t, int c);
+/* Token t of sequence b, KV head kh, channel c when the second chunk starts at token split[b]: the
+first chunk's token t before it, the second chunk's token t - split[b] from it on. */
+double token_k(const host_data* h, const int* split, int b, int kh, int t, int c);
+double token_v(const host_data* h, const int* split, int b, int kh, int t, int c);
 /* o [b][hq][q_len][d] and lse [b][hq][q_len] over keys [0, lens[b]) (no mask among the new tokens). */
-void reference(const host_data* h, int q_len, const int* lens, double* o, double* lse);
+void reference(const host_data* h, const int* split, int q_len, const int* lens, double* o, double* lse);
 
 #endif /* QATTN_TESTS_C_API_GPU_DATA_H_ */

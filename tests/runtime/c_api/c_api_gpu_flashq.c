@@ -10,25 +10,7 @@
 #define FQ_SPEC "decode qk=flashq:per_channel pv=flashq:per_channel out=fp16 d=128 gqa=4"
 #define FQ_BLOCKS 4   /* blocks of 64 tokens per sequence: T_N1 + 1 tokens need 3, the buffer the rest */
 
-/* The reference over the prefill tokens of the first append (chunk 1) and the new token (from chunk 2). */
-static void flashq_reference(const host_data* h, host_data* as_cache, double* o, double* lse) {
-  const int lens[T_BATCH] = {T_N1 + 1, T_N1 + 1};
-  int b, kh, c;
-  *as_cache = *h;
-  /* token_k/v read chunk 2 from start2[b]: place the new token (chunk 2's first) at T_N1 for both. */
-  for (b = 0; b < T_BATCH; ++b)
-    for (kh = 0; kh < T_HKV; ++kh)
-      for (c = 0; c < T_D; ++c) {
-        const size_t from = (((size_t)b * T_HKV + kh) * T_N2) * T_D + c;
-        const size_t to = (((size_t)b * T_HKV + kh) * T_N2 + (T_N1 - start2[b])) * T_D + c;
-        as_cache->k2[to] = h->k2[from];
-        as_cache->v2[to] = h->v2[from];
-      }
-  reference(as_cache, 1, lens, o, lse);
-}
-
 void check_flashq_gpu(qattn_runtime* rt, const host_data* h) {
-  static host_data as_cache;
   const size_t rows = (size_t)T_BATCH * T_HQ, out_elems = rows * T_D;
   const size_t new_bytes = (size_t)T_BATCH * T_HKV * T_D * 2;
   int k_bits[T_HKV] = {0, 0}, v_bits[T_HKV] = {0, 0}, i, lens_host[2 * T_BATCH];
@@ -100,7 +82,10 @@ void check_flashq_gpu(qattn_runtime* rt, const host_data* h) {
   dev_sync();
   dev_download(o_host, o, 2 * out_elems);
   for (i = 0; i < (int)out_elems; ++i) got[i] = half_to_float(o_host[i]);
-  flashq_reference(h, &as_cache, ref, ref_lse);
+  {   /* the prefill's T_N1 tokens of chunk 1, then the appended token (chunk 2's first) */
+    const int split[T_BATCH] = {T_N1, T_N1}, lens[T_BATCH] = {T_N1 + 1, T_N1 + 1};
+    reference(h, split, 1, lens, ref, ref_lse);
+  }
   m = compare(ref, got, out_elems);
   fprintf(stderr, "   flashq: cos %.6f rel_l2 %.4f max_abs %.4f non-finite %lld\n", m.cosine, m.rel_l2, m.max_abs, m.non_finite);
   CHECK(m.non_finite == 0 && m.cosine >= 0.95 && m.rel_l2 <= 0.3);
