@@ -205,7 +205,7 @@ typedef struct qattn_decode_args {
   qattn_tensor o;
   qattn_kv_cache cache;     /* every format but flashq */
   const int* kv_lens;       /* int [batch], each in [q_len, the cache's tokens per sequence] */
-  qattn_flashq_cache* flashq;   /* host pointer to the flashq cache (flashq specs only; kv_lens unused) */
+  const qattn_flashq_cache* flashq;   /* host pointer to the flashq cache (flashq specs only; kv_lens unused) */
   float softmax_scale;      /* 0: 1/sqrt(d) */
   qattn_unified_max unified_max;
   float* lse;               /* NULL or fp32 [batch, heads_q, q_len], natural log */
