@@ -334,6 +334,31 @@ QATTN_API qattn_status qattn_calibrate_unified_max_f32(const float* values, size
                                                        const qattn_unified_max_options* options,
                                                        qattn_unified_max_calibration* out);
 
+/* Format calibration (include/qattn/calibrate.hpp): measures quantized candidates of an fp16/bf16
+ * reference spec on one layer's sample Q, K, V (device tensors as for qattn_attention, element type
+ * out=) and keeps the cheapest that meets the thresholds; the decision is stored in the runtime's cache
+ * under layer_key and reused while the reference, thresholds and candidates are the same. */
+typedef struct qattn_format_calibration_options {
+  size_t struct_size;         /* qattn_format_calibration_options_init */
+  double min_cosine;          /* default 0.999 */
+  double max_rel_l1;          /* default 0.05 */
+  const char* const* candidates;   /* host specs; NULL with count 0: the default candidates */
+  int candidates_count;
+  int force;                  /* 1: measure again even when a usable decision is stored */
+  const char* inputs;         /* what the sample data is, kept in the decision (NULL: "") */
+} qattn_format_calibration_options;
+
+QATTN_API qattn_status qattn_format_calibration_options_init(qattn_format_calibration_options* options,
+                                                             size_t struct_size);
+/* Writes the chosen spec (the reference when none passed) into chosen_out and the decision as JSON
+ * (format "qattn.quant_format") into json_out; *_size_out get the bytes needed with the terminator.
+ * Any output may be NULL; options NULL: the defaults. */
+QATTN_API qattn_status qattn_calibrate_format(qattn_runtime* runtime, const char* layer_key, const char* reference_spec,
+                                              qattn_shape shape, qattn_tensor q, qattn_tensor k, qattn_tensor v,
+                                              const qattn_format_calibration_options* options, char* chosen_out,
+                                              size_t chosen_len, char* json_out, size_t json_len,
+                                              size_t* json_size_out);
+
 #ifdef __cplusplus
 }
 #endif

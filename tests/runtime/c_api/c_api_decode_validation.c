@@ -158,7 +158,32 @@ void check_calibration(void) {
   CHECK(lo == -40 && hi == 40);
 }
 
+static void check_format_calibration_args(qattn_runtime* rt) {
+  const char* ref = "prefill qk=fp16 pv=fp16 out=fp16 d=64";
+  const char* no_spec[1] = {NULL};
+  qattn_shape shape = {1, 2, 2, 128, 128};
+  qattn_tensor t = {FAKE(0x10000), 0, 64, 128};
+  qattn_format_calibration_options o;
+  CHECK_STATUS(qattn_format_calibration_options_init(&o, sizeof o), QATTN_OK, NULL);
+  CHECK(o.min_cosine == 0.999 && o.max_rel_l1 == 0.05 && o.candidates == NULL && o.force == 0 && o.inputs == NULL);
+  CHECK_STATUS(qattn_calibrate_format(rt, NULL, ref, shape, t, t, t, &o, NULL, 0, NULL, 0, NULL), QATTN_BAD_INPUT,
+               "layer_key is NULL");
+  CHECK_STATUS(qattn_calibrate_format(rt, " layer0", ref, shape, t, t, t, &o, NULL, 0, NULL, 0, NULL), QATTN_BAD_INPUT,
+               "space");
+  o.min_cosine = 2;
+  CHECK_STATUS(qattn_calibrate_format(rt, "layer0", ref, shape, t, t, t, &o, NULL, 0, NULL, 0, NULL), QATTN_BAD_INPUT,
+               "min cosine 2");
+  o.min_cosine = 0.999;
+  o.candidates_count = 1;
+  CHECK_STATUS(qattn_calibrate_format(rt, "layer0", ref, shape, t, t, t, &o, NULL, 0, NULL, 0, NULL), QATTN_BAD_INPUT,
+               "options.candidates is NULL");
+  o.candidates = no_spec;
+  CHECK_STATUS(qattn_calibrate_format(rt, "layer0", ref, shape, t, t, t, &o, NULL, 0, NULL, 0, NULL), QATTN_BAD_INPUT,
+               "options.candidates[0] is NULL");
+}
+
 void check_decode_validation(qattn_runtime* rt) {
+  check_format_calibration_args(rt);
   check_decode_args(rt);
   check_append_args(rt);
   check_compile(rt);
