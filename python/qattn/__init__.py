@@ -12,6 +12,7 @@ from ._library import candidate_paths, load as load_library
 from .decode import KvCache, kv_cache_bytes, kv_row_bytes
 from .errors import BadInput, NoGpu, QattnError
 from .runtime import Prepared, Runtime, version
+from .tuning import calibrate_unified_max
 
 __all__ = ["Runtime", "Prepared", "QattnError", "BadInput", "NoGpu", "version", "load_library",
-           "candidate_paths", "KvCache", "kv_row_bytes", "kv_cache_bytes"]
+           "candidate_paths", "KvCache", "kv_row_bytes", "kv_cache_bytes", "calibrate_unified_max"]

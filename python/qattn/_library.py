@@ -65,6 +65,32 @@ class DecodeArgs(ctypes.Structure):
                 ("lse", ctypes.c_void_p), ("row_flags", ctypes.c_void_p), ("tiling", ctypes.c_char_p)]
 
 
+class TuneDecodeOptions(ctypes.Structure):
+    """qattn_tune_decode_options."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("kv_lens", ctypes.POINTER(ctypes.c_int)),
+                ("rows", ctypes.POINTER(ctypes.c_int)), ("batch_heads", ctypes.POINTER(ctypes.c_int64)),
+                ("splits", ctypes.POINTER(ctypes.c_int)), ("kv_lens_count", ctypes.c_int),
+                ("rows_count", ctypes.c_int), ("batch_heads_count", ctypes.c_int), ("splits_count", ctypes.c_int),
+                ("heads_kv", ctypes.c_int), ("batch", ctypes.c_int), ("min_split_tokens", ctypes.c_int),
+                ("q_len", ctypes.c_int), ("tolerance", ctypes.c_double)]
+
+
+class UnifiedMaxOptions(ctypes.Structure):
+    """qattn_unified_max_options."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("sample", ctypes.c_int), ("reserved0", ctypes.c_int),
+                ("coverage", ctypes.c_double), ("window_lo", ctypes.c_double), ("window_hi", ctypes.c_double),
+                ("min_headroom", ctypes.c_double), ("keys_per_row", ctypes.c_double),
+                ("row_keys", ctypes.POINTER(ctypes.c_int))]
+
+
+class UnifiedMaxCalibration(ctypes.Structure):
+    """qattn_unified_max_calibration."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("enabled", ctypes.c_int), ("reserved0", ctypes.c_int),
+                ("params", UnifiedMax), ("interval_lo", ctypes.c_double), ("interval_hi", ctypes.c_double),
+                ("max_lo", ctypes.c_double), ("max_hi", ctypes.c_double), ("headroom", ctypes.c_double),
+                ("samples", ctypes.c_int64), ("reason", ctypes.c_char * 256)]
+
+
 # Opaque handles stay c_void_p: ctypes then hands back plain ints (None for NULL), easy to store.
 _RT = ctypes.c_void_p
 _PREP = ctypes.c_void_p
@@ -97,6 +123,14 @@ PROTOTYPES = {
     "qattn_decode_args_init": (_STATUS, [ctypes.POINTER(DecodeArgs), ctypes.c_size_t]),
     "qattn_append_kv": (_STATUS, [_RT, ctypes.POINTER(AppendArgs), ctypes.c_void_p]),
     "qattn_decode": (_STATUS, [_RT, ctypes.POINTER(DecodeArgs), ctypes.c_void_p]),
+    "qattn_tune_decode_options_init": (_STATUS, [ctypes.POINTER(TuneDecodeOptions), ctypes.c_size_t]),
+    "qattn_tune_decode": (_STATUS, [_RT, ctypes.c_char_p, ctypes.POINTER(TuneDecodeOptions), ctypes.c_char_p,
+                                    ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "qattn_decode_tuned": (_STATUS, [_RT, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
+    "qattn_unified_max_options_init": (_STATUS, [ctypes.POINTER(UnifiedMaxOptions), ctypes.c_size_t]),
+    "qattn_calibrate_unified_max": (_STATUS, [ctypes.POINTER(ctypes.c_double), ctypes.c_size_t,
+                                              ctypes.POINTER(UnifiedMaxOptions),
+                                              ctypes.POINTER(UnifiedMaxCalibration)]),
 }
 
 

@@ -9,6 +9,7 @@ import weakref
 
 from . import _library
 from . import decode as _decode
+from . import tuning as _tuning
 from . import layout as checks   # not `layout`: that is the name of the methods' layout argument
 from .errors import BadInput, QattnError, check
 
@@ -229,6 +230,16 @@ class Runtime:
         CUDA tensor [b]); returns out. unified_max: None or (phi, lo, hi) for softmax=unified_max."""
         return _decode.decode(self, spec, q, cache, kv_lens, out, lse, softmax_scale, splits, unified_max,
                               tiling)
+
+    def tune_decode(self, spec, **sweep):
+        """Decode's dataflow and split sweeps on the device (minutes with the defaults; keyword arguments
+        narrow them: kv_lens, rows, batch_heads, splits, heads_kv, batch, min_split_tokens, q_len,
+        tolerance); stores and returns both decisions."""
+        return _tuning.tune_decode(self, spec, **sweep)
+
+    def decode_tuned(self, spec):
+        """True when both decode decisions of the spec's family are stored for this device."""
+        return _tuning.decode_tuned(self, spec)
 
     # -- tensors ----------------------------------------------------------------------------------
     def _describe_inputs(self, q, k, v, spec, layout_name):

@@ -59,3 +59,28 @@ def test_kv_cache_checks_its_arguments():
         qattn.KvCache(None, 0x20000, capacity=256)
     with pytest.raises(qattn.BadInput, match="device address"):
         qattn.KvCache("0x10", 0x20000, capacity=256)
+
+
+@needs_library
+def test_unified_max_calibration_places_the_maxima_inside_the_window():
+    maxima = [5.0 + 2.0 * ((i * 37) % 100) / 100.0 for i in range(200)]   # in [5, 7)
+    c = qattn.calibrate_unified_max(maxima)
+    assert c["enabled"] and c["samples"] == 200 and c["reason"] == ""
+    assert c["phi"] + c["lo"] < 5.0 and c["phi"] + c["hi"] > 7.0
+    spread = qattn.calibrate_unified_max([-400.0, 400.0] * 50)
+    assert not spread["enabled"] and spread["reason"]
+    with pytest.raises(qattn.BadInput, match="accepted: row_maxima"):
+        qattn.calibrate_unified_max(maxima, sample="maxima")
+    with pytest.raises(qattn.BadInput):
+        qattn.calibrate_unified_max([float("nan")])
+
+
+@needs_library
+def test_tune_decode_options_match_the_library_layout(tmp_path):
+    lib = _library.load()
+    t = _library.TuneDecodeOptions()
+    assert lib.qattn_tune_decode_options_init(ctypes.byref(t), ctypes.sizeof(t)) == 0
+    assert (t.heads_kv, t.batch, t.min_split_tokens, t.q_len, t.tolerance) == (8, 1, 256, 1, 0.03)
+    with qattn.Runtime(cache_path=tmp_path / "c.db") as rt:
+        with pytest.raises(qattn.BadInput, match="kv_lens must hold ints"):
+            rt.tune_decode(INT8, kv_lens=[1024.5])
