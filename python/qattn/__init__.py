@@ -9,8 +9,10 @@ to this package or in the repository's build folders (<repo>/build*/lib/libqattn
 first use, and PyTorch only by the calls that take tensors: importing needs neither.
 """
 from ._library import candidate_paths, load as load_library
+from .decode import KvCache, kv_cache_bytes, kv_row_bytes
 from .errors import BadInput, NoGpu, QattnError
 from .runtime import Prepared, Runtime, version
+from .tuning import calibrate_unified_max
 
 __all__ = ["Runtime", "Prepared", "QattnError", "BadInput", "NoGpu", "version", "load_library",
-           "candidate_paths"]
+           "candidate_paths", "KvCache", "kv_row_bytes", "kv_cache_bytes", "calibrate_unified_max"]

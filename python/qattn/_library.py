@@ -29,6 +29,68 @@ class RuntimeOptions(ctypes.Structure):
                 ("tune", ctypes.c_int), ("device", ctypes.c_int)]
 
 
+class Options(ctypes.Structure):
+    """qattn_options (versioned: struct_size first; qattn_options_init fills the defaults)."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("cache_path", ctypes.c_char_p), ("use_cache", ctypes.c_int),
+                ("read_only", ctypes.c_int), ("tune", ctypes.c_int), ("device", ctypes.c_int),
+                ("shipped_cache_path", ctypes.c_char_p)]
+
+
+class KvCache(ctypes.Structure):
+    """qattn_kv_cache (device pointers; strides in bytes, 0: the defaults)."""
+    _fields_ = [("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("page_stride", ctypes.c_int64),
+                ("head_stride", ctypes.c_int64), ("capacity", ctypes.c_int), ("page_size", ctypes.c_int),
+                ("block_table", ctypes.c_void_p), ("table_stride", ctypes.c_int),
+                ("k_head_scale", ctypes.c_void_p), ("v_head_scale", ctypes.c_void_p)]
+
+
+class AppendArgs(ctypes.Structure):
+    """qattn_append_args."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("spec", ctypes.c_char_p), ("batch", ctypes.c_int),
+                ("heads_kv", ctypes.c_int), ("n_new", ctypes.c_int), ("reserved0", ctypes.c_int),
+                ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("sb", ctypes.c_int64), ("sh", ctypes.c_int64),
+                ("ss", ctypes.c_int64), ("cache", KvCache), ("start", ctypes.c_void_p)]
+
+
+class UnifiedMax(ctypes.Structure):
+    """qattn_unified_max."""
+    _fields_ = [("phi", ctypes.c_float), ("lo", ctypes.c_float), ("hi", ctypes.c_float), ("enabled", ctypes.c_int)]
+
+
+class DecodeArgs(ctypes.Structure):
+    """qattn_decode_args (FlashQ caches are not wrapped here: flashq stays NULL)."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("spec", ctypes.c_char_p), ("shape", Shape), ("splits", ctypes.c_int),
+                ("q", Tensor), ("o", Tensor), ("cache", KvCache), ("kv_lens", ctypes.c_void_p),
+                ("flashq", ctypes.c_void_p), ("softmax_scale", ctypes.c_float), ("unified_max", UnifiedMax),
+                ("lse", ctypes.c_void_p), ("row_flags", ctypes.c_void_p), ("tiling", ctypes.c_char_p)]
+
+
+class TuneDecodeOptions(ctypes.Structure):
+    """qattn_tune_decode_options."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("kv_lens", ctypes.POINTER(ctypes.c_int)),
+                ("rows", ctypes.POINTER(ctypes.c_int)), ("batch_heads", ctypes.POINTER(ctypes.c_int64)),
+                ("splits", ctypes.POINTER(ctypes.c_int)), ("kv_lens_count", ctypes.c_int),
+                ("rows_count", ctypes.c_int), ("batch_heads_count", ctypes.c_int), ("splits_count", ctypes.c_int),
+                ("heads_kv", ctypes.c_int), ("batch", ctypes.c_int), ("min_split_tokens", ctypes.c_int),
+                ("q_len", ctypes.c_int), ("tolerance", ctypes.c_double)]
+
+
+class UnifiedMaxOptions(ctypes.Structure):
+    """qattn_unified_max_options."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("sample", ctypes.c_int), ("reserved0", ctypes.c_int),
+                ("coverage", ctypes.c_double), ("window_lo", ctypes.c_double), ("window_hi", ctypes.c_double),
+                ("min_headroom", ctypes.c_double), ("keys_per_row", ctypes.c_double),
+                ("row_keys", ctypes.POINTER(ctypes.c_int))]
+
+
+class UnifiedMaxCalibration(ctypes.Structure):
+    """qattn_unified_max_calibration."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("enabled", ctypes.c_int), ("reserved0", ctypes.c_int),
+                ("params", UnifiedMax), ("interval_lo", ctypes.c_double), ("interval_hi", ctypes.c_double),
+                ("max_lo", ctypes.c_double), ("max_hi", ctypes.c_double), ("headroom", ctypes.c_double),
+                ("samples", ctypes.c_int64), ("reason", ctypes.c_char * 256)]
+
+
 # Opaque handles stay c_void_p: ctypes then hands back plain ints (None for NULL), easy to store.
 _RT = ctypes.c_void_p
 _PREP = ctypes.c_void_p
@@ -52,6 +114,23 @@ PROTOTYPES = {
     "qattn_run_prepared": (_STATUS, [_RT, _PREP, Tensor, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]),
     "qattn_prepared_kernel_name": (ctypes.c_char_p, [_PREP]),
     "qattn_prepared_destroy": (None, [_PREP]),
+    "qattn_options_init": (_STATUS, [ctypes.POINTER(Options), ctypes.c_size_t]),
+    "qattn_runtime_open": (_STATUS, [ctypes.POINTER(Options), ctypes.POINTER(_RT)]),
+    "qattn_kv_row_bytes": (_STATUS, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
+    "qattn_kv_cache_bytes": (_STATUS, [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                       ctypes.POINTER(ctypes.c_int64)]),
+    "qattn_append_args_init": (_STATUS, [ctypes.POINTER(AppendArgs), ctypes.c_size_t]),
+    "qattn_decode_args_init": (_STATUS, [ctypes.POINTER(DecodeArgs), ctypes.c_size_t]),
+    "qattn_append_kv": (_STATUS, [_RT, ctypes.POINTER(AppendArgs), ctypes.c_void_p]),
+    "qattn_decode": (_STATUS, [_RT, ctypes.POINTER(DecodeArgs), ctypes.c_void_p]),
+    "qattn_tune_decode_options_init": (_STATUS, [ctypes.POINTER(TuneDecodeOptions), ctypes.c_size_t]),
+    "qattn_tune_decode": (_STATUS, [_RT, ctypes.c_char_p, ctypes.POINTER(TuneDecodeOptions), ctypes.c_char_p,
+                                    ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "qattn_decode_tuned": (_STATUS, [_RT, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
+    "qattn_unified_max_options_init": (_STATUS, [ctypes.POINTER(UnifiedMaxOptions), ctypes.c_size_t]),
+    "qattn_calibrate_unified_max": (_STATUS, [ctypes.POINTER(ctypes.c_double), ctypes.c_size_t,
+                                              ctypes.POINTER(UnifiedMaxOptions),
+                                              ctypes.POINTER(UnifiedMaxCalibration)]),
 }
 
 

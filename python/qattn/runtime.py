@@ -8,6 +8,8 @@ import threading
 import weakref
 
 from . import _library
+from . import decode as _decode
+from . import tuning as _tuning
 from . import layout as checks   # not `layout`: that is the name of the methods' layout argument
 from .errors import BadInput, QattnError, check
 
@@ -95,7 +97,8 @@ class Runtime:
 
     Creating one needs no GPU (compile-only use); attention/prepare/tune need the device."""
 
-    def __init__(self, cache_path=None, use_cache=True, read_only=False, tune=True, device=0):
+    def __init__(self, cache_path=None, use_cache=True, read_only=False, tune=True, device=0,
+                 shipped_cache_path=None):
         self._handle = None   # first, so that close() from __del__ works whatever fails below
         # Calls in flight on the C handle: close() waits for them to return before it frees the handle
         # (freeing it under a running compile() is a use-after-free in C). New calls are refused once
@@ -106,17 +109,22 @@ class Runtime:
         self._lib = _library.load()
         self.device = int(device)
         self._prepared = weakref.WeakSet()
-        options = self._lib.qattn_default_options()
+        options = _library.Options()
+        check(self._lib, self._lib.qattn_options_init(ctypes.byref(options), ctypes.sizeof(options)),
+              "qattn_options_init")
         # Kept referenced so the bytes outlive the create call whatever the C side does with the pointer.
         self._cache_path_bytes = None if cache_path is None else _encode(str(cache_path), "cache_path")
+        self._shipped_bytes = None if shipped_cache_path is None else _encode(str(shipped_cache_path),
+                                                                                "shipped_cache_path")
         options.cache_path = self._cache_path_bytes
+        options.shipped_cache_path = self._shipped_bytes
         options.use_cache = int(bool(use_cache))
         options.read_only = int(bool(read_only))
         options.tune = int(bool(tune))
         options.device = self.device
         handle = ctypes.c_void_p()
-        check(self._lib, self._lib.qattn_runtime_create(ctypes.byref(options), ctypes.byref(handle)),
-              "qattn_runtime_create")
+        check(self._lib, self._lib.qattn_runtime_open(ctypes.byref(options), ctypes.byref(handle)),
+              "qattn_runtime_open")
         self._handle = handle.value
 
     # -- lifetime ---------------------------------------------------------------------------------
@@ -209,6 +217,29 @@ class Runtime:
 
             name = _call_with_name(call)
         return name, time_us.value
+
+    # -- decode over a KV cache (python/qattn/decode.py) -------------------------------------------
+    def append_kv(self, spec, k, v, cache, start):
+        """Quantizes new tokens k, v ([b, h_kv, n_new, d] CUDA tensors of type out=) into `cache` (a
+        qattn.KvCache) from token start[b] (int32 CUDA tensor [b]) on torch's current stream."""
+        return _decode.append_kv(self, spec, k, v, cache, start)
+
+    def decode(self, spec, q, cache, kv_lens, out=None, lse=None, softmax_scale=None, splits=0,
+               unified_max=None, tiling=None):
+        """Decode attention of q ([b, h_q, q_len, d]) over `cache` (qattn.KvCache) with kv_lens (int32
+        CUDA tensor [b]); returns out. unified_max: None or (phi, lo, hi) for softmax=unified_max."""
+        return _decode.decode(self, spec, q, cache, kv_lens, out, lse, softmax_scale, splits, unified_max,
+                              tiling)
+
+    def tune_decode(self, spec, **sweep):
+        """Decode's dataflow and split sweeps on the device (minutes with the defaults; keyword arguments
+        narrow them: kv_lens, rows, batch_heads, splits, heads_kv, batch, min_split_tokens, q_len,
+        tolerance); stores and returns both decisions."""
+        return _tuning.tune_decode(self, spec, **sweep)
+
+    def decode_tuned(self, spec):
+        """True when both decode decisions of the spec's family are stored for this device."""
+        return _tuning.decode_tuned(self, spec)
 
     # -- tensors ----------------------------------------------------------------------------------
     def _describe_inputs(self, q, k, v, spec, layout_name):

@@ -2,65 +2,71 @@
 // thread-local one-line message.
 #include "qattn/qattn.h"
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 
-#include "qattn/error.hpp"
-#include "qattn/runtime.hpp"
 #include "generator/search_space.hpp"
+#include "runtime/api/c_api_internal.hpp"
 
-struct qattn_runtime {
-  explicit qattn_runtime(qattn::RuntimeOptions o) : rt(std::move(o)) {}
-  qattn::Runtime rt;
-};
+namespace qattn::capi {
 
-struct qattn_prepared {
-  std::unique_ptr<qattn::PreparedAttention> prepared;
-};
+std::string& last_error() {
+  thread_local std::string message;
+  return message;
+}
+
+void check_struct_size(const void* p, size_t struct_size, size_t first_size, size_t known_size, const char* what) {
+  if (struct_size < first_size)
+    throw_bad_input(std::string(what) + ": struct_size " + std::to_string(struct_size) + " is below the first version's " +
+                    std::to_string(first_size) + " bytes; set it with the matching _init call or to sizeof of the struct");
+  const auto* bytes = static_cast<const unsigned char*>(p);
+  for (size_t i = known_size; i < struct_size; ++i)
+    if (bytes[i] != 0)
+      throw_bad_input(std::string(what) + ": struct_size " + std::to_string(struct_size) + " has fields this library (" +
+                      std::to_string(known_size) + " bytes) does not know set to non-default values; accepted: zero there, or a newer libqattn");
+}
+
+Problem problem_of(const qattn_shape& s) { return Problem{s.batch, s.heads_q, s.heads_kv, s.q_len, s.kv_len}; }
+
+TensorView view_of(const qattn_tensor& t) { return TensorView{t.data, t.sb, t.sh, t.ss}; }
+
+Spec spec_of(const char* spec, const char* what) {
+  require_arg(spec, what);
+  return parse_spec(spec);
+}
+
+}  // namespace qattn::capi
 
 namespace {
 
-thread_local std::string g_last_error;
+using namespace qattn::capi;
 
-template <class Body>
-qattn_status guarded(Body&& body) {
-  try {
-    body();
-    g_last_error.clear();
-    return QATTN_OK;
-  } catch (const qattn::Error& e) {
-    g_last_error = e.what();
-    return static_cast<qattn_status>(e.kind());
-  } catch (const std::exception& e) {
-    g_last_error = e.what();
-    return QATTN_ERROR;
-  } catch (...) {
-    g_last_error = "unknown error";
-    return QATTN_ERROR;
-  }
+// The first (and so far only) version of qattn_options ends with shipped_cache_path.
+constexpr size_t kOptionsFirstSize = offsetof(qattn_options, shipped_cache_path) + sizeof(const char*);
+
+qattn_options default_options_v() {
+  qattn_options o{};
+  o.struct_size = sizeof(qattn_options);
+  o.use_cache = 1;
+  o.tune = 1;
+  return o;
 }
 
-void require_arg(const void* p, const char* what) {
-  if (!p) qattn::throw_bad_input(std::string(what) + " is NULL");
+qattn::RuntimeOptions runtime_options_of(const qattn_options& o) {
+  qattn::RuntimeOptions ro;
+  if (o.cache_path) ro.cache_path = o.cache_path;
+  ro.use_cache = o.use_cache != 0;
+  ro.read_only = o.read_only != 0;
+  ro.tune = o.tune != 0;
+  ro.device = o.device;
+  if (o.shipped_cache_path) ro.shipped_cache_path = o.shipped_cache_path;
+  return ro;
 }
-
-void copy_out(const std::string& s, char* out, size_t len) {
-  if (!out || len == 0) return;
-  const size_t n = std::min(len - 1, s.size());
-  std::memcpy(out, s.data(), n);
-  out[n] = '\0';
-}
-
-qattn::Problem problem_of(const qattn_shape& s) {
-  return qattn::Problem{s.batch, s.heads_q, s.heads_kv, s.q_len, s.kv_len};
-}
-
-qattn::TensorView view_of(const qattn_tensor& t) { return qattn::TensorView{t.data, t.sb, t.sh, t.ss}; }
 
 qattn::AttentionCall call_of(const char* spec, qattn_shape shape, qattn_tensor q, qattn_tensor k, qattn_tensor v) {
-  require_arg(spec, "spec");
   qattn::AttentionCall c;
-  c.spec = qattn::parse_spec(spec);
+  c.spec = spec_of(spec, "spec");
   c.problem = problem_of(shape);
   c.q = view_of(q);
   c.k = view_of(k);
@@ -73,7 +79,7 @@ qattn::AttentionCall call_of(const char* spec, qattn_shape shape, qattn_tensor q
 extern "C" {
 
 const char* qattn_version(void) { return QATTN_VERSION; }
-const char* qattn_last_error(void) { return g_last_error.c_str(); }
+const char* qattn_last_error(void) { return last_error().c_str(); }
 
 qattn_runtime_options qattn_default_options(void) {
   qattn_runtime_options o;
@@ -85,18 +91,32 @@ qattn_runtime_options qattn_default_options(void) {
   return o;
 }
 
+qattn_status qattn_options_init(qattn_options* options, size_t struct_size) {
+  return guarded([&] { init_versioned(options, struct_size, default_options_v(), kOptionsFirstSize, "options"); });
+}
+
+qattn_status qattn_runtime_open(const qattn_options* options, qattn_runtime** out) {
+  return guarded([&] {
+    require_arg(out, "out");
+    *out = nullptr;
+    const qattn_options o = options ? read_versioned(options, default_options_v(), kOptionsFirstSize, "options")
+                                    : default_options_v();
+    *out = new qattn_runtime(runtime_options_of(o));
+  });
+}
+
 qattn_status qattn_runtime_create(const qattn_runtime_options* options, qattn_runtime** out) {
   return guarded([&] {
     require_arg(out, "out");
     *out = nullptr;
-    const qattn_runtime_options o = options ? *options : qattn_default_options();
-    qattn::RuntimeOptions ro;
-    if (o.cache_path) ro.cache_path = o.cache_path;
-    ro.use_cache = o.use_cache != 0;
-    ro.read_only = o.read_only != 0;
-    ro.tune = o.tune != 0;
-    ro.device = o.device;
-    *out = new qattn_runtime(std::move(ro));
+    const qattn_runtime_options v1 = options ? *options : qattn_default_options();
+    qattn_options o = default_options_v();
+    o.cache_path = v1.cache_path;
+    o.use_cache = v1.use_cache;
+    o.read_only = v1.read_only;
+    o.tune = v1.tune;
+    o.device = v1.device;
+    *out = new qattn_runtime(runtime_options_of(o));
   });
 }
 

@@ -267,18 +267,19 @@ long long Runtime::decode_fallback_rows(void* stream) {
 
 void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
   const bool umax = call.spec.softmax == SoftmaxMode::unified_max;
-  if (umax) check_unified_max(call.spec, call.unified_max);   // before resolve(): no GPU needed to refuse
-  const Spec requested = resolve(call.spec);
-  if (requested.phase != Phase::decode)
-    throw_bad_input("decode() takes a decode spec (got '" + to_string(requested) + "'); use attention() for prefill");
+  // The call's own checks come before resolve(): no GPU is needed to refuse a malformed call.
+  if (umax) check_unified_max(call.spec, call.unified_max);
+  if (call.spec.phase != Phase::decode)
+    throw_bad_input("decode() takes a decode spec (got '" + to_string(call.spec) + "'); use attention() for prefill");
   const Problem& p = call.problem;
-  require(validate(requested, p));
-  const bool flashq = requested.qk.fmt == Fmt::flashq;
+  require(validate(call.spec, p));
+  const bool flashq = call.spec.qk.fmt == Fmt::flashq;
   if (!call.q || !call.o || (!flashq && !call.kv_lens))
     throw_bad_input("decode: q, o and kv_lens must be device pointers (one is null)");
-  if (flashq) check_flashq_view(requested, call.flashq, p.heads_kv, "decode");
-  else check_cache(requested, call.cache, p.heads_kv, p.kv_len, "decode");
+  if (flashq) check_flashq_view(call.spec, call.flashq, p.heads_kv, "decode");
+  else check_cache(call.spec, call.cache, p.heads_kv, p.kv_len, "decode");
   if (call.splits < 0) throw_bad_input("decode: splits must be >= 0 (0: the runtime chooses)");
+  const Spec requested = resolve(call.spec);
   // flow=auto and an unset split count: the tuned tables' choice (decode_dispatch.cpp).
   const Runtime::Impl::DecodeRoute route = route_decode(requested, p, call.tiling, call.splits);
   const Spec& spec = route.spec;
@@ -424,14 +425,15 @@ void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
 void Runtime::decode(const DecodeCall& call, void* stream) { impl_->decode(call, stream); }
 
 void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
-  const Spec spec = resolve(call.spec);
-  if (spec.phase != Phase::decode) throw_bad_input("append_kv() takes a decode spec (got '" + to_string(spec) + "')");
+  // The call's own checks come before resolve(): no GPU is needed to refuse a malformed call.
+  if (call.spec.phase != Phase::decode) throw_bad_input("append_kv() takes a decode spec (got '" + to_string(call.spec) + "')");
   if (call.batch < 1 || call.heads_kv < 1 || call.n_new < 1)
     throw_bad_input("append_kv: batch, heads_kv and n_new must be >= 1");
   if (!call.k || !call.v || !call.start) throw_bad_input("append_kv: k, v and start must be device pointers (one is null)");
   // Positions are on the device; the caller guarantees start[b] + n_new fits (checked here for the
   // first token only through the cache size).
-  check_cache(spec, call.cache, call.heads_kv, call.n_new, "append_kv");
+  check_cache(call.spec, call.cache, call.heads_kv, call.n_new, "append_kv");
+  const Spec spec = resolve(call.spec);
   const CacheGeometry g = geometry(spec, call.cache, call.heads_kv);
   auto fn = load_source(gen::render_kv_append(spec));
   KvAppendParams ap{};

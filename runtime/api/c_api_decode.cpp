@@ -1,0 +1,157 @@
+// The C API's decode half (include/qattn/qattn.h, "Decode over a KV cache"): the C structs translated
+// into DecodeCall / AppendKvCall, the KV cache sizes. The C++ calls validate the calls themselves; what
+// is checked here is what this layer reads (the structs, host arrays and strings) before it gets there.
+#include <cstddef>
+#include <string>
+
+#include "qattn/decode.hpp"
+#include "runtime/api/c_api_decode_structs.hpp"
+
+namespace qattn::capi {
+namespace {
+
+// The first (and so far only) versions of the argument structs end with their last field.
+constexpr size_t kAppendFirstSize = offsetof(qattn_append_args, start) + sizeof(const int*);
+constexpr size_t kDecodeFirstSize = offsetof(qattn_decode_args, tiling) + sizeof(const char*);
+
+qattn_append_args default_append_args() {
+  qattn_append_args a{};
+  a.struct_size = sizeof a;
+  a.batch = a.heads_kv = a.n_new = 1;
+  return a;
+}
+
+qattn_decode_args default_decode_args() {
+  qattn_decode_args a{};
+  a.struct_size = sizeof a;
+  const UnifiedMax um;
+  a.unified_max = qattn_unified_max{um.phi, um.lo, um.hi, um.enabled ? 1 : 0};
+  return a;
+}
+
+// A decode spec whose cache is made of rows (every format but flashq).
+Spec row_format_spec(const char* text, const char* what) {
+  const Spec spec = spec_of(text, "spec");
+  if (spec.phase != Phase::decode || spec.qk.fmt == Fmt::flashq)
+    throw_bad_input(std::string(what) + " takes a decode spec of a row format (fp16, bf16, int8:per_token, int4:per_token, "
+                    "int4:per_group, fp8e4m3:per_head), got '" + text + "'; flashq caches have their own sizes");
+  return spec;
+}
+
+DecodeCall decode_call_of(const qattn_decode_args* given) {
+  const qattn_decode_args a = read_versioned(given, default_decode_args(), kDecodeFirstSize, "args");
+  DecodeCall c;
+  c.spec = spec_of(a.spec, "args.spec");
+  if (c.spec.phase != Phase::decode)
+    throw_bad_input(std::string("qattn_decode takes a decode spec ('decode qk=... pv=... out=... d=...'), got '") + a.spec + "'");
+  c.problem = problem_of(a.shape);
+  c.q = a.q.data;
+  c.q_sb = a.q.sb, c.q_sh = a.q.sh, c.q_ss = a.q.ss;
+  c.o = a.o.data;
+  c.o_sb = a.o.sb, c.o_sh = a.o.sh, c.o_ss = a.o.ss;
+  c.cache = kv_view_of(a.cache);
+  c.kv_lens = a.kv_lens;
+  if (c.spec.qk.fmt == Fmt::flashq) {
+    if (!a.flashq) throw_bad_input("a flashq decode spec needs args.flashq, a host pointer to a qattn_flashq_cache");
+    c.flashq = flashq_view_of(*a.flashq, a.shape.heads_kv, "args.flashq");
+  }
+  c.softmax_scale = a.softmax_scale;
+  c.lse = a.lse;
+  c.splits = a.splits;
+  if (a.tiling) c.tiling = parse_tiling(a.tiling);
+  c.unified_max = UnifiedMax{a.unified_max.phi, a.unified_max.lo, a.unified_max.hi, a.unified_max.enabled != 0};
+  c.row_flags = a.row_flags;
+  return c;
+}
+
+}  // namespace
+
+KvCacheView kv_view_of(const qattn_kv_cache& c) {
+  KvCacheView v;
+  v.k = c.k;
+  v.v = c.v;
+  v.page_stride = c.page_stride;
+  v.head_stride = c.head_stride;
+  v.capacity = c.capacity;
+  v.page_size = c.page_size;
+  v.block_table = c.block_table;
+  v.table_stride = c.table_stride;
+  v.k_head_scale = c.k_head_scale;
+  v.v_head_scale = c.v_head_scale;
+  return v;
+}
+
+}  // namespace qattn::capi
+
+using namespace qattn::capi;
+
+extern "C" {
+
+qattn_status qattn_kv_row_bytes(const char* spec, int64_t* bytes_out) {
+  return guarded([&] {
+    require_arg(bytes_out, "bytes_out");
+    *bytes_out = qattn::kv_row_bytes(row_format_spec(spec, "qattn_kv_row_bytes"));
+  });
+}
+
+qattn_status qattn_kv_cache_bytes(const char* spec, int batch, int heads_kv, int capacity, int64_t* bytes_out) {
+  return guarded([&] {
+    require_arg(bytes_out, "bytes_out");
+    const qattn::Spec s = row_format_spec(spec, "qattn_kv_cache_bytes");
+    if (batch < 1 || heads_kv < 1 || capacity < 1)
+      qattn::throw_bad_input("qattn_kv_cache_bytes: batch, heads_kv and capacity must be >= 1 (got " + std::to_string(batch) +
+                             ", " + std::to_string(heads_kv) + ", " + std::to_string(capacity) + ")");
+    *bytes_out = qattn::kv_cache_bytes(s, batch, heads_kv, capacity);
+  });
+}
+
+qattn_status qattn_append_args_init(qattn_append_args* args, size_t struct_size) {
+  return guarded([&] { init_versioned(args, struct_size, default_append_args(), kAppendFirstSize, "args"); });
+}
+
+qattn_status qattn_decode_args_init(qattn_decode_args* args, size_t struct_size) {
+  return guarded([&] { init_versioned(args, struct_size, default_decode_args(), kDecodeFirstSize, "args"); });
+}
+
+qattn_status qattn_append_kv(qattn_runtime* runtime, const qattn_append_args* args, void* stream) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    const qattn_append_args a = read_versioned(args, default_append_args(), kAppendFirstSize, "args");
+    qattn::AppendKvCall c;
+    c.spec = spec_of(a.spec, "args.spec");
+    c.batch = a.batch, c.heads_kv = a.heads_kv, c.n_new = a.n_new;
+    c.k = a.k, c.v = a.v;
+    c.sb = a.sb, c.sh = a.sh, c.ss = a.ss;
+    c.cache = kv_view_of(a.cache);
+    c.start = a.start;
+    runtime->rt.append_kv(c, stream);
+  });
+}
+
+qattn_status qattn_decode(qattn_runtime* runtime, const qattn_decode_args* args, void* stream) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    runtime->rt.decode(decode_call_of(args), stream);
+  });
+}
+
+qattn_status qattn_decode_route(qattn_runtime* runtime, const qattn_decode_args* args, char* name_out, size_t name_len,
+                                char* flow_out, size_t flow_len, int* splits_out) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    const qattn::Runtime::DecodeRouteInfo r = runtime->rt.decode_route(decode_call_of(args));
+    copy_out(r.kernel_name, name_out, name_len);
+    copy_out(qattn::to_string(r.flow), flow_out, flow_len);
+    if (splits_out) *splits_out = r.splits;
+  });
+}
+
+qattn_status qattn_decode_fallback_rows(qattn_runtime* runtime, void* stream, int64_t* rows_out) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    require_arg(rows_out, "rows_out");
+    *rows_out = runtime->rt.decode_fallback_rows(stream);
+  });
+}
+
+}  // extern "C"
