@@ -210,6 +210,11 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
                        "e.g. bm128_bn128_w8_s2_wg_tma_ws");
   if (t.warp_specialized && t.q_fused)
     return Verdict::no("tiling " + to_string(t) + ": _ws reads a pre-quantized Q; drop _qf or _ws");
+  // Its P·V of tile t - 1 stays in flight through tile t's softmax; the fresh two-level accumulator on
+  // top of that spills 8-20 bytes at d 128 (ptxas, CUDA 13.0).
+  if (t.warp_specialized && s.accum == Accum::two_level && s.head_dim > 64)
+    return Verdict::no("tiling " + to_string(t) + ": _ws with accum=two_level runs at d=64 only (got d=" +
+                       std::to_string(s.head_dim) + "); use accum=fp32 or drop _ws");
   if (t.warp_specialized && t.min_blocks > 0)
     return Verdict::no("tiling " + to_string(t) + ": _ws fixes its blocks per SM (1 with 8 warps, 2 with 4); drop _mb" +
                        std::to_string(t.min_blocks));
