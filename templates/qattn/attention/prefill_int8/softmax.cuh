@@ -115,7 +115,11 @@
   // The work is per warp (any of its rows); within it, each half of the rows (hf) skips the O shifts
   // when none of its 8 rows rises, and the long-row guard (two shuffles) runs only where a row's sum
   // can reach it at all (cx.check_lq).
-  static __device__ __forceinline__ void raise_reference(State& st, const RowVals& m_tile, const Ctx& cx) {
+  // DEFER (the warp-specialized loop, whose P·V of the previous tile may still be accumulating into O):
+  // R and l as always, O's shift left to shift_o_rows with the steps in *defer (0 where none).
+  template <bool DEFER = false>
+  static __device__ __forceinline__ void raise_reference(State& st, const RowVals& m_tile, const Ctx& cx,
+                                                         int (*defer)[2] = nullptr) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -177,8 +181,11 @@
           }
         }
         st.r[mt][hf] = r_new;
+        if constexpr (DEFER) defer[mt][hf] = k;
         if (!__any_sync(0xffffffffu, k != 0)) continue;
-        if constexpr (kIntPV) {
+        if constexpr (DEFER) {
+          // O is shifted by shift_o_rows once its last product landed.
+        } else if constexpr (kIntPV) {
 #pragma unroll
           for (int n = 0; n < kON; ++n)
 #pragma unroll
@@ -188,6 +195,24 @@
         }
         if constexpr (!kExactSum) st.l_q[mt][hf] = int8::shift_floor(st.l_q[mt][hf], k);
         st.l_x[mt][hf] *= pow2_neg(k);
+      }
+  }
+
+  // O's shift by the steps raise_reference<true> deferred (rows whose warp has none skip it).
+  static __device__ __forceinline__ void shift_o_rows(State& st, const int (&k)[kMT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        if (!__any_sync(0xffffffffu, k[mt][hf] != 0)) continue;
+        if constexpr (kIntPV) {
+#pragma unroll
+          for (int n = 0; n < kON; ++n)
+#pragma unroll
+            for (int e = 2 * hf; e < 2 * hf + 2; ++e) st.o[mt][n][e] = int8::shift_floor(st.o[mt][n][e], k[mt][hf]);
+        } else {
+          scale_o(st, mt, hf, k[mt][hf]);
+        }
       }
   }
 

@@ -61,58 +61,70 @@
   }
 
   // The consumer's loop. Per tile t >= 1: S_t = Q·K_t^T and O += P_{t-1}·V_{t-1} issued back to back;
-  // once S_t is in, the logits and tile max of t while P·V runs; then (P·V done) stage t - 1 is
-  // released, R rises (rescaling O, which now includes tile t - 1) and P_t is formed.
+  // once S_t is in, tile t's softmax (logits, R's raise, P_t) while P·V runs; then (P·V done) stage
+  // t - 1 is released and O, which now includes tile t - 1, shifts to the raised R.
   static __device__ __forceinline__ void consume(State& st, const Ctx& cx, const KvTiles& kv, const char* smem, u32 sbase) {
     if (kv.n_tiles == 0) return;
     Scores s;
-    PFrag pf;
+    PFrag pf[2];   // P of even / odd tiles: the P·V in flight reads one while the softmax writes the other
     dev::mbar_wait(stage_barrier(sbase, 0), 0);
     take_turn();
     qk(s, st, sbase + k_off(0), q_tile_addr(sbase));
     pass_turn();
     dev::wgmma_wait<0>();
     dev::fence_operands(s[0]);
-    if (kv.n_full > 0) softmax_tile<false>(st, cx, s, smem, sbase, 0, pf);
-    else softmax_tile<true>(st, cx, s, smem, sbase, 0, pf);
-    for (int t = 1; t < kv.n_tiles; ++t) {
-      const int stage = t % STAGES;
-      dev::mbar_wait(stage_barrier(sbase, stage), (t / STAGES) & 1);
-      take_turn();
-      qk(s, st, sbase + k_off(stage), q_tile_addr(sbase));
-      issue_pv(st, pf, sbase + v_off((t - 1) % STAGES));
-      pass_turn();
-      dev::wgmma_wait<1>();   // S_t (P·V of t - 1 may still run)
-      dev::fence_operands(s[0]);
-      if (t < kv.n_full) softmax_tile<false>(st, cx, s, smem, sbase, t, pf);
-      else softmax_tile<true>(st, cx, s, smem, sbase, t, pf);
+    int k[kMT][2];   // R's steps per row, applied to O once its P·V landed (none for the first tile: O = 0)
+    if (kv.n_full > 0) softmax_tile<false>(st, cx, s, smem, 0, pf[0], k);
+    else softmax_tile<true>(st, cx, s, smem, 0, pf[0], k);
+    for (int t = 1; t < kv.n_tiles; t += 2) {
+      overlapped_tile(st, cx, kv, s, k, smem, sbase, t, pf[0], pf[1]);
+      if (t + 1 < kv.n_tiles) overlapped_tile(st, cx, kv, s, k, smem, sbase, t + 1, pf[1], pf[0]);
     }
     const int last = (kv.n_tiles - 1) % STAGES;
     take_turn();
-    issue_pv(st, pf, sbase + v_off(last));
+    if ((kv.n_tiles - 1) & 1) issue_pv(st, pf[1], sbase + v_off(last));
+    else issue_pv(st, pf[0], sbase + v_off(last));
     pass_turn();
     dev::wgmma_wait<0>();
     dev::fence_operands(st.o[0]);
     dev::mbar_arrive(empty_barrier(sbase, last));
   }
 
-  // Tile t's softmax on S (in registers): logits and tile max; then (t > 0) the wait for P·V of tile
-  // t - 1 and the release of its stage; then R's raise and P_t into pf.
+  // Tile t >= 1: S_t and P·V of tile t - 1 (P in `prev`) issued, tile t's softmax into `next` while that
+  // P·V runs, then its stage released and O shifted to the raised R.
+  static __device__ __forceinline__ void overlapped_tile(State& st, const Ctx& cx, const KvTiles& kv, Scores& s,
+                                                         int (&k)[kMT][2], const char* smem, u32 sbase, int t,
+                                                         const PFrag& prev, PFrag& next) {
+    const int stage = t % STAGES;
+    dev::mbar_wait(stage_barrier(sbase, stage), (t / STAGES) & 1);
+    take_turn();
+    qk(s, st, sbase + k_off(stage), q_tile_addr(sbase));
+    issue_pv(st, prev, sbase + v_off((t - 1) % STAGES));
+    pass_turn();
+    dev::wgmma_wait<1>();   // S_t (P·V of t - 1 may still run)
+    dev::fence_operands(s[0]);
+    if (t < kv.n_full) softmax_tile<false>(st, cx, s, smem, t, next, k);
+    else softmax_tile<true>(st, cx, s, smem, t, next, k);
+    dev::wgmma_wait<0>();   // P·V of tile t - 1 is in O: its stage is free, and O moves to the raised R
+    dev::fence_operands(st.o[0]);
+    dev::mbar_arrive(empty_barrier(sbase, (t - 1) % STAGES));
+    shift_o_rows(st, k);
+  }
+
+  // Tile t's softmax on S (in registers): logits and tile max, R's raise (l rescaled; O's steps into k,
+  // applied by the caller once P·V of tile t - 1 landed) and P_t into pf.
   template <bool MASKED>
   static __device__ __forceinline__ void softmax_tile(State& st, const Ctx& cx, const Scores& s, const char* smem,
-                                                      u32 sbase, int t, PFrag& pf) {
+                                                      int t, PFrag& pf, int (&k)[kMT][2]) {
     Logits u;
     RowVals m_tile;
     RowFac fac;
     const bool raise = logits<MASKED, kPVSteps>(u, m_tile, fac, s, st, cx,
                                                reinterpret_cast<const float*>(smem + scale_off(t % STAGES)), t * BN,
                                                reinterpret_cast<const float*>(smem + kDsOff));
-    if (t > 0) {
-      dev::wgmma_wait<0>();
-      dev::fence_operands(st.o[0]);
-      dev::mbar_arrive(empty_barrier(sbase, (t - 1) % STAGES));
-    }
-    if (__any_sync(0xffffffffu, raise)) raise_reference(st, m_tile, cx);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) k[mt][0] = k[mt][1] = 0;
+    if (__any_sync(0xffffffffu, raise)) raise_reference<true>(st, m_tile, cx, k);
     if constexpr (kIntPV) softmax_pv_int8<kPVSteps, false>(st, u, fac, 0u, &pf);
     else softmax_pv_float<kPVSteps, false>(st, u, fac, 0u, &pf);
   }
