@@ -135,6 +135,11 @@ class Runtime {
   TuningResult tune(const Spec& spec, const Problem& problem);
 
   // FP16/BF16 in, FP16/BF16 out; quantizes internally for quantized specs (workspace managed here).
+  // CUDA graphs: a call may be captured (cuStreamBeginCapture on `stream`) once the same call (spec,
+  // shape) ran eagerly on that stream; the capture records its launches only, and a first-time call
+  // under capture is refused (bad_input) without touching the capture. The graph replays on the
+  // pointers it was captured with, for the runtime's lifetime: a later, larger call on that stream gets
+  // a new workspace and keeps the captured one alive.
   void attention(const AttentionCall& call, void* stream);
   // The two halves of attention(): quantize (call.o, softmax_scale and lse are not used) ...
   std::unique_ptr<PreparedAttention> prepare(const AttentionCall& call, void* stream);

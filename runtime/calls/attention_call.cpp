@@ -2,6 +2,7 @@
 // the attention kernel. prepare() does the first half, run() the second. With K smoothing, prepare()
 // also computes q·mean_k per row, which run() adds (scaled) to the LSE when one is asked for.
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 
@@ -10,6 +11,7 @@
 #include "runtime/calls/helper_kernels.hpp"
 #include <array>
 #include "runtime/device/device_buffer.hpp"
+#include "runtime/device/driver.hpp"
 #include "runtime/registry/runtime_impl.hpp"
 
 namespace qattn {
@@ -138,8 +140,7 @@ std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall
   if (lse_fix) bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(p.batch) * p.heads_q * p.q_len);
   char* base = nullptr;
   if (lent) {
-    if (lent->size() < bytes) *lent = rt::DeviceBuffer(bytes, options.device);
-    base = lent->as<char>();
+    base = stream_workspace(*lent, bytes, stream).as<char>();
   } else {
     out->workspace = rt::DeviceBuffer(bytes, options.device);
     base = out->workspace.as<char>();
@@ -254,11 +255,38 @@ void Runtime::run(const PreparedAttention& prepared, TensorView o, float softmax
   impl_->run(prepared, o, softmax_scale, lse, stream);
 }
 
+std::string Runtime::Impl::eager_key(const Spec& spec, const Problem& problem, void* stream) {
+  return to_string(spec) + " | " + to_string(problem) + " | " + std::to_string(reinterpret_cast<uintptr_t>(stream));
+}
+
+rt::DeviceBuffer& Runtime::Impl::stream_workspace(rt::DeviceBuffer& ws, size_t bytes, void* stream) {
+  if (ws.size() >= bytes) return ws;
+  if (rt::stream_capturing(static_cast<CUstream>(stream)))
+    throw_bad_input("attention() under CUDA-graph capture needs " + std::to_string(bytes) +
+                    " bytes of workspace on this stream, which holds " + std::to_string(ws.size()) +
+                    "; run the call eagerly on this stream before capturing it");
+  if (captured_streams.count(stream) && ws.size() > 0) retired_workspaces.push_back(std::move(ws));
+  ws = rt::DeviceBuffer(bytes, options.device);
+  return ws;
+}
+
 void Runtime::attention(const AttentionCall& call, void* stream) {
   const Spec spec = resolve(call.spec);
   validate_call(call, spec);
   // Before the quantization passes are queued: a refused output must leave nothing half done.
   if (const std::string why = rt::output_layout_problem(spec, call.o); !why.empty()) throw_bad_input(why);
+  // A capture records launches only: compiling, tuning, loading a module or allocating the workspace
+  // would break it, so the call must have run eagerly on this stream first (which did all of that).
+  const bool capturing = rt::stream_capturing(static_cast<CUstream>(stream));
+  const std::string key = Impl::eager_key(spec, call.problem, stream);
+  if (capturing) {
+    std::lock_guard<std::mutex> lock(impl_->workspace_mutex);
+    if (!impl_->ran_eagerly.count(key))
+      throw_bad_input("attention(" + to_string(spec) + ", " + to_string(call.problem) +
+                      ") is being captured into a CUDA graph but has not run on this stream yet; run it once "
+                      "eagerly on the same stream first (that compiles and loads its kernels and sizes the "
+                      "stream's workspace, which a capture cannot do)");
+  }
   const Tiling tiling = launch_form(spec, kernel(spec, call.problem).tiling());
   // Work on one stream is ordered, so one workspace per stream serves every call on it without a sync;
   // a stream gets a new (larger) one only when a call needs more.
@@ -266,6 +294,8 @@ void Runtime::attention(const AttentionCall& call, void* stream) {
   rt::DeviceBuffer& ws = impl_->workspaces[stream];
   const auto prepared = impl_->prepare_in(call, spec, tiling, stream, &ws);
   run(*prepared, call.o, call.softmax_scale, call.lse, stream);
+  if (capturing) impl_->captured_streams.insert(stream);
+  else impl_->ran_eagerly.insert(key);
 }
 
 }  // namespace qattn

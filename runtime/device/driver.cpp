@@ -129,6 +129,13 @@ bool driver_available(std::string* why) noexcept {
   }
 }
 
+bool stream_capturing(CUstream stream) {
+  if (!driver_available() || !driver().cuStreamIsCapturing) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  check(driver().cuStreamIsCapturing(stream, &status), "cuStreamIsCapturing");
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 std::string error_name(CUresult code) {
   const DriverState& s = driver_state();
   const char* name = nullptr;

@@ -43,7 +43,9 @@ class DriverError : public std::runtime_error {
   X(cuEventElapsedTime)
 // Newer than the oldest driver qattn runs on (12.0), or only needed by tests.
 #define QATTN_DRIVER_OPTIONAL_FUNCTIONS(X) \
-  X(cuFuncGetParamInfo) X(cuKernelGetParamInfo) X(cuCtxCreate) X(cuCtxDestroy) X(cuTensorMapEncodeTiled)
+  X(cuFuncGetParamInfo) X(cuKernelGetParamInfo) X(cuCtxCreate) X(cuCtxDestroy) X(cuTensorMapEncodeTiled)    \
+  X(cuStreamIsCapturing) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)              \
+  X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy)
 
 struct DriverApi {
 #define QATTN_DRIVER_MEMBER(fn) decltype(&::fn) fn = nullptr;
@@ -66,6 +68,9 @@ const DriverApi& driver();
 bool driver_available(std::string* why = nullptr) noexcept;
 
 // cuGetErrorName / cuGetErrorString, or "CUresult <n>" when no driver is loaded.
+// Whether work queued on `stream` now goes into a CUDA graph being captured (false without a driver).
+bool stream_capturing(CUstream stream);
+
 std::string error_name(CUresult code);
 std::string error_string(CUresult code);
 

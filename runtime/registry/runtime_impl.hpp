@@ -3,6 +3,7 @@
 #pragma once
 #include <array>
 #include <map>
+#include <set>
 #include <tuple>
 #include <memory>
 #include <mutex>
@@ -118,6 +119,15 @@ struct Runtime::Impl {
   RuntimeCounters counters;
   std::mutex workspace_mutex;
   std::map<void*, rt::DeviceBuffer> workspaces;   // attention()'s workspace per stream
+  // CUDA graphs: the calls (stream, spec, shape) that ran eagerly, which a capture may then record; the
+  // streams a capture recorded attention() on, whose outgrown workspaces are kept (retired) rather than
+  // freed, since a graph may still read them. Guarded by workspace_mutex.
+  std::set<std::string> ran_eagerly;
+  std::set<void*> captured_streams;
+  std::vector<rt::DeviceBuffer> retired_workspaces;
+  static std::string eager_key(const Spec& spec, const Problem& problem, void* stream);
+  // The stream's attention() workspace, at least `bytes` (grown: the old one retired when captured).
+  rt::DeviceBuffer& stream_workspace(rt::DeviceBuffer& ws, size_t bytes, void* stream);
   std::map<void*, rt::DeviceBuffer> decode_workspaces;   // decode()'s split partials per stream
   // Quantized prefill: V's passes (and Q's, when K's run too) on side streams beside the caller's
   // (rt::ExperimentOptions::concurrent_passes); per caller stream, two side streams and their fork / join events.
