@@ -58,6 +58,7 @@ size_t values_differ(const HostTensor& a, const HostTensor& b) {
 TEST_F(AttentionGraph, ReplaysOnNewInputsWithTheEagerBits) {
   if (!rt::driver().cuStreamBeginCapture || !rt::driver().cuGraphInstantiate)
     GTEST_SKIP() << "this driver has no stream capture entry points";
+  rt::ContextGuard context(0);   // the graph calls act on the current context (the runtime's own pushes are scoped)
   for (const char* text : {"prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal gqa=2 smooth=kv",
                            "prefill qk=int8:per_token pv=int8:per_channel out=bf16 d=64 smooth=k",
                            "prefill qk=fp16 pv=fp16 out=fp16 d=128"}) {
