@@ -59,4 +59,20 @@ inline size_t expect_compiled_without_spills(const std::vector<std::pair<Spec, T
   return points.size();
 }
 
+// Compiles every point (no cache) and expects each to build without spill stores, with a ptxas report,
+// and with its wgmma pipeline intact (ptxas did not serialize it).
+inline void expect_compiled_with_wgmma_pipeline(const std::vector<std::pair<Spec, Tiling>>& points) {
+  RuntimeOptions o;
+  o.use_cache = false;
+  Runtime rt(o);
+  const std::vector<CompileOutcome> done = compile_all(rt, points);
+  for (size_t i = 0; i < points.size(); ++i) {
+    const std::string name = kernel_name(points[i].first, points[i].second);
+    ASSERT_EQ(done[i].error, "") << name;
+    ASSERT_NE(done[i].kernel.log.find("ptxas info"), std::string::npos) << name << ": no ptxas report to read";
+    EXPECT_EQ(done[i].kernel.spill_bytes, 0) << name;
+    EXPECT_FALSE(done[i].kernel.wgmma_serialized) << name << ": ptxas serialized its wgmma pipeline";
+  }
+}
+
 }  // namespace qattn::test

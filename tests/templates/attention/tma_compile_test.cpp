@@ -223,16 +223,7 @@ TEST(TmaCompile, BenchmarkedKernelsKeepTheirWgmmaPipeline) {
         ASSERT_TRUE(launched.tma && launched.q_fused) << to_string(s);
         work.emplace_back(s, launched);
       }
-  RuntimeOptions o;
-  o.use_cache = false;
-  Runtime rt(o);
-  const std::vector<test::CompileOutcome> done = test::compile_all(rt, work);
-  for (size_t i = 0; i < work.size(); ++i) {
-    const std::string name = kernel_name(work[i].first, work[i].second);
-    ASSERT_EQ(done[i].error, "") << name;
-    ASSERT_NE(done[i].kernel.log.find("ptxas info"), std::string::npos) << name << ": no ptxas report to read";
-    EXPECT_FALSE(done[i].kernel.wgmma_serialized) << name << ": ptxas serialized its wgmma pipeline";
-  }
+  test::expect_compiled_with_wgmma_pipeline(work);
 }
 
 }  // namespace
