@@ -361,6 +361,55 @@ TEST_F(AttentionTma, SameBitsAsTheCpAsyncLoads) {
   }
 }
 
+// The warp-specialized form (_ws) runs the same per-row arithmetic in the same order as the TMA form of
+// the same tile shape (the deferred shift of O adds tile t - 1 before shifting, as the other form does
+// before adding tile t), and two consumer warpgroups taking turns do what one does for each half of
+// their rows (a fully masked tile adds exact zeros): so bit-identical outputs, on odd lengths, GQA and
+// causal q_len != kv_len.
+class AttentionWarpSpecialized : public test::GpuTest {};
+
+TEST_F(AttentionWarpSpecialized, SameBitsAsTheTmaFormWithOneOrTwoConsumerWarpgroups) {
+  RuntimeOptions options;
+  options.use_cache = false;
+  options.tune = false;
+  Runtime runtime(options);
+  rt::Stream stream;
+  const char* specs[] = {
+      "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal gqa=2 smooth=kv",
+      "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=bf16 d=128 causal smooth=kv",
+      "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d=128 smooth=k",
+      "prefill qk=int4:per_thread pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k",
+  };
+  const auto form = [](int bm, int warps, bool ws) {
+    Tiling t{bm, 128, warps, 2, true};
+    t.tma = true;
+    t.warp_specialized = ws;
+    return t;
+  };
+  int turn = 0;
+  for (const char* text : specs) {
+    const Spec spec = runtime.resolve(parse_spec(text));
+    if (spec.arch != Arch::sm_90a) GTEST_SKIP() << "no warp-specialized form on " << to_string(spec.arch) << ": it needs sm_90a";
+    for (int n = 0; n < 3; ++n) {
+      const Case& c = kCases[static_cast<size_t>(turn++) % (sizeof(kCases) / sizeof(kCases[0]))];
+      const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
+      const std::uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(to_string(spec) + " " + to_string(p) + " " + test::to_string(c.layout) + " " + test::seed_note(seed));
+      const test::AttentionCase data = test::attention_case(p, spec.head_dim, spec.causal, c.layout, spec.out, seed);
+      const Uploaded in = upload_call(spec, p, data.q, data.k, data.v);
+      const HostTensor tma = run_poisoned(runtime, in.call, data.ref, form(64, 4, false), stream);
+      for (const Tiling& ws : {form(64, 4, true), form(128, 8, true)}) {
+        const HostTensor out = run_poisoned(runtime, in.call, data.ref, ws, stream);
+        const test::ErrorMetrics m = test::compare(data.ref, out);
+        std::printf("[ metrics ] %-30s %-26s %s\n", to_string(ws).c_str(),
+                    (to_string(p) + " " + test::to_string(c.layout)).c_str(), m.report().c_str());
+        EXPECT_EQ(values_differ(out, tma), 0u) << to_string(ws) << " against " << to_string(form(64, 4, false));
+        EXPECT_EQ(m.nonfinite, 0) << to_string(ws);
+      }
+    }
+  }
+}
+
 // rt::ExperimentOptions::concurrent_passes (the default): V's quantization passes on a side stream of the
 // runtime's, and Q's on a second one where Q has passes (smooth=q), give the same bits as every pass on
 // the caller's stream, also where K and V both use the scratch of a per_tensor scale. And the side
