@@ -22,6 +22,7 @@
 #include "runtime/device/device_buffer.hpp"
 #include "runtime/device/driver.hpp"
 #include "tests/common/attention_case.hpp"
+#include "tests/common/attention_runs.hpp"
 #include "tests/common/device_tensor.hpp"
 #include "tests/common/expect_error.hpp"
 #include "tests/common/gpu_test.hpp"
@@ -40,20 +41,10 @@ using test::Layout;
 using test::upload_call;
 using test::Uploaded;
 using test::view_of;
-
-struct Case {
-  int batch, heads_kv, q_len, kv_len;
-  Layout layout;
-};
-
-// Lengths that hit every edge: a single row, tails shorter than a tile, one past a tile, long and odd,
-// and q_len != kv_len (in both directions) for the bottom-right causal alignment.
-const Case kCases[] = {
-    {1, 2, 1, 1, Layout::bshd},      {2, 2, 17, 17, Layout::bhsd},   {1, 2, 63, 63, Layout::bshd},
-    {1, 2, 65, 65, Layout::bhsd},    {1, 2, 1000, 1000, Layout::bshd}, {1, 1, 4097, 4097, Layout::bhsd},
-    {1, 2, 65, 1000, Layout::bshd},  {1, 2, 1000, 65, Layout::bhsd}, {1, 2, 17, 4097, Layout::bshd},
-    {2, 1, 1, 333, Layout::bhsd},
-};
+using test::Case;
+using test::kCases;
+using test::run_poisoned;
+using test::values_differ;
 
 const char* kSpecs[] = {
     "prefill qk=fp16 pv=fp16 out=fp16 d=128",
@@ -105,33 +96,6 @@ class AttentionVsReference : public test::GpuTest, public ::testing::WithParamIn
 
 using test::form_name;
 using test::forms_to_check;
-
-// One call on uploaded q, k, v into a NaN-poisoned output shaped like ref (lse: also poisoned by the
-// caller, or null); returns the decoded output.
-HostTensor run_poisoned(Runtime& runtime, AttentionCall call, const HostTensor& ref, const std::optional<Tiling>& form,
-                        rt::Stream& stream) {
-  const Fmt io = call.spec.out;
-  std::vector<std::uint16_t> poison(static_cast<size_t>(test::storage_size(ref.shape, ref.strides)));
-  test::fill_nan(poison, io);
-  rt::DeviceBuffer dout = rt::DeviceBuffer::from(poison);
-  call.o = view_of(dout, ref);
-  if (form) {
-    const auto prepared = runtime.prepare_with(call, *form, stream.get());
-    runtime.run(*prepared, call.o, 0.f, call.lse, stream.get());
-  } else {
-    runtime.attention(call, stream.get());
-  }
-  stream.synchronize();
-  return test::decode(dout.to_vector<std::uint16_t>().data(), ref.shape, ref.strides, io);
-}
-
-// How many values of two outputs of the same shape differ (bit-level equality of the decoded values).
-size_t values_differ(const HostTensor& a, const HostTensor& b) {
-  EXPECT_EQ(a.data.size(), b.data.size());
-  size_t differ = 0;
-  for (size_t j = 0; j < a.data.size() && j < b.data.size(); ++j) differ += !(a.data[j] == b.data[j]);
-  return differ;
-}
 
 TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
   RuntimeOptions options;
@@ -303,110 +267,6 @@ TEST_F(AttentionCausalBands, EveryBandWidthGivesTheSameOutput) {
     }
     for (size_t i = 1; i < outs.size(); ++i)
       EXPECT_EQ(values_differ(outs[i], outs[0]), 0u) << "band run " << i << " against the automatic width";
-  }
-}
-
-// The TMA form (_tma: K / V^T tiles as tensor-map boxes on an mbarrier) reads the same bytes into the
-// same shared-memory layout as every thread's cp.async, so its output is bit-identical to the cp.async
-// form of the same tiling (plain and fused-Q), on every length, layout and mask of kCases; and it meets
-// the reference floor. Batch and heads > 1 check the maps' (batch, head) origins, 17 / 63 / 65 / 1000 /
-// 4097 keys the last tile's rows past kv_len (the next head's K rows, zero-filled V^T tokens).
-class AttentionTma : public test::GpuTest {};
-
-TEST_F(AttentionTma, SameBitsAsTheCpAsyncLoads) {
-  RuntimeOptions options;
-  options.use_cache = false;
-  options.tune = false;
-  Runtime runtime(options);
-  rt::Stream stream;
-  const char* specs[] = {
-      "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv",
-      "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal gqa=2 smooth=kv",
-      "prefill qk=int8:per_token pv=int8:per_channel out=bf16 d=128 causal gqa=4 smooth=k",
-      "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal smooth=kv",
-      "prefill qk=int8:per_block pv=int8:per_channel out=bf16 d=64 smooth=kv",
-      "prefill qk=int4:per_thread pv=int8:per_channel out=fp16 d=128 causal smooth=k",
-  };
-  int turn = 0;
-  for (const char* text : specs) {
-    const Spec spec = runtime.resolve(parse_spec(text));
-    const Tiling plain = default_tiling(spec, default_limits(spec.arch));
-    const Tiling tma = tma_form(spec, plain, default_limits(spec.arch));
-    if (!tma.tma) GTEST_SKIP() << "no TMA form on this GPU (" << to_string(spec.arch) << "): it needs sm_90a";
-    const Tiling fused = fused_q_form(spec, plain, default_limits(spec.arch));
-    const Tiling fused_tma = tma_form(spec, fused, default_limits(spec.arch));
-    for (int n = 0; n < 4; ++n) {   // a different sample of the cases per spec
-      const Case& c = kCases[static_cast<size_t>(turn++) % (sizeof(kCases) / sizeof(kCases[0]))];
-      const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
-      const std::uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE(to_string(spec) + " " + to_string(p) + " " + test::to_string(c.layout) + " " + test::seed_note(seed));
-      const test::AttentionCase data = test::attention_case(p, spec.head_dim, spec.causal, c.layout, spec.out, seed);
-      const Uploaded in = upload_call(spec, p, data.q, data.k, data.v);
-      const std::pair<Tiling, Tiling> pairs[] = {{plain, tma}, {fused, fused_tma}};
-      for (const auto& [cp_async, tma_form_] : pairs) {
-        const HostTensor a = run_poisoned(runtime, in.call, data.ref, cp_async, stream);
-        const HostTensor b = run_poisoned(runtime, in.call, data.ref, tma_form_, stream);
-        const size_t differ = values_differ(a, b);
-        const test::ErrorMetrics m = test::compare(data.ref, b);
-        std::printf("[ metrics ] %-34s %-26s %s, %zu values differ from %s\n", to_string(tma_form_).c_str(),
-                    (to_string(p) + " " + test::to_string(c.layout)).c_str(), m.report().c_str(), differ,
-                    to_string(cp_async).c_str());
-        EXPECT_EQ(differ, 0u) << to_string(tma_form_) << " against " << to_string(cp_async);
-        EXPECT_EQ(m.nonfinite, 0) << to_string(tma_form_);
-        if (spec.qk.fmt == Fmt::int8) {
-          EXPECT_GE(m.cosine, 0.999) << to_string(tma_form_) << " " << m.report();
-        }
-      }
-    }
-  }
-}
-
-// The warp-specialized form (_ws) runs the same per-row arithmetic in the same order as the TMA form of
-// the same tile shape (the deferred shift of O adds tile t - 1 before shifting, as the other form does
-// before adding tile t), and two consumer warpgroups taking turns do what one does for each half of
-// their rows (a fully masked tile adds exact zeros): so bit-identical outputs, on odd lengths, GQA and
-// causal q_len != kv_len.
-class AttentionWarpSpecialized : public test::GpuTest {};
-
-TEST_F(AttentionWarpSpecialized, SameBitsAsTheTmaFormWithOneOrTwoConsumerWarpgroups) {
-  RuntimeOptions options;
-  options.use_cache = false;
-  options.tune = false;
-  Runtime runtime(options);
-  rt::Stream stream;
-  const char* specs[] = {
-      "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal gqa=2 smooth=kv",
-      "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=bf16 d=128 causal smooth=kv",
-      "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d=128 smooth=k",
-      "prefill qk=int4:per_thread pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k",
-  };
-  const auto form = [](int bm, int warps, bool ws) {
-    Tiling t{bm, 128, warps, 2, true};
-    t.tma = true;
-    t.warp_specialized = ws;
-    return t;
-  };
-  int turn = 0;
-  for (const char* text : specs) {
-    const Spec spec = runtime.resolve(parse_spec(text));
-    if (spec.arch != Arch::sm_90a) GTEST_SKIP() << "no warp-specialized form on " << to_string(spec.arch) << ": it needs sm_90a";
-    for (int n = 0; n < 3; ++n) {
-      const Case& c = kCases[static_cast<size_t>(turn++) % (sizeof(kCases) / sizeof(kCases[0]))];
-      const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
-      const std::uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE(to_string(spec) + " " + to_string(p) + " " + test::to_string(c.layout) + " " + test::seed_note(seed));
-      const test::AttentionCase data = test::attention_case(p, spec.head_dim, spec.causal, c.layout, spec.out, seed);
-      const Uploaded in = upload_call(spec, p, data.q, data.k, data.v);
-      const HostTensor tma = run_poisoned(runtime, in.call, data.ref, form(64, 4, false), stream);
-      for (const Tiling& ws : {form(64, 4, true), form(128, 8, true)}) {
-        const HostTensor out = run_poisoned(runtime, in.call, data.ref, ws, stream);
-        const test::ErrorMetrics m = test::compare(data.ref, out);
-        std::printf("[ metrics ] %-30s %-26s %s\n", to_string(ws).c_str(),
-                    (to_string(p) + " " + test::to_string(c.layout)).c_str(), m.report().c_str());
-        EXPECT_EQ(values_differ(out, tma), 0u) << to_string(ws) << " against " << to_string(form(64, 4, false));
-        EXPECT_EQ(m.nonfinite, 0) << to_string(ws);
-      }
-    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include "runtime/device/device_buffer.hpp"
 #include "runtime/device/driver.hpp"
 #include "tests/common/attention_case.hpp"
+#include "tests/common/attention_runs.hpp"
 #include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/metrics.hpp"
@@ -24,6 +25,7 @@ namespace {
 
 using test::HostTensor;
 using test::Layout;
+using test::values_differ;
 
 class AttentionGraph : public test::GpuTest {};
 
@@ -47,12 +49,6 @@ void capture(Runtime& runtime, const AttentionCall& call, rt::Stream& stream, Ca
 
 HostTensor download(const rt::DeviceBuffer& o, const HostTensor& like, Fmt io) {
   return test::decode(o.to_vector<std::uint16_t>().data(), like.shape, like.strides, io);
-}
-
-size_t values_differ(const HostTensor& a, const HostTensor& b) {
-  size_t differ = 0;
-  for (size_t j = 0; j < a.data.size(); ++j) differ += !(a.data[j] == b.data[j]);
-  return differ;
 }
 
 TEST_F(AttentionGraph, ReplaysOnNewInputsWithTheEagerBits) {

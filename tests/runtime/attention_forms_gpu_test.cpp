@@ -1,0 +1,136 @@
+// Kernel forms that must give the same bits as another form of the same kernel: the TMA loads (_tma)
+// against every thread's cp.async, and the warp-specialized form (_ws, one or two consumer warpgroups)
+// against the TMA form of the same tile shape; on every length, layout and mask of kCases.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "generator/search_space.hpp"
+#include "qattn/kernel_name.hpp"
+#include "qattn/runtime.hpp"
+#include "qattn/validate.hpp"
+#include "tests/common/attention_case.hpp"
+#include "tests/common/attention_runs.hpp"
+#include "tests/common/device_tensor.hpp"
+#include "tests/common/gpu_test.hpp"
+#include "tests/common/metrics.hpp"
+
+namespace qattn {
+namespace {
+
+using test::Case;
+using test::HostTensor;
+using test::kCases;
+using test::run_poisoned;
+using test::upload_call;
+using test::Uploaded;
+using test::values_differ;
+
+// The TMA form (_tma: K / V^T tiles as tensor-map boxes on an mbarrier) reads the same bytes into the
+// same shared-memory layout as every thread's cp.async, so its output is bit-identical to the cp.async
+// form of the same tiling (plain and fused-Q), on every length, layout and mask of kCases; and it meets
+// the reference floor. Batch and heads > 1 check the maps' (batch, head) origins, 17 / 63 / 65 / 1000 /
+// 4097 keys the last tile's rows past kv_len (the next head's K rows, zero-filled V^T tokens).
+class AttentionTma : public test::GpuTest {};
+
+TEST_F(AttentionTma, SameBitsAsTheCpAsyncLoads) {
+  RuntimeOptions options;
+  options.use_cache = false;
+  options.tune = false;
+  Runtime runtime(options);
+  rt::Stream stream;
+  const char* specs[] = {
+      "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv",
+      "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal gqa=2 smooth=kv",
+      "prefill qk=int8:per_token pv=int8:per_channel out=bf16 d=128 causal gqa=4 smooth=k",
+      "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal smooth=kv",
+      "prefill qk=int8:per_block pv=int8:per_channel out=bf16 d=64 smooth=kv",
+      "prefill qk=int4:per_thread pv=int8:per_channel out=fp16 d=128 causal smooth=k",
+  };
+  int turn = 0;
+  for (const char* text : specs) {
+    const Spec spec = runtime.resolve(parse_spec(text));
+    const Tiling plain = default_tiling(spec, default_limits(spec.arch));
+    const Tiling tma = tma_form(spec, plain, default_limits(spec.arch));
+    if (!tma.tma) GTEST_SKIP() << "no TMA form on this GPU (" << to_string(spec.arch) << "): it needs sm_90a";
+    const Tiling fused = fused_q_form(spec, plain, default_limits(spec.arch));
+    const Tiling fused_tma = tma_form(spec, fused, default_limits(spec.arch));
+    for (int n = 0; n < 4; ++n) {   // a different sample of the cases per spec
+      const Case& c = kCases[static_cast<size_t>(turn++) % (sizeof(kCases) / sizeof(kCases[0]))];
+      const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
+      const std::uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(to_string(spec) + " " + to_string(p) + " " + test::to_string(c.layout) + " " + test::seed_note(seed));
+      const test::AttentionCase data = test::attention_case(p, spec.head_dim, spec.causal, c.layout, spec.out, seed);
+      const Uploaded in = upload_call(spec, p, data.q, data.k, data.v);
+      const std::pair<Tiling, Tiling> pairs[] = {{plain, tma}, {fused, fused_tma}};
+      for (const auto& [cp_async, tma_form_] : pairs) {
+        const HostTensor a = run_poisoned(runtime, in.call, data.ref, cp_async, stream);
+        const HostTensor b = run_poisoned(runtime, in.call, data.ref, tma_form_, stream);
+        const size_t differ = values_differ(a, b);
+        const test::ErrorMetrics m = test::compare(data.ref, b);
+        std::printf("[ metrics ] %-34s %-26s %s, %zu values differ from %s\n", to_string(tma_form_).c_str(),
+                    (to_string(p) + " " + test::to_string(c.layout)).c_str(), m.report().c_str(), differ,
+                    to_string(cp_async).c_str());
+        EXPECT_EQ(differ, 0u) << to_string(tma_form_) << " against " << to_string(cp_async);
+        EXPECT_EQ(m.nonfinite, 0) << to_string(tma_form_);
+        if (spec.qk.fmt == Fmt::int8) {
+          EXPECT_GE(m.cosine, 0.999) << to_string(tma_form_) << " " << m.report();
+        }
+      }
+    }
+  }
+}
+
+// The warp-specialized form (_ws) runs the same per-row arithmetic in the same order as the TMA form of
+// the same tile shape (the deferred shift of O adds tile t - 1 before shifting, as the other form does
+// before adding tile t), and two consumer warpgroups taking turns do what one does for each half of
+// their rows (a fully masked tile adds exact zeros): so bit-identical outputs, on odd lengths, GQA and
+// causal q_len != kv_len.
+class AttentionWarpSpecialized : public test::GpuTest {};
+
+TEST_F(AttentionWarpSpecialized, SameBitsAsTheTmaFormWithOneOrTwoConsumerWarpgroups) {
+  RuntimeOptions options;
+  options.use_cache = false;
+  options.tune = false;
+  Runtime runtime(options);
+  rt::Stream stream;
+  const char* specs[] = {
+      "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal gqa=2 smooth=kv",
+      "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=bf16 d=128 causal smooth=kv",
+      "prefill qk=int8:per_block pv=int8:per_channel out=fp16 d=128 smooth=k",
+      "prefill qk=int4:per_thread pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k",
+  };
+  const auto form = [](int bm, int warps, bool ws) {
+    Tiling t{bm, 128, warps, 2, true};
+    t.tma = true;
+    t.warp_specialized = ws;
+    return t;
+  };
+  int turn = 0;
+  for (const char* text : specs) {
+    const Spec spec = runtime.resolve(parse_spec(text));
+    if (spec.arch != Arch::sm_90a) GTEST_SKIP() << "no warp-specialized form on " << to_string(spec.arch) << ": it needs sm_90a";
+    for (int n = 0; n < 3; ++n) {
+      const Case& c = kCases[static_cast<size_t>(turn++) % (sizeof(kCases) / sizeof(kCases[0]))];
+      const Problem p{c.batch, c.heads_kv * spec.gqa, c.heads_kv, c.q_len, c.kv_len};
+      const std::uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(to_string(spec) + " " + to_string(p) + " " + test::to_string(c.layout) + " " + test::seed_note(seed));
+      const test::AttentionCase data = test::attention_case(p, spec.head_dim, spec.causal, c.layout, spec.out, seed);
+      const Uploaded in = upload_call(spec, p, data.q, data.k, data.v);
+      const HostTensor tma = run_poisoned(runtime, in.call, data.ref, form(64, 4, false), stream);
+      for (const Tiling& ws : {form(64, 4, true), form(128, 8, true)}) {
+        const HostTensor out = run_poisoned(runtime, in.call, data.ref, ws, stream);
+        const test::ErrorMetrics m = test::compare(data.ref, out);
+        std::printf("[ metrics ] %-30s %-26s %s\n", to_string(ws).c_str(),
+                    (to_string(p) + " " + test::to_string(c.layout)).c_str(), m.report().c_str());
+        EXPECT_EQ(values_differ(out, tma), 0u) << to_string(ws) << " against " << to_string(form(64, 4, false));
+        EXPECT_EQ(m.nonfinite, 0) << to_string(ws);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qattn
