@@ -40,14 +40,19 @@ inline std::vector<CompileOutcome> compile_all(Runtime& runtime, const std::vect
   return out;
 }
 
+// Compiles every point with a runtime of its own that uses no cache file (every point really compiles).
+inline std::vector<CompileOutcome> compile_uncached(const std::vector<std::pair<Spec, Tiling>>& points) {
+  RuntimeOptions o;
+  o.use_cache = false;
+  Runtime rt(o);
+  return compile_all(rt, points);
+}
+
 // Compiles every point (no cache) and expects each to build within the register file without ptxas
 // spill stores; prints the kernels whose wgmma pipeline ptxas serialized (a possible slowdown, not an
 // error: see CompiledKernel::wgmma_serialized); returns how many were compiled.
 inline size_t expect_compiled_without_spills(const std::vector<std::pair<Spec, Tiling>>& points) {
-  RuntimeOptions o;
-  o.use_cache = false;
-  Runtime rt(o);
-  const std::vector<CompileOutcome> done = compile_all(rt, points);
+  const std::vector<CompileOutcome> done = compile_uncached(points);
   for (size_t i = 0; i < points.size(); ++i) {
     const std::string name = kernel_name(points[i].first, points[i].second);
     EXPECT_EQ(done[i].error, "") << name;
@@ -62,10 +67,7 @@ inline size_t expect_compiled_without_spills(const std::vector<std::pair<Spec, T
 // Compiles every point (no cache) and expects each to build without spill stores, with a ptxas report,
 // and with its wgmma pipeline intact (ptxas did not serialize it).
 inline void expect_compiled_with_wgmma_pipeline(const std::vector<std::pair<Spec, Tiling>>& points) {
-  RuntimeOptions o;
-  o.use_cache = false;
-  Runtime rt(o);
-  const std::vector<CompileOutcome> done = compile_all(rt, points);
+  const std::vector<CompileOutcome> done = compile_uncached(points);
   for (size_t i = 0; i < points.size(); ++i) {
     const std::string name = kernel_name(points[i].first, points[i].second);
     ASSERT_EQ(done[i].error, "") << name;
