@@ -2,7 +2,6 @@
 // the attention kernel. prepare() does the first half, run() the second. With K smoothing, prepare()
 // also computes q·mean_k per row, which run() adds (scaled) to the LSE when one is asked for.
 #include <cmath>
-#include <cstdint>
 #include <cstdlib>
 #include <optional>
 
@@ -255,8 +254,8 @@ void Runtime::run(const PreparedAttention& prepared, TensorView o, float softmax
   impl_->run(prepared, o, softmax_scale, lse, stream);
 }
 
-std::string Runtime::Impl::eager_key(const Spec& spec, const Problem& problem, void* stream) {
-  return to_string(spec) + " | " + to_string(problem) + " | " + std::to_string(reinterpret_cast<uintptr_t>(stream));
+Runtime::Impl::EagerKey Runtime::Impl::eager_key(const Spec& spec, const Problem& problem, void* stream) {
+  return EagerKey{stream, spec_fields(spec), {problem.batch, problem.heads_q, problem.heads_kv, problem.q_len, problem.kv_len}};
 }
 
 rt::DeviceBuffer& Runtime::Impl::stream_workspace(rt::DeviceBuffer& ws, size_t bytes, void* stream) {
@@ -278,7 +277,7 @@ void Runtime::attention(const AttentionCall& call, void* stream) {
   // A capture records launches only: compiling, tuning, loading a module or allocating the workspace
   // would break it, so the call must have run eagerly on this stream first (which did all of that).
   const bool capturing = rt::stream_capturing(static_cast<CUstream>(stream));
-  const std::string key = Impl::eager_key(spec, call.problem, stream);
+  const Impl::EagerKey key = Impl::eager_key(spec, call.problem, stream);
   if (capturing) {
     std::lock_guard<std::mutex> lock(impl_->workspace_mutex);
     if (!impl_->ran_eagerly.count(key))

@@ -122,10 +122,20 @@ struct Runtime::Impl {
   // CUDA graphs: the calls (stream, spec, shape) that ran eagerly, which a capture may then record; the
   // streams a capture recorded attention() on, whose outgrown workspaces are kept (retired) rather than
   // freed, since a graph may still read them. Guarded by workspace_mutex.
-  std::set<std::string> ran_eagerly;
+  // Keyed by numbers (the exact shape: the workspace depends on it), so an eager call pays a lookup only.
+  struct EagerKey {
+    void* stream = nullptr;
+    SpecFields spec{};
+    long long dims[5] = {};
+    bool operator<(const EagerKey& o) const {
+      return std::tie(stream, spec, dims[0], dims[1], dims[2], dims[3], dims[4]) <
+             std::tie(o.stream, o.spec, o.dims[0], o.dims[1], o.dims[2], o.dims[3], o.dims[4]);
+    }
+  };
+  static EagerKey eager_key(const Spec& spec, const Problem& problem, void* stream);
+  std::set<EagerKey> ran_eagerly;
   std::set<void*> captured_streams;
   std::vector<rt::DeviceBuffer> retired_workspaces;
-  static std::string eager_key(const Spec& spec, const Problem& problem, void* stream);
   // The stream's attention() workspace, at least `bytes` (grown: the old one retired when captured).
   rt::DeviceBuffer& stream_workspace(rt::DeviceBuffer& ws, size_t bytes, void* stream);
   std::map<void*, rt::DeviceBuffer> decode_workspaces;   // decode()'s split partials per stream
