@@ -77,6 +77,15 @@ struct AttentionParams {
   float softmax_scale;   // multiplies Q·K^T before softmax (1/sqrt(d) by default)
   int band_heads;        // causal INT8 wgmma: heads per band of the launch grid (attention/tile_order.h); read
                          // by the host's launch only (the kernel finds its band in the grid)
+  int pad_;
+  // Variable-length batches (spec token `varlen`; null otherwise): sequence b's queries are rows
+  // [cu_q[b], cu_q[b + 1]) and its keys rows [cu_kv[b], cu_kv[b + 1]) of the packed tensors the caller
+  // passed (sb unused): o, lse (laid out [total_q, heads_q]), and q / k / v wherever the kernel reads the
+  // caller's 16-bit tensor (fp16 prefill, fused-Q, pv=fp16's V). Tensors the runtime quantized keep the
+  // dense per-sequence layout above, sequence b at index b with zeros past its length. q_len and kv_len are
+  // the longest sequence's lengths (they size the grid); the causal mask is aligned at each sequence's end.
+  const int* cu_q;
+  const int* cu_kv;
 };
 
 // Parameters of a quantization kernel: x (fp16/bf16) -> y (int8), scales and optional channel mean.
@@ -93,6 +102,11 @@ struct QuantParams {
   int batch, heads, seq_len, seq_pad;   // seq_pad: rows of y to write (zeros past seq_len)
   int d;
   float qmax;                            // 127 for int8, 7 for int4
+  // Variable-length input (null: dense): sequence b's tokens are rows [cu_seqlens[b], cu_seqlens[b + 1])
+  // of x (x.sb unused), at most seq_len of them; y, scale and mean keep their dense per-sequence layouts,
+  // and rows past a sequence's own length are treated as rows past seq_len are (codes 0, no scale, not
+  // counted in any statistic).
+  const int* cu_seqlens;
 };
 
 // Parameters of the LSE correction after K smoothing: the attention kernel saw K - mean_k, so its
@@ -107,6 +121,10 @@ struct LseCorrectionParams {
   float* lse;
   int batch, heads_q, heads_kv, q_len;
   float softmax_scale;
+  int pad_;
+  // Variable-length Q (null: dense): sequence b's rows are [cu_q[b], cu_q[b + 1]) of q (q.sb unused; at
+  // most q_len of them) and lse is laid out [total_q, heads_q]; dot keeps its dense [b, h_q, q_len] layout.
+  const int* cu_q;
 };
 
 // A KV cache (K or V): the byte layout of qattn/decode/kv_layout.h. Row (b, h, t) lives at
