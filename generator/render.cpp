@@ -83,6 +83,7 @@ Body prefill_int8_body(const Spec& s, const Tiling& t) {
   if (kblock) member("bool", "k_block_scale", b(true));
   if (t.tma) member("bool", "tma", b(true));
   if (t.warp_specialized) member("bool", "warp_specialized", b(true));
+  if (s.varlen) member("bool", "varlen", b(true));
   cfg << "};\n";
   return {"qattn/attention/prefill_int8.cuh", "qattn::prefill_int8::Kernel<qattn_config>", "qattn::AttentionParams",
           cfg.str()};
@@ -93,7 +94,7 @@ Body attention_body(const Spec& s, const Tiling& t) {
   if (s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4) return prefill_int8_body(s, t);
   std::ostringstream tail;
   tail << s.head_dim << ", " << (s.causal ? "true" : "false") << ", " << t.block_m << ", " << t.block_n << ", "
-       << t.warps << ", " << t.stages << ">";
+       << t.warps << ", " << t.stages << (s.varlen ? ", true" : "") << ">";
   return {"qattn/attention/prefill_fp16.cuh",
           std::string("qattn::prefill_fp16::Kernel<") + fmt_enum(s.qk.fmt) + ", " + tail.str(), "qattn::AttentionParams", ""};
 }

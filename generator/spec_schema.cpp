@@ -95,6 +95,7 @@ std::array<Field, kFieldCount> build() {
   phase.bare = true;
   Field causal{"causal", "causal", Domain::flag};
   Field paged{"paged", "paged", Domain::flag};
+  Field varlen{"varlen", "varlen", Domain::flag};
   return {{
       bind(with_name(required(phase, "spec has no phase; start it with prefill or decode"), "", 0, true),
            QATTN_MEMBER(s.phase, s.phase = static_cast<Phase>(x))),
@@ -120,6 +121,7 @@ std::array<Field, kFieldCount> build() {
       bind(with_name(choice("rotate", "rotation", kRotations), "rot", 12),
            QATTN_MEMBER(s.rotate, s.rotate = static_cast<Rotation>(x))),
       bind(with_name(paged, "paged", 13), QATTN_MEMBER(s.paged, s.paged = x != 0)),
+      bind(with_name(varlen, "varlen", 15), QATTN_MEMBER(s.varlen, s.varlen = x != 0)),
       bind(with_name(choice("flow", "dataflow", kFlows), "", 14),
            QATTN_MEMBER(s.flow, s.flow = static_cast<Dataflow>(x))),
       bind(with_name(choice("arch", "arch", kArchs), "", 1, true), QATTN_MEMBER(s.arch, s.arch = static_cast<Arch>(x))),

@@ -48,7 +48,7 @@ struct Field {
   void (*set)(Spec&, int) = nullptr;
 };
 
-constexpr size_t kFieldCount = 15;
+constexpr size_t kFieldCount = 16;
 const std::array<Field, kFieldCount>& fields();   // in canonical text order
 
 // The spec as numbers, one per field: equal exactly when the specs are equal (the map key).

@@ -106,6 +106,8 @@ Verdict validate_decode(const Spec& s) {
   if (s.smooth != kSmoothNone) return Verdict::no("smoothing applies to prefill; accepted for decode: none");
   if (s.rotate != Rotation::none) return Verdict::no("rotate=" + std::string(to_string(s.rotate)) + " applies to prefill; accepted for decode: none");
   if (s.gqa < 1 || s.gqa > 64) return Verdict::no("gqa=" + std::to_string(s.gqa) + " is out of range; accepted: 1..64");
+  if (s.varlen)
+    return Verdict::no("varlen applies to prefill; decode takes each sequence's cache length in DecodeCall::kv_lens: drop varlen");
   return Verdict::yes();
 }
 

@@ -111,6 +111,16 @@ QATTN_API qattn_status qattn_attention(qattn_runtime* runtime, const char* spec,
                                        qattn_tensor q, qattn_tensor k, qattn_tensor v, qattn_tensor o,
                                        float softmax_scale, float* lse, void* stream);
 
+/* Variable-length batch: shape.batch sequences packed along the token axis, sequence b's queries rows
+ * [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q and o and its keys rows [cu_seqlens_kv[b], cu_seqlens_kv[b + 1])
+ * of k and v (device int arrays of batch + 1 entries; each tensor's sb is ignored). shape.q_len and
+ * shape.kv_len bound the sequences' lengths (a longer one is cut to them). Causal masks align at each
+ * sequence's end. lse: NULL or a float[total_q][hq] device buffer. The spec gets `varlen` if it lacks it. */
+QATTN_API qattn_status qattn_attention_varlen(qattn_runtime* runtime, const char* spec, qattn_shape shape,
+                                              qattn_tensor q, qattn_tensor k, qattn_tensor v, qattn_tensor o,
+                                              const int* cu_seqlens_q, const int* cu_seqlens_kv,
+                                              float softmax_scale, float* lse, void* stream);
+
 /* Two-step form: quantize Q, K and V once into a workspace owned by the handle, then run the attention
  * kernel alone as often as wanted (kernel-only timing, or K/V reused). The inputs may be freed after
  * prepare's work has completed on `stream`. */

@@ -82,12 +82,24 @@ struct TensorView {
 TensorView bshd(void* data, int seq, int heads, int d);
 TensorView bhsd(void* data, int seq, int heads, int d);
 
+// A contiguous packed tensor [tokens, heads, d] of a variable-length call (sb unused).
+TensorView packed(void* data, int heads, int d);
+
 struct AttentionCall {
   Spec spec;               // arch may be unset (the device's); inputs and output have element type spec.out
   Problem problem;
   TensorView q, k, v, o;   // q, o: heads_q; k, v: heads_kv
   float softmax_scale = 0;   // 0: 1/sqrt(d)
-  float* lse = nullptr;      // optional [b, hq, q] fp32 log-sum-exp (natural log)
+  float* lse = nullptr;      // optional fp32 log-sum-exp (natural log): [b, hq, q], or varlen [total_q, hq]
+  // Variable-length batch (both or neither; the spec gets `varlen`): device int [batch + 1] offsets, so
+  // that sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the packed q and o and
+  // its keys rows [cu_seqlens_kv[b], cu_seqlens_kv[b + 1]) of the packed k and v (TensorView::sb is
+  // ignored; packed() gives the contiguous views). problem.batch counts the sequences and problem.q_len /
+  // kv_len bound their lengths (a longer sequence is cut to them). Causal masks align at each sequence's
+  // end (query i sees keys j <= i + kv_len_b - q_len_b), which is chunked prefill over a cached prefix.
+  // A capture may replay with other offsets of the same bounds.
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_kv = nullptr;
 };
 
 // Inputs made ready for the attention kernel: for quantized specs, Q, K and V quantized into a workspace
@@ -135,6 +147,8 @@ class Runtime {
   TuningResult tune(const Spec& spec, const Problem& problem);
 
   // FP16/BF16 in, FP16/BF16 out; quantizes internally for quantized specs (workspace managed here).
+  // Variable-length batches: AttentionCall::cu_seqlens_q / cu_seqlens_kv; the kernel runs the tiling tuned
+  // for its equal-length twin (the spec without varlen) at problem's bounds.
   // CUDA graphs: a call may be captured (cuStreamBeginCapture on `stream`) once the same call (spec,
   // shape) ran eagerly on that stream; the capture records its launches only, and a first-time call
   // under capture is refused (bad_input) without touching the capture. The graph replays on the

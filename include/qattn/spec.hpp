@@ -14,6 +14,7 @@
 //   smooth=<q|k|v...>       smoothing steps, letters in the order q, k, v        (default none)
 //   rotate=<none|hadamard>  Q and K through a signed Hadamard rotation before quantization (default none)
 //   paged                   the KV cache is paged through a block table (decode)  (default contiguous)
+//   varlen                  prefill over packed sequences of different lengths (cu_seqlens) (default: equal lengths)
 //   flow=<auto|mma|gemv>    decode dataflow: tuned per call, tensor cores, or CUDA cores (default auto)
 //   arch=<sm_XX>            sm_80 | sm_86 | sm_89 | sm_90 | sm_90a               (default: the device's)
 //   fmt  = fp16 | bf16 | int8 | int4 | fp8e4m3 | flashq
@@ -64,6 +65,7 @@ struct Spec {
   int smooth = kSmoothNone;   // SmoothBits
   Rotation rotate = Rotation::none;
   bool paged = false;         // decode: KV cache addressed through a block table
+  bool varlen = false;        // prefill: a batch of packed sequences of their own lengths (AttentionCall::cu_seqlens_q)
   Dataflow flow = Dataflow::automatic;   // decode: chosen per call (tuned), tensor cores or CUDA cores
   Arch arch = Arch::unset;
 

@@ -166,6 +166,23 @@ qattn_status qattn_attention(qattn_runtime* runtime, const char* spec, qattn_sha
   });
 }
 
+qattn_status qattn_attention_varlen(qattn_runtime* runtime, const char* spec, qattn_shape shape, qattn_tensor q,
+                                    qattn_tensor k, qattn_tensor v, qattn_tensor o, const int* cu_seqlens_q,
+                                    const int* cu_seqlens_kv, float softmax_scale, float* lse, void* stream) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    require_arg(cu_seqlens_q, "cu_seqlens_q");
+    require_arg(cu_seqlens_kv, "cu_seqlens_kv");
+    qattn::AttentionCall c = call_of(spec, shape, q, k, v);
+    c.o = view_of(o);
+    c.cu_seqlens_q = cu_seqlens_q;
+    c.cu_seqlens_kv = cu_seqlens_kv;
+    c.softmax_scale = softmax_scale;
+    c.lse = lse;
+    runtime->rt.attention(c, stream);
+  });
+}
+
 qattn_status qattn_prepare(qattn_runtime* runtime, const char* spec, qattn_shape shape, qattn_tensor q,
                            qattn_tensor k, qattn_tensor v, void* stream, qattn_prepared** out) {
   return guarded([&] {

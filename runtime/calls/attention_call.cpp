@@ -43,7 +43,32 @@ void validate_call(const AttentionCall& c, const Spec& spec) {
     if (!t->data) throw_bad_input("attention input tensor is null; pass device pointers for q, k and v");
 }
 
+// The spec a call runs (before resolving): call.spec, with `varlen` when the call passes sequence offsets.
+Spec spec_of(const AttentionCall& c) {
+  if ((c.cu_seqlens_q == nullptr) != (c.cu_seqlens_kv == nullptr))
+    throw_bad_input("a variable-length attention call needs both cu_seqlens_q and cu_seqlens_kv (device int [batch + 1]); "
+                    "got only " + std::string(c.cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_kv"));
+  Spec spec = c.spec;
+  if (c.cu_seqlens_q) spec.varlen = true;
+  if (spec.varlen && !c.cu_seqlens_q)
+    throw_bad_input("spec '" + to_string(spec) + "' is varlen: pass cu_seqlens_q and cu_seqlens_kv (device int [batch + 1]), "
+                    "or drop varlen for a batch of equal lengths");
+  return spec;
+}
+
+// A variable-length call's tensors are packed [tokens, heads, d]: their batch stride means nothing.
+AttentionCall packed_call(const AttentionCall& c, const Spec& spec) {
+  AttentionCall out = c;
+  if (spec.varlen)
+    for (TensorView* t : {&out.q, &out.k, &out.v, &out.o}) t->sb = 0;
+  return out;
+}
+
 }  // namespace
+
+TensorView packed(void* data, int heads, int d) {
+  return TensorView{data, 0, d, static_cast<long long>(heads) * d};
+}
 
 void Runtime::Impl::require_prefill(const Spec& spec, const Problem& problem) {
   if (spec.phase != Phase::prefill)
@@ -70,8 +95,9 @@ Tiling Runtime::Impl::launch_form(const Spec& spec, const Tiling& tiling) {
 
 Tiling Runtime::launch_form(const Spec& spec, const Tiling& tiling) { return impl_->launch_form(spec, tiling); }
 
-std::unique_ptr<PreparedAttention> Runtime::prepare(const AttentionCall& call, void* stream) {
-  const Spec spec = resolve(call.spec);
+std::unique_ptr<PreparedAttention> Runtime::prepare(const AttentionCall& call_in, void* stream) {
+  const Spec spec = resolve(spec_of(call_in));
+  const AttentionCall call = packed_call(call_in, spec);
   validate_call(call, spec);
   const Kernel& k = kernel(spec, call.problem);
   return impl_->prepare_in(call, spec, launch_form(spec, k.tiling()), stream, nullptr);
@@ -81,9 +107,10 @@ std::unique_ptr<PreparedAttention> Runtime::prepare_with(const AttentionCall& ca
   return impl_->prepare_with(call, tiling, stream);
 }
 
-std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_with(const AttentionCall& call, const Tiling& tiling,
+std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_with(const AttentionCall& call_in, const Tiling& tiling,
                                                                void* stream) {
-  const Spec spec = resolve(call.spec);
+  const Spec spec = resolve(spec_of(call_in));
+  const AttentionCall call = packed_call(call_in, spec);
   validate_call(call, spec);
   return prepare_in(call, spec, tiling, stream, nullptr);
 }
@@ -109,6 +136,8 @@ std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall
   ap.kv_len = p.kv_len;
   const int band = experiment.causal_band_heads;
   ap.band_heads = band > 0 ? band : gen::attention_band_heads(spec, tiling, p, device().l2_bytes);
+  ap.cu_q = call.cu_seqlens_q;
+  ap.cu_kv = call.cu_seqlens_kv;
   if (!spec.quantized()) {
     ap.q = ref_of(call.q);
     ap.k = ref_of(call.k);
@@ -185,6 +214,7 @@ std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall
     qp.seq_pad = s.problem.seq_pad;
     qp.d = d;
     qp.qmax = s.request.code == Fmt::fp8e4m3 ? 448.f : static_cast<float>(s.request.qmax);   // fp8: amax / 448; int4 Q/K: 7
+    qp.cu_seqlens = i == 0 ? call.cu_seqlens_q : call.cu_seqlens_kv;
     const std::string err = gen::quant_params_error(s.request, qp);
     if (!err.empty()) throw_bad_input("cannot quantize " + std::string("qkv").substr(static_cast<size_t>(i), 1) + ": " + err);
     for (const gen::QuantLaunch& l : s.plan.launches) {
@@ -214,6 +244,7 @@ std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall
     fix.heads_q = p.heads_q;
     fix.heads_kv = p.heads_kv;
     fix.q_len = p.q_len;
+    fix.cu_q = call.cu_seqlens_q;
     auto row_dot = load_source(gen::render_lse_rowdot(spec));
     row_dot->launch(rt::Dim3{static_cast<unsigned>((p.q_len + 3) / 4), static_cast<unsigned>(p.heads_q),
                              static_cast<unsigned>(p.batch)},
@@ -230,6 +261,7 @@ void Runtime::Impl::run(const PreparedAttention& prepared_in, TensorView o, floa
   if (const std::string why = rt::output_layout_problem(prepared.kernel().spec(), o); !why.empty()) throw_bad_input(why);
   AttentionParams p = prepared.params;
   p.o = ref_of(o);
+  if (prepared.kernel().spec().varlen) p.o.sb = 0;   // packed
   p.lse = lse;
   const int d = prepared.kernel().spec().head_dim;
   p.softmax_scale = softmax_scale > 0 ? softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
@@ -269,8 +301,9 @@ rt::DeviceBuffer& Runtime::Impl::stream_workspace(rt::DeviceBuffer& ws, size_t b
   return ws;
 }
 
-void Runtime::attention(const AttentionCall& call, void* stream) {
-  const Spec spec = resolve(call.spec);
+void Runtime::attention(const AttentionCall& call_in, void* stream) {
+  const Spec spec = resolve(spec_of(call_in));
+  const AttentionCall call = packed_call(call_in, spec);
   validate_call(call, spec);
   // Before the quantization passes are queued: a refused output must leave nothing half done.
   if (const std::string why = rt::output_layout_problem(spec, call.o); !why.empty()) throw_bad_input(why);

@@ -53,6 +53,12 @@ void rt::LoadedKernel::launch(const TmaAttentionParams& params, const Problem& p
 
 namespace {
 
+// The spec a varlen kernel takes its tiling from: itself for equal lengths.
+Spec equal_length_twin(Spec spec) {
+  spec.varlen = false;
+  return spec;
+}
+
 // The user cache over the shipped one. A file qattn cannot use never stops the runtime: the policy of
 // cache::open_layers (cache/open_layer.hpp) sets it aside or goes on without it, and says so in
 // cache_warnings().
@@ -239,6 +245,7 @@ std::shared_ptr<rt::Kernel> Runtime::Impl::load_source(const gen::Source& source
 }
 
 TuningResult Runtime::Impl::tune(const Spec& spec, const Problem& problem) {
+  if (spec.varlen) return tune(equal_length_twin(spec), problem);   // its tiling is the twin's (see kernel())
   std::lock_guard<std::recursive_mutex> lock(mutex);
   rt::GpuCandidateRunner runner(*this);
   std::vector<Tiling> candidates;
@@ -386,7 +393,10 @@ const Kernel& Runtime::kernel(const Spec& spec_in, const Problem& problem) {
     return *it->second;
   }
   std::optional<Tiling> tiling;
-  if (impl_->store) tiling = impl_->stored_tiling(spec, problem_bucket(problem));
+  // A varlen kernel runs the tiling of its equal-length twin (tuned and stored under the twin's spec): the
+  // same tiles, only each CTA's sequence lengths differ. So it is never tuned itself.
+  if (spec.varlen) tiling = kernel(equal_length_twin(spec), problem).tiling();
+  if (!tiling && impl_->store) tiling = impl_->stored_tiling(spec, problem_bucket(problem));
   if (!tiling) tiling = impl_->options.tune ? impl_->tune(spec, problem).winner : default_tiling(spec, impl_->limits());
   // A bucket's winner may not launch at this problem's size (the causal wgmma grid past 65535 query tiles).
   const Tiling fitting = gen::launchable_tiling(spec, problem, *tiling, impl_->limits());

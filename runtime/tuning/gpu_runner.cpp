@@ -243,8 +243,17 @@ GpuCandidateRunner::~GpuCandidateRunner() = default;
 
 namespace qattn {
 
+namespace {
+void refuse_varlen(const Spec& spec, const char* what) {
+  if (spec.varlen)
+    throw_bad_input(std::string(what) + " runs equal-length data; drop varlen from '" + to_string(spec) +
+                    "' (a varlen kernel runs the tiling of that equal-length spec)");
+}
+}  // namespace
+
 std::vector<double> Runtime::benchmark(const Spec& spec_in, const Problem& problem, const TimingOptions& timing) {
   const Spec spec = resolve(spec_in);
+  refuse_varlen(spec, "benchmark()");
   const Kernel& k = kernel(spec, problem);
   rt::GpuCandidateRunner runner(*impl_);
   return runner.time(spec, k.tiling(), problem, timing);   // times k's launch form
@@ -253,6 +262,7 @@ std::vector<double> Runtime::benchmark(const Spec& spec_in, const Problem& probl
 Runtime::Accuracy Runtime::check(const Spec& spec, const Problem& problem, unsigned long long seed, bool bhsd_layout) {
   // The call attention() makes: the tuned kernel's tiling in its launch form.
   const Spec resolved = resolve(spec);
+  refuse_varlen(resolved, "check()");
   Impl::require_prefill(resolved, problem);
   const Tiling tiling = launch_form(resolved, kernel(resolved, problem).tiling());
   const rt::CheckResult r = rt::check_against_reference(*impl_, resolved, tiling, problem, seed, bhsd_layout);

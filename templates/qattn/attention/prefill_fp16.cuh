@@ -19,7 +19,8 @@
 
 namespace qattn::prefill_fp16 {
 
-template <Fmt IO, int D, bool CAUSAL, int BM, int BN, int WARPS, int STAGES>
+// VARLEN: packed sequences of their own lengths (AttentionParams::cu_q / cu_kv).
+template <Fmt IO, int D, bool CAUSAL, int BM, int BN, int WARPS, int STAGES, bool VARLEN = false>
 struct Kernel {
   static_assert(IO == Fmt::fp16 || IO == Fmt::bf16, "prefill_fp16: IO must be fp16 or bf16");
   static_assert(tiling_ok(D, BM, BN, WARPS, STAGES), "prefill_fp16: unsupported tiling (see prefill_fp16_shape.h)");
@@ -206,15 +207,22 @@ struct Kernel {
     else return {{tile + lane[0], tile + lane[1]}};
   }
 
+  // The LSE of row `row` of (b, h): dense [b, h_q, q_len]; VARLEN [total_q, h_q] (the sequence's first row
+  // read again rather than kept in a register through the main loop, which runs at the register cap).
+  static __device__ __forceinline__ long long lse_index(const AttentionParams& p, int b, int h, int q_len, int row) {
+    if constexpr (VARLEN) return static_cast<long long>(p.cu_q[b] + row) * p.heads_q + h;
+    else return ((long long)b * p.heads_q + h) * q_len + row;
+  }
+
   // A CTA whose rows see no key at all (causal with q_len > kv_len): O = 0, LSE = -inf.
-  static __device__ void write_empty(const AttentionParams& p, u16* o_base, int m0, int b, int h, int tid) {
-    const int rows = min(BM, p.q_len - m0);
+  static __device__ void write_empty(const AttentionParams& p, u16* o_base, int m0, int b, int h, int q_len, int tid) {
+    const int rows = min(BM, q_len - m0);
     const dev::U32x4 zero = {0u, 0u, 0u, 0u};
     for (int i = tid; i < rows * kChunks; i += kThreads)
       dev::st_global_16(o_base + (m0 + i / kChunks) * p.o.ss + (i % kChunks) * 8, zero);
     if (p.lse != nullptr)
       for (int r = tid; r < rows; r += kThreads)
-        p.lse[((long long)b * p.heads_q + h) * p.q_len + m0 + r] = dev::neg_inf();
+        p.lse[lse_index(p, b, h, q_len, m0 + r)] = dev::neg_inf();
   }
 
  public:
@@ -226,14 +234,27 @@ struct Kernel {
         tile_order::this_cta<CAUSAL ? tile_order::Order::by_head : tile_order::Order::in_order>(p.heads_q);
     const int m_block = slot.q_tile, h = slot.h, b = slot.b;
     const int h_kv = h / (p.heads_q / p.heads_kv);
-    const int q_len = p.q_len, kv_len = p.kv_len;
+    int q_len = p.q_len, kv_len = p.kv_len, q_row0 = 0, kv_row0 = 0;
+    if constexpr (VARLEN) {
+      q_row0 = p.cu_q[b];
+      kv_row0 = p.cu_kv[b];
+      q_len = min(p.cu_q[b + 1] - q_row0, p.q_len);   // cut to the call's bounds, as the int8 kernel does
+      kv_len = min(p.cu_kv[b + 1] - kv_row0, p.kv_len);
+    }
     const int m0 = m_block * BM;
+    if (VARLEN && m0 >= q_len) return;   // past this sequence's queries
     const int causal_off = kv_len - q_len;   // query i sees keys j <= i + causal_off
 
     const u16* q_base = static_cast<const u16*>(p.q.ptr) + b * p.q.sb + h * p.q.sh;
     const u16* k_base = static_cast<const u16*>(p.k.ptr) + b * p.k.sb + h_kv * p.k.sh;
     const u16* v_base = static_cast<const u16*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh;
     u16* o_base = static_cast<u16*>(p.o.ptr) + b * p.o.sb + h * p.o.sh;
+    if constexpr (VARLEN) {
+      q_base += q_row0 * p.q.ss;
+      k_base += kv_row0 * p.k.ss;
+      v_base += kv_row0 * p.v.ss;
+      o_base += q_row0 * p.o.ss;
+    }
 
     int n_tiles = (kv_len + BN - 1) / BN;
     if (CAUSAL) {
@@ -241,7 +262,7 @@ struct Kernel {
       n_tiles = last_key < 0 ? 0 : min(n_tiles, last_key / BN + 1);
     }
     if (n_tiles == 0) {
-      write_empty(p, o_base, m0, b, h, tid);
+      write_empty(p, o_base, m0, b, h, q_len, tid);
       return;
     }
 
@@ -343,6 +364,8 @@ struct Kernel {
     // Epilogue: normalise, stage this warp's O rows in its own (no longer needed) Q rows, then
     // write whole 16-byte chunks to global memory.
     const int g = lane / 4, t = lane % 4;
+    // VARLEN: the sequence's length read again (not held in a register through the main loop).
+    const int q_rows = VARLEN ? min(p.cu_q[b + 1] - p.cu_q[b], p.q_len) : q_len;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -350,9 +373,9 @@ struct Kernel {
         const float l = dev::quad_sum(st.l[mt][half]);
         const float inv_l = l > 0.f ? 1.f / l : 0.f;
         const int row = row_in_warp + mt * 16 + g + half * 8;   // row inside the CTA tile
-        if (p.lse != nullptr && t == 0 && m0 + row < q_len) {
+        if (p.lse != nullptr && t == 0 && m0 + row < q_rows) {
           const float lse = l > 0.f ? (st.m[mt][half] * scale_log2 + dev::log2_approx(l)) * dev::kLn2 : dev::neg_inf();
-          p.lse[((long long)b * p.heads_q + h) * q_len + m0 + row] = lse;
+          p.lse[lse_index(p, b, h, q_rows, m0 + row)] = lse;
         }
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
@@ -365,7 +388,7 @@ struct Kernel {
 #pragma unroll
     for (int i = lane; i < kWarpChunks; i += 32) {
       const int row = row_in_warp + i / kChunks, c = i % kChunks;
-      if (m0 + row < q_len)
+      if (m0 + row < q_rows)
         dev::st_global_16(o_base + (m0 + row) * p.o.ss + c * 8,
                           dev::ld_shared_16(q_smem + dev::swizzled_offset<kChunks>(row, c)));
     }

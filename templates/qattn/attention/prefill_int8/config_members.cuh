@@ -21,6 +21,7 @@
   static constexpr bool KBLOCK = Cfg::k_block_scale;
   static constexpr bool TMA = Cfg::tma;
   static constexpr bool WS = Cfg::warp_specialized;
+  static constexpr bool VARLEN = Cfg::varlen;
 
   static_assert(QF == Gran::none || QF == Gran::per_token || QF == Gran::per_warp || QF == Gran::per_thread ||
                     QF == Gran::per_block,

@@ -69,6 +69,21 @@
   // (st.qs), times the step's K scale with KBLOCK.
   using RowFac = float[kMT][2][kPVSteps];
 
+  // Sequence b's lengths and, for packed variable-length input (VARLEN), the first row of its queries
+  // and keys in the caller's tensors (AttentionParams::cu_q / cu_kv); dense input: the call's lengths.
+  // A sequence longer than the call's bounds is cut to them: the runtime's workspaces hold no more.
+  struct Span {
+    int q_len, kv_len, q_row0, kv_row0;
+  };
+  static __device__ __forceinline__ Span span_of(const AttentionParams& p, int b) {
+    if constexpr (VARLEN) {
+      const int q_row0 = p.cu_q[b], kv_row0 = p.cu_kv[b];
+      return Span{min(p.cu_q[b + 1] - q_row0, p.q_len), min(p.cu_kv[b + 1] - kv_row0, p.kv_len), q_row0, kv_row0};
+    } else {
+      return Span{p.q_len, p.kv_len, 0, 0};
+    }
+  }
+
   // Per-CTA addressing, resolved once.
   struct Ctx {
     const signed char* k;   // K of (b, h_kv)

@@ -27,15 +27,16 @@
   // m ≈ s · (hi + lo / kMeanLowScale) to ~1/64000 of amax: the mean is shared by the 64 rows of its block,
   // so its rounding error would repeat in each of them, and the otherwise idle rows 8 .. 15 of the m16
   // tile carry lo for free. Warp w fills fragment row w (and w + WARPS); rows past kQBlocks or past
-  // q_len are zero. The caller's barrier publishes it.
-  static __device__ void prepare_block_means(const AttentionParams& p, char* smem, int b, int h, int q0) {
+  // q_len (the sequence's) are zero. The caller's barrier publishes it.
+  static __device__ void prepare_block_means(const AttentionParams& p, char* smem, int b, int h, int q0, int q_len) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     u32* frag = reinterpret_cast<u32*>(smem + kMeanFragOff);
     float* mscale = reinterpret_cast<float*>(smem + kMeanScaleOff);
-    const int n_blocks = (p.q_len + kQMeanBlock - 1) / kQMeanBlock;
+    const int n_blocks = (p.q_len + kQMeanBlock - 1) / kQMeanBlock;   // p.q_mean's layout
+    const int seq_blocks = (q_len + kQMeanBlock - 1) / kQMeanBlock;
     for (int g = warp; g < 8; g += WARPS) {
       const int blk = q0 / kQMeanBlock + g;
-      const bool live = g < kQBlocks && blk < n_blocks;
+      const bool live = g < kQBlocks && blk < seq_blocks;
       const float* mean = p.q_mean + ((static_cast<long long>(b) * p.heads_q + h) * n_blocks + (live ? blk : 0)) * D;
       float amax = 0.f;
       if (live)
@@ -70,7 +71,7 @@
   // (q_scale 0: a row equal to its block mean, as a block of one row) takes mscale as its q_scale:
   // its S is 0 whatever the scale, and the logits stay u · qs. After the barrier after prepare_block_means.
   static __device__ void init_block_mean_factors(State& st, const AttentionParams& p, const char* smem,
-                                                 const float* qscale, int q0) {
+                                                 const float* qscale, int q0, int q_len) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float* mscale = reinterpret_cast<const float*>(smem + kMeanScaleOff);
     const float qmul = p.softmax_scale * dev::kLog2e;
@@ -81,10 +82,10 @@
         const int r = warp * 16 * kMT + 16 * mt + (lane >> 2) + 8 * hf, row = q0 + r;
         const float ms = mscale[r / kQMeanBlock];
         float w = 0.f;
-        if (row < p.q_len) w = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0];
+        if (row < q_len) w = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0];
         if (!(w > 0.f)) w = ms;
-        st.dsf[mt][hf] = w > 0.f && row < p.q_len ? ms / w : 0.f;
-        if (row < p.q_len) st.qs[mt][hf] = fmaxf(w * qmul, 1e-30f);
+        st.dsf[mt][hf] = w > 0.f && row < q_len ? ms / w : 0.f;
+        if (row < q_len) st.qs[mt][hf] = fmaxf(w * qmul, 1e-30f);
       }
   }
 

@@ -21,6 +21,8 @@
     const int q_tile = slot.q_tile, h = slot.h, b = slot.b;
     const int h_kv = h / (p.heads_q / p.heads_kv);
     const int q0 = q_tile * BM;
+    const Span sp = span_of(p, b);
+    if (VARLEN && q0 >= sp.q_len) return;   // past this sequence's queries
 
     Ctx cx;
     cx.k = static_cast<const signed char*>(p.k.ptr) + b * p.k.sb + h_kv * p.k.sh;
@@ -29,11 +31,11 @@
     cx.k_ss = p.k.ss;
     cx.v_sc = p.v.sc;
     cx.k_group = p.k_scale.group;
-    cx.kv_len = p.kv_len;
-    cx.q_len = p.q_len;
-    cx.causal_offset = p.kv_len - p.q_len;
+    cx.kv_len = sp.kv_len;
+    cx.q_len = sp.q_len;
+    cx.causal_offset = sp.kv_len - sp.q_len;
     cx.row0 = q0 + warp * 16 * kMT;
-    cx.vh = static_cast<const dev::u16*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh;
+    cx.vh = static_cast<const dev::u16*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh + sp.kv_row0 * p.v.ss;
     cx.v_ss = p.v.ss;
     if constexpr (TMA) {   // the host checked that these divide (runtime/device/tma_maps.cpp)
       const long long k_at = b * p.k.sb + h_kv * p.k.sh;
@@ -45,10 +47,10 @@
     }
 
     // KV tiles [0, n_tiles) hold every key any row of this CTA sees; the first n_full need no mask.
-    int kv_end = p.kv_len;
-    int n_full = p.kv_len / BN;
+    int kv_end = sp.kv_len;
+    int n_full = sp.kv_len / BN;
     if (CAUSAL) {
-      const int last_row = (q0 + BM < p.q_len ? q0 + BM : p.q_len) - 1;
+      const int last_row = (q0 + BM < sp.q_len ? q0 + BM : sp.q_len) - 1;
       kv_end = kv_end < last_row + cx.causal_offset + 1 ? kv_end : last_row + cx.causal_offset + 1;
       const int first_row_end = q0 + cx.causal_offset + 1;
       const int full_by_row = first_row_end > 0 ? first_row_end / BN : 0;
@@ -69,7 +71,7 @@
       for (int hf = 0; hf < 2; ++hf) {
         const int row = cx.row0 + 16 * mt + (lane >> 2) + 8 * hf;
         float qs = 1.f;
-        if (QF == Gran::none && row < p.q_len) qs = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0] * qmul;
+        if (QF == Gran::none && row < sp.q_len) qs = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0] * qmul;
         // A zero row (scale 0) must give a uniform softmax, not 0 · inf = NaN on masked keys.
         st.qs[mt][hf] = fmaxf(qs, 1e-30f);
         st.r[mt][hf] = dev::neg_inf();
@@ -96,7 +98,7 @@
         const int i = it * kThreads + tid;
         if (kQChunks % kThreads == 0 || i < kQChunks) {
           const int r = i / kDChunks, c = i % kDChunks;
-          const bool ok = q0 + r < p.q_len;
+          const bool ok = q0 + r < sp.q_len;
           dev::cp_async_16(qk_addr<BM>(sbase, r, c),
                            qg + (ok ? (q0 + r) * p.q.ss + c * 16 : 0), ok);
         }
@@ -117,8 +119,8 @@
         if (s < n_tiles) load_kv_tile(cx, ld, sbase, s, s * BN);
         dev::cp_async_commit();
       }
-      if constexpr (QSMOOTH) prepare_block_means(p, smem, b, h, q0);
-      if constexpr (QF != Gran::none) quantize_q_tile(p, smem, sbase, b, h, q0);   // while the first KV tiles fly
+      if constexpr (QSMOOTH) prepare_block_means(p, smem, b, h, q0, sp.q_len);
+      if constexpr (QF != Gran::none) quantize_q_tile(p, smem, sbase, b, h, q0, sp);   // while the first KV tiles fly
       dev::cp_async_wait<STAGES - 2>();
       if constexpr (TMA) dev::fence_proxy_async();   // the Q tile, visible to wgmma (the loop has no fence)
       __syncthreads();
@@ -129,12 +131,12 @@
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf) {
             const int row = cx.row0 + 16 * mt + (lane >> 2) + 8 * hf;
-            if (row < p.q_len)
+            if (row < sp.q_len)
               st.qs[mt][hf] = fmaxf(quant::scale_of(group_amax[row - q0], static_cast<float>(kQMax)) * qmul, 1e-30f);
           }
       }
       if constexpr (S4) load_q_s4(st, sbase);
-      if constexpr (QSMOOTH) init_block_mean_factors(st, p, smem, qscale, q0);
+      if constexpr (QSMOOTH) init_block_mean_factors(st, p, smem, qscale, q0, sp.q_len);
 #pragma unroll
       for (int mt = 0; mt < (WG || S4 || !kQInRegs ? 0 : kMT); ++mt)
 #pragma unroll
@@ -172,8 +174,8 @@
   }
 
   // Where (b, h_kv) starts in K, V^T and the K scales, and the CTA's lengths.
-  static __device__ __forceinline__ Ctx make_ctx(const AttentionParams& p, int b, int h_kv, int q0, const TmaMap* k_map,
-                                                 const TmaMap* v_map) {
+  static __device__ __forceinline__ Ctx make_ctx(const AttentionParams& p, const Span& sp, int b, int h_kv, int q0,
+                                                 const TmaMap* k_map, const TmaMap* v_map) {
     Ctx cx;
     cx.k = static_cast<const signed char*>(p.k.ptr) + b * p.k.sb + h_kv * p.k.sh;
     cx.v = static_cast<const signed char*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh;
@@ -181,11 +183,11 @@
     cx.k_ss = p.k.ss;
     cx.v_sc = p.v.sc;
     cx.k_group = p.k_scale.group;
-    cx.kv_len = p.kv_len;
-    cx.q_len = p.q_len;
-    cx.causal_offset = p.kv_len - p.q_len;
+    cx.kv_len = sp.kv_len;
+    cx.q_len = sp.q_len;
+    cx.causal_offset = sp.kv_len - sp.q_len;
     cx.row0 = q0 + (threadIdx.x >> 5) * 16 * kMT;
-    cx.vh = static_cast<const dev::u16*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh;
+    cx.vh = static_cast<const dev::u16*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh + sp.kv_row0 * p.v.ss;
     cx.v_ss = p.v.ss;
     if constexpr (TMA) {   // the host checked that these divide (runtime/device/tma_maps.cpp)
       const long long k_at = b * p.k.sb + h_kv * p.k.sh;
@@ -202,11 +204,11 @@
   struct KvTiles {
     int kv_end, n_full, n_tiles;
   };
-  static __device__ __forceinline__ KvTiles kv_tiles(const AttentionParams& p, Ctx& cx, int q0) {
-    int kv_end = p.kv_len;
-    int n_full = p.kv_len / BN;
+  static __device__ __forceinline__ KvTiles kv_tiles(const Span& sp, Ctx& cx, int q0) {
+    int kv_end = sp.kv_len;
+    int n_full = sp.kv_len / BN;
     if (CAUSAL) {
-      const int last_row = (q0 + BM < p.q_len ? q0 + BM : p.q_len) - 1;
+      const int last_row = (q0 + BM < sp.q_len ? q0 + BM : sp.q_len) - 1;
       kv_end = kv_end < last_row + cx.causal_offset + 1 ? kv_end : last_row + cx.causal_offset + 1;
       const int first_row_end = q0 + cx.causal_offset + 1;
       const int full_by_row = first_row_end > 0 ? first_row_end / BN : 0;
@@ -220,7 +222,8 @@
   }
 
   // The running state before the first KV tile: Q's scales per row (pre-quantized Q), R = -inf, O = l = 0.
-  static __device__ __forceinline__ void init_state(State& st, const AttentionParams& p, const Ctx& cx, int b, int h) {
+  static __device__ __forceinline__ void init_state(State& st, const AttentionParams& p, const Span& sp, const Ctx& cx, int b,
+                                                    int h) {
     const int lane = threadIdx.x & 31;
     const float* qscale = p.q_scale.ptr + b * p.q_scale.sb + h * p.q_scale.sh;
     const float qmul = p.softmax_scale * dev::kLog2e;
@@ -230,7 +233,7 @@
       for (int hf = 0; hf < 2; ++hf) {
         const int row = cx.row0 + 16 * mt + (lane >> 2) + 8 * hf;
         float qs = 1.f;
-        if (QF == Gran::none && row < p.q_len) qs = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0] * qmul;
+        if (QF == Gran::none && row < sp.q_len) qs = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0] * qmul;
         // A zero row (scale 0) must give a uniform softmax, not 0 · inf = NaN on masked keys.
         st.qs[mt][hf] = fmaxf(qs, 1e-30f);
         st.r[mt][hf] = dev::neg_inf();
@@ -259,7 +262,7 @@
 
   // The pre-quantized int8 Q tile into shared memory by the kernel's kThreads (consumer) threads, one
   // cp.async group (the caller commits).
-  static __device__ __forceinline__ void load_q_tile(const AttentionParams& p, u32 sbase, int b, int h, int q0) {
+  static __device__ __forceinline__ void load_q_tile(const AttentionParams& p, int q_len, u32 sbase, int b, int h, int q0) {
     const signed char* qg = static_cast<const signed char*>(p.q.ptr) + b * p.q.sb + h * p.q.sh;
     constexpr int kQChunks = BM * kDChunks;
 #pragma unroll
@@ -267,7 +270,7 @@
       const int i = it * kThreads + static_cast<int>(threadIdx.x);
       if (kQChunks % kThreads == 0 || i < kQChunks) {
         const int r = i / kDChunks, c = i % kDChunks;
-        const bool ok = q0 + r < p.q_len;
+        const bool ok = q0 + r < q_len;
         dev::cp_async_16(qk_addr<BM>(sbase, r, c), qg + (ok ? (q0 + r) * p.q.ss + c * 16 : 0), ok);
       }
     }
