@@ -176,9 +176,19 @@ void demote_spilling_quantized(const Spec& s, std::vector<Tiling>& out) {
     demote(out, {shape(64, 32, 4, 3)});   // 16-20 bytes; 2 stages: none (causal: 12, as every listed one)
 }
 
+// Variable-length kernels hold each sequence's lengths in registers where the equal-length ones read
+// the call's from constant memory: the listed first tilings that were at the register file's edge spill
+// then (8-16 bytes; tests/templates/attention/varlen_compile_test.cpp), and the next listed one goes first.
+void demote_spilling_varlen(const Spec& s, std::vector<Tiling>& out) {
+  if (!s.quantized() && s.head_dim <= 64) demote(out, {{128, 128, 4, 1}, {128, 128, 4, 2}});
+  else if (!s.quantized() && s.head_dim > 96 && s.head_dim <= 128) demote(out, {{128, 64, 4, 1}});
+  else if (s.quantized() && s.head_dim > 64 && s.head_dim <= 96) demote(out, {{64, 128, 4, 2}});
+}
+
 std::vector<Tiling> preferred(const Spec& s) {
   std::vector<Tiling> out = listed(s);
   if (s.phase == Phase::prefill && s.quantized()) demote_spilling_quantized(s, out);
+  if (s.varlen) demote_spilling_varlen(s, out);
   return out;
 }
 

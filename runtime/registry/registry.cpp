@@ -396,13 +396,17 @@ const Kernel& Runtime::kernel(const Spec& spec_in, const Problem& problem) {
   // A varlen kernel runs the tiling tuned for its equal-length twin (tuned and stored under the twin's
   // spec): the same tiles, only each CTA's sequence lengths differ. So it is never tuned itself. Untuned
   // (a twin with no stored winner and tuning off), it takes its own default tiling, which avoids the few
-  // twin defaults that spill once the lengths take registers (search_space.cpp).
+  // twin defaults that spill once the lengths take registers (search_space.cpp); so does a twin's tuned
+  // tiling whose varlen kernel spills.
   if (spec.varlen) {
     const Spec twin = equal_length_twin(spec);
     if (impl_->options.tune) tiling = kernel(twin, problem).tiling();
     else if (impl_->store) tiling = impl_->stored_tiling(twin, problem_bucket(problem));
+    // Where the lengths' registers push the twin's tiling into spills, the varlen default runs instead.
+    if (tiling && compile(spec, launch_form(spec, *tiling)).spill_bytes > 0) tiling.reset();
+    if (!tiling) tiling = default_tiling(spec, impl_->limits());
   }
-  if (!tiling && impl_->store && !spec.varlen) tiling = impl_->stored_tiling(spec, problem_bucket(problem));
+  if (!tiling && impl_->store) tiling = impl_->stored_tiling(spec, problem_bucket(problem));
   if (!tiling) tiling = impl_->options.tune ? impl_->tune(spec, problem).winner : default_tiling(spec, impl_->limits());
   // A bucket's winner may not launch at this problem's size (the causal wgmma grid past 65535 query tiles).
   const Tiling fitting = gen::launchable_tiling(spec, problem, *tiling, impl_->limits());

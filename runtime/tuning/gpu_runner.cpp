@@ -252,8 +252,8 @@ void refuse_varlen(const Spec& spec, const char* what) {
 }  // namespace
 
 std::vector<double> Runtime::benchmark(const Spec& spec_in, const Problem& problem, const TimingOptions& timing) {
+  refuse_varlen(spec_in, "benchmark()");
   const Spec spec = resolve(spec_in);
-  refuse_varlen(spec, "benchmark()");
   const Kernel& k = kernel(spec, problem);
   rt::GpuCandidateRunner runner(*impl_);
   return runner.time(spec, k.tiling(), problem, timing);   // times k's launch form
@@ -261,8 +261,8 @@ std::vector<double> Runtime::benchmark(const Spec& spec_in, const Problem& probl
 
 Runtime::Accuracy Runtime::check(const Spec& spec, const Problem& problem, unsigned long long seed, bool bhsd_layout) {
   // The call attention() makes: the tuned kernel's tiling in its launch form.
+  refuse_varlen(spec, "check()");
   const Spec resolved = resolve(spec);
-  refuse_varlen(resolved, "check()");
   Impl::require_prefill(resolved, problem);
   const Tiling tiling = launch_form(resolved, kernel(resolved, problem).tiling());
   const rt::CheckResult r = rt::check_against_reference(*impl_, resolved, tiling, problem, seed, bhsd_layout);
