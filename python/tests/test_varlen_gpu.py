@@ -64,7 +64,8 @@ def test_varlen_matches_one_call_per_sequence_bit_for_bit(tmp_path, spec):
             lse_b = torch.full((1, HQ, LENS_Q[b]), float("nan"), device="cuda")
             out_b = rt.attention(qb[None], kb[None], vb[None], spec, lse=lse_b)
             assert torch.equal(out[cu_q[b]:cu_q[b + 1]].view(torch.int16), out_b[0].view(torch.int16)), b
-            assert torch.equal(lse[cu_q[b]:cu_q[b + 1]].view(torch.int32), lse_b[0].t().contiguous().view(torch.int32)), b
+            lse_alone = lse_b[0].t().contiguous()   # [hq, len] -> the packed [len, hq]
+            assert torch.equal(lse[cu_q[b]:cu_q[b + 1]].view(torch.int32), lse_alone.view(torch.int32)), b
         torch.cuda.synchronize()
     ref = _reference(q, k, v, cu_q, cu_kv)
     got = out.double()

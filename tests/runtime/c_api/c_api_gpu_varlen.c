@@ -114,7 +114,8 @@ static int count_poison_lost(const void* bytes, size_t n) {
 static void run_case(qattn_runtime* rt, const packed_data* p, const double* ref_o, const double* ref_lse,
                      const varlen_case* vc) {
   const size_t o_elems = (size_t)p->total_q * V_HQ * V_D, rows = (size_t)p->total_q * V_HQ;
-  const size_t o_bytes = 2 * (o_elems + (size_t)V_GUARD * V_HQ * V_D), lse_bytes = sizeof(float) * (rows + V_GUARD * V_HQ);
+  const size_t o_bytes = 2 * (o_elems + (size_t)V_GUARD * V_HQ * V_D);
+  const size_t lse_bytes = sizeof(float) * (rows + V_GUARD * V_HQ);
   const qattn_shape bounds = {V_BATCH, V_HQ, V_HKV, 130, 130};
   uint16_t *o_var = malloc(o_bytes), *o_seq = malloc(o_bytes);
   float *lse_var = malloc(lse_bytes), *lse_seq = malloc(lse_bytes);
@@ -158,7 +159,8 @@ static void run_case(qattn_runtime* rt, const packed_data* p, const double* ref_
         const size_t alone = (size_t)p->cu_q[b] * V_HQ + (size_t)h * kLensQ[b] + t;   /* [1][hq][len] */
         lse_differ += memcmp(&lse_var[packed_row], &lse_seq[alone], sizeof(float)) != 0;
         got_lse[packed_row] = lse_var[packed_row];
-        lse_err = fmax(lse_err, isfinite(got_lse[packed_row]) ? fabs(got_lse[packed_row] - ref_lse[packed_row]) : INFINITY);
+        lse_err = fmax(lse_err, isfinite(got_lse[packed_row]) ? fabs(got_lse[packed_row] - ref_lse[packed_row])
+                                                             : INFINITY);
       }
   for (i = 0; i < o_elems; ++i) got[i] = half_to_float(o_var[i]);
   m = compare(ref_o, got, o_elems);
