@@ -1,6 +1,7 @@
 """Runtime.attention_varlen without a GPU: the wrapper's pure-Python checks of packed tensors, offsets and
-bounds (no torch needed), and, with $QATTN_LIBRARY, the ctypes prototype of qattn_attention_varlen
-against the library's own refusals (each argument where the C side expects it)."""
+bounds (no torch needed), the wrapper's whole path with stand-ins for torch and the library (what it
+passes to qattn_attention_varlen, and what it refuses before), and, with $QATTN_LIBRARY, the ctypes
+prototype against the library's own refusals (each argument where the C side expects it)."""
 import ctypes
 import os
 import sys
@@ -107,3 +108,136 @@ def test_attention_varlen_is_a_runtime_method():
     params = list(inspect.signature(qattn.Runtime.attention_varlen).parameters)
     assert params == ["self", "q", "k", "v", "cu_seqlens_q", "cu_seqlens_kv", "max_seqlen_q", "max_seqlen_kv",
                       "spec", "out", "softmax_scale", "lse"]
+
+
+# -- the wrapper's path through Runtime.attention_varlen, with stand-ins for torch and the library ----
+# (a fake torch tensor has no memory: the recorded C call is checked, never made)
+
+class _Dtype:
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return "torch." + self.name
+
+    def __eq__(self, other):
+        return self.name == other.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+
+class _FakeTensor:
+    next_address = 0x100000
+
+    def __init__(self, shape, dtype, strides=None, cuda=True, device=0):
+        self.shape, self.dtype, self.is_cuda = tuple(shape), _Dtype(dtype), cuda
+        self.device = type("Device", (), {"index": device if cuda else None,
+                                          "__str__": lambda s: "cpu" if s.index is None else f"cuda:{s.index}"})()
+        if strides is None:
+            strides, step = [], 1
+            for n in reversed(self.shape):
+                strides.insert(0, step)
+                step *= n
+        self._strides = tuple(strides)
+        _FakeTensor.next_address += 0x10000
+        self._address = _FakeTensor.next_address
+
+    def stride(self):
+        return self._strides
+
+    def data_ptr(self):
+        return self._address
+
+    def is_contiguous(self):
+        return True
+
+
+def _fake_torch():
+    import types
+    torch = types.ModuleType("torch")
+    torch.Tensor = _FakeTensor
+    torch.contiguous_format = object()
+    torch.empty_like = lambda t, memory_format=None: _FakeTensor(t.shape, t.dtype.name)
+    torch.cuda = types.SimpleNamespace(current_stream=lambda device: types.SimpleNamespace(cuda_stream=0x77))
+    return torch
+
+
+class _RecordingLibrary:
+    def __init__(self):
+        self.calls = []
+
+    def qattn_attention_varlen(self, *args):
+        self.calls.append(args)
+        return 0
+
+
+def _fake_runtime(lib):
+    import contextlib
+    import types
+    return types.SimpleNamespace(device=0, _lib=lib, _call=lambda: contextlib.nullcontext(0xABC))
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    torch = _fake_torch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    return torch
+
+
+def _inputs():
+    q = _FakeTensor((148, 8, 128), "float16", strides=(2048, 256, 1))   # padded token rows
+    k = _FakeTensor((171, 2, 128), "float16", strides=(128, 171 * 128, 1))   # head-major
+    v = _FakeTensor((171, 2, 128), "float16")
+    return q, k, v, _FakeTensor((4,), "int32"), _FakeTensor((4,), "int32")
+
+
+def test_wrapper_passes_packed_strides_offsets_bounds_and_the_varlen_token(fake_torch):
+    from qattn import varlen
+    lib = _RecordingLibrary()
+    q, k, v, cu_q, cu_kv = _inputs()
+    lse = _FakeTensor((148, 8), "float32")
+    out = varlen.attention_varlen(_fake_runtime(lib), q, k, v, cu_q, cu_kv, 130, 129, SPEC, None, 0.5, lse)
+    (handle, spec, shape, cq, ck, cv, co, pq, pkv, scale, plse, stream), = lib.calls
+    assert (handle, spec, stream) == (0xABC, (SPEC + " varlen").encode(), 0x77)
+    assert (shape.batch, shape.heads_q, shape.heads_kv, shape.q_len, shape.kv_len) == (3, 8, 2, 130, 129)
+    assert (cq.data, cq.sb, cq.sh, cq.ss) == (q.data_ptr(), 0, 256, 2048)
+    assert (ck.sb, ck.sh, ck.ss) == (0, 171 * 128, 128) and (cv.sb, cv.sh, cv.ss) == (0, 128, 256)
+    assert out.shape == q.shape and (co.data, co.sh, co.ss) == (out.data_ptr(), 128, 1024)
+    assert (pq, pkv, scale, plse) == (cu_q.data_ptr(), cu_kv.data_ptr(), 0.5, lse.data_ptr())
+
+
+def test_wrapper_refuses_before_calling_the_library(fake_torch):
+    from qattn import varlen
+    lib = _RecordingLibrary()
+    q, k, v, cu_q, cu_kv = _inputs()
+    cases = [
+        (dict(cu_q=_FakeTensor((4,), "int64")), "cu_seqlens_q is int64; accepted: int32"),
+        (dict(cu_kv=_FakeTensor((3,), "int32")), "4 entries but cu_seqlens_kv has 3"),
+        (dict(cu_q=_FakeTensor((4,), "int32", cuda=False)), "cu_seqlens_q is on cpu; qattn needs CUDA tensors"),
+        (dict(cu_kv=_FakeTensor((4,), "int32", device=1)), "cu_seqlens_kv is on cuda:1 but the runtime drives cuda:0"),
+        (dict(lse=_FakeTensor((8, 148), "float32")), r"\[total_q, hq\] = \[148, 8\]"),
+        (dict(q=_FakeTensor((148, 8, 128), "bfloat16")), "spec says out=fp16"),
+        (dict(out=_FakeTensor((148, 8, 128), "float32")), "out is float32; accepted: float16, bfloat16"),
+        (dict(out=_FakeTensor((147, 8, 128), "float16")), "out is float16 .* they must match"),
+        (dict(q=_FakeTensor((1, 148, 8, 128), "float16")), "packed 3-d tensors"),
+        (dict(max_q=0), "max_seqlen_q is 0"),
+        (dict(spec=None), "spec must be a str"),
+    ]
+    for change, message in cases:
+        a = dict(q=q, k=k, v=v, cu_q=cu_q, cu_kv=cu_kv, max_q=130, max_kv=130, spec=SPEC, out=None, lse=None)
+        a.update(change)
+        with pytest.raises(qattn.BadInput, match=message):
+            varlen.attention_varlen(_fake_runtime(lib), a["q"], a["k"], a["v"], a["cu_q"], a["cu_kv"], a["max_q"],
+                                    a["max_kv"], a["spec"], a["out"], None, a["lse"])
+    assert lib.calls == []
+
+
+@needs_library
+def test_library_refuses_a_decode_spec_through_the_wrapper(fake_torch, tmp_path):
+    q, k, v, cu_q, cu_kv = _inputs()
+    with qattn.Runtime(cache_path=tmp_path / "c.db") as rt:
+        with pytest.raises(qattn.BadInput, match="varlen applies to prefill") as info:
+            rt.attention_varlen(q, k, v, cu_q, cu_kv, 130, 130,
+                                "decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 gqa=4")
+    assert info.value.call == "qattn_attention_varlen"
