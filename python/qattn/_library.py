@@ -109,6 +109,8 @@ PROTOTYPES = {
                              ctypes.POINTER(ctypes.c_double)]),
     "qattn_attention": (_STATUS, [_RT, ctypes.c_char_p, Shape, Tensor, Tensor, Tensor, Tensor, ctypes.c_float,
                                   ctypes.c_void_p, ctypes.c_void_p]),
+    "qattn_attention_varlen": (_STATUS, [_RT, ctypes.c_char_p, Shape, Tensor, Tensor, Tensor, Tensor, ctypes.c_void_p,
+                                         ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]),
     "qattn_prepare": (_STATUS, [_RT, ctypes.c_char_p, Shape, Tensor, Tensor, Tensor, ctypes.c_void_p,
                                 ctypes.POINTER(_PREP)]),
     "qattn_run_prepared": (_STATUS, [_RT, _PREP, Tensor, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]),

@@ -80,3 +80,73 @@ def check_dtype(spec, dtype_name):
     if dtype_name != DTYPE_OF_OUT[out]:
         raise BadInput(f"tensors are {dtype_name} but the spec says out={out} "
                        f"(inputs and output must be torch.{DTYPE_OF_OUT[out]})")
+
+
+# -- variable-length batches (Runtime.attention_varlen) ---------------------------------------------
+
+def with_varlen(spec):
+    """The spec text with its `varlen` token (appended when missing; the C side would add it too)."""
+    return spec if "varlen" in spec.split() else spec.rstrip() + " varlen"
+
+
+def decompose_packed(name, sizes, strides):
+    """(tokens, heads, d) and the (sb, sh, ss) element strides of a packed [tokens, heads, d] tensor;
+    sb is 0: a variable-length call finds each sequence's rows through the cu_seqlens offsets."""
+    if len(sizes) != 3:
+        raise BadInput(f"{name} has {len(sizes)} dimensions; attention_varlen takes packed 3-d tensors "
+                       f"[total_tokens, heads, d] (the sequences one after another along dim 0)")
+    if strides[2] != 1 and sizes[2] != 1:
+        raise BadInput(f"{name} has head-dim stride {strides[2]}; the last dimension must be contiguous "
+                       f"(stride 1): call .contiguous()")
+    return tuple(sizes), (0, strides[1], strides[0])
+
+
+def check_packed_problem(spec, q, k, v):
+    """From the (tokens, heads, d) of packed q, k, v: (heads_q, heads_kv), or BadInput.
+
+    GQA (heads_q / heads_kv against the spec's gqa=) is the C side's to report, as for attention()."""
+    (tq, hq, dq), (tk, hk, dk), (tv, hv, dv) = q, k, v
+    if (tk, hk, dk) != (tv, hv, dv):
+        raise BadInput(f"k has [tokens={tk}, h={hk}, d={dk}] but v has [tokens={tv}, h={hv}, d={dv}]; "
+                       f"they must match")
+    if dq != dk:
+        raise BadInput(f"q has head dim {dq} but k and v have {dk}")
+    d = spec_head_dim(spec)
+    if d is not None and d != dq:
+        raise BadInput(f"tensors have head dim {dq} but the spec says d={d}")
+    return hq, hk
+
+
+def check_cu_seqlens(name, sizes, dtype_name, contiguous):
+    """The batch size (entries - 1) of a cu_seqlens tensor: int32, 1-d, contiguous, at least 2 entries."""
+    if dtype_name != "int32":
+        raise BadInput(f"{name} is {dtype_name}; accepted: int32 (torch.int32 offsets, batch + 1 of them)")
+    if len(sizes) != 1 or sizes[0] < 2:
+        raise BadInput(f"{name} has shape {list(sizes)}; expected 1-d [batch + 1] offsets (at least 2: "
+                       f"[0, tokens of sequence 0, ...])")
+    if not contiguous:
+        raise BadInput(f"{name} is not contiguous; the kernels read it as a dense int32 array: call .contiguous()")
+    return sizes[0] - 1
+
+
+def check_same_batch(batch_q, batch_kv):
+    if batch_q != batch_kv:
+        raise BadInput(f"cu_seqlens_q has {batch_q + 1} entries but cu_seqlens_kv has {batch_kv + 1}; both "
+                       f"hold batch + 1 offsets of the same sequences")
+
+
+def check_max_seqlen(name, value):
+    """max_seqlen_* as an int >= 1 (the longest sequence's length; a longer one is cut to it)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise BadInput(f"{name} must be an int (the longest sequence's length), not {type(value).__name__}")
+    value = value.__index__()
+    if value < 1:
+        raise BadInput(f"{name} is {value}; it must be >= 1 (the longest sequence's length)")
+    return value
+
+
+def check_packed_lse(sizes, dtype_name, contiguous, total_q, heads_q):
+    """lse of a variable-length call: a contiguous float32 [total_q, heads_q] tensor."""
+    if dtype_name != "float32" or tuple(sizes) != (total_q, heads_q) or not contiguous:
+        raise BadInput(f"lse is {dtype_name} {list(sizes)} (contiguous: {contiguous}); attention_varlen writes "
+                       f"a contiguous float32 [total_q, hq] = {[total_q, heads_q]}")

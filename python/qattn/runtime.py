@@ -10,6 +10,7 @@ import weakref
 from . import _library
 from . import decode as _decode
 from . import tuning as _tuning
+from . import varlen as _varlen
 from . import layout as checks   # not `layout`: that is the name of the methods' layout argument
 from .errors import BadInput, QattnError, check
 
@@ -274,6 +275,19 @@ class Runtime:
                                                        _scale(softmax_scale), lse_ptr, self._stream()),
                   "qattn_attention")
         return o.tensor
+
+    def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec, out=None,
+                         softmax_scale=None, lse=None):
+        """out = attention over a batch of sequences of their own lengths, on torch's current stream.
+
+        q: [total_q, h_q, d] and k, v: [total_kv, h_kv, d], the sequences packed along dim 0 (any strides
+        with a contiguous last dimension): sequence b's queries are rows cu_seqlens_q[b]:cu_seqlens_q[b+1]
+        of q and out, its keys rows cu_seqlens_kv[b]:cu_seqlens_kv[b+1] of k and v. cu_seqlens_*: int32
+        CUDA tensors [batch + 1], read on the device only. max_seqlen_*: the longest lengths (a longer
+        sequence is cut to them). Causal masks align at each sequence's end. The spec gets `varlen` if it
+        lacks it. out: allocated like q when None. lse: None or a contiguous float32 [total_q, h_q]."""
+        return _varlen.attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec,
+                                        out, softmax_scale, lse)
 
     def prepare(self, q, k, v, spec, layout="bshd"):
         """Quantizes q, k, v once (on the current stream) into a Prepared whose run() launches the

@@ -30,6 +30,7 @@ static const scenario kScenarios[] = {
 void check_flashq_gpu(qattn_runtime* rt, const host_data* h);
 void check_tune_decode_gpu(qattn_runtime* rt);
 void check_format_calibration_gpu(qattn_runtime* rt);
+void check_varlen_gpu(qattn_runtime* rt);
 
 static devptr upload(const void* host, size_t bytes) {
   const devptr p = dev_alloc(bytes);
@@ -194,6 +195,7 @@ int run_gpu_checks(void) {
   check_flashq_gpu(rt, &h);
   check_tune_decode_gpu(rt);
   check_format_calibration_gpu(rt);
+  check_varlen_gpu(rt);
   qattn_runtime_destroy(rt);
   return 0;
 }

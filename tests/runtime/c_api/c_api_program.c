@@ -1,6 +1,7 @@
 /* The C API driven from a C program: `c_api_program cpu` checks what needs no GPU (options versioning,
  * argument validation and its messages, KV cache sizes, compile-only), `c_api_program gpu` appends to
- * and decodes over KV caches on the GPU against a float64 reference (exit C_API_SKIP without a GPU). */
+ * and decodes over KV caches on the GPU against a float64 reference and runs variable-length prefill
+ * against per-sequence calls (exit C_API_SKIP without a GPU). */
 #include <stdlib.h>
 #include <string.h>
 

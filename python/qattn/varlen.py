@@ -1,0 +1,83 @@
+"""The body of Runtime.attention_varlen over the C API (qattn_attention_varlen): a batch of sequences of
+their own lengths, packed one after another along dim 0 of q [total_q, hq, d] and k, v [total_kv, hkv, d].
+
+The offsets stay on the device: nothing here reads them (no host sync), so the caller's max_seqlen_q /
+max_seqlen_kv are the bounds the kernels size their grids with, and a longer sequence is cut to them.
+"""
+from . import _library
+from . import layout as checks
+from .errors import BadInput, check
+
+
+def _tensor(torch, name, value):
+    if not isinstance(value, torch.Tensor):
+        raise BadInput(f"{name} must be a torch.Tensor, not {type(value).__name__}")
+    if not value.is_cuda:
+        raise BadInput(f"{name} is on {value.device}; qattn needs CUDA tensors")
+    return value
+
+
+def _same_device(runtime, named):
+    for name, t in named:
+        if t.device.index != runtime.device:
+            raise BadInput(f"{name} is on {t.device} but the runtime drives cuda:{runtime.device}")
+
+
+def _dtype_name(t):
+    return str(t.dtype).replace("torch.", "")
+
+
+def _packed(torch, spec, name, value):
+    """(tensor, qattn_tensor, (tokens, heads, d)) of a packed fp16/bf16 CUDA tensor."""
+    t = _tensor(torch, name, value)
+    dims, strides = checks.decompose_packed(name, tuple(t.shape), t.stride())
+    if _dtype_name(t) not in checks.DTYPE_OF_OUT.values():
+        raise BadInput(f"{name} is {_dtype_name(t)}; accepted: float16, bfloat16")
+    checks.check_dtype(spec, _dtype_name(t))
+    return t, _library.Tensor(t.data_ptr(), *strides), dims
+
+
+def _offsets(torch, name, value):
+    """(tensor, batch) of a cu_seqlens tensor."""
+    t = _tensor(torch, name, value)
+    batch = checks.check_cu_seqlens(name, tuple(t.shape), _dtype_name(t), t.is_contiguous())
+    return t, batch
+
+
+def attention_varlen(runtime, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec, out,
+                     softmax_scale, lse):
+    from .runtime import _torch, _encode, _scale
+    torch = _torch()
+    _encode(spec, "spec")   # a str, or BadInput
+    spec_b = _encode(checks.with_varlen(spec), "spec")
+    q, cq, dq = _packed(torch, spec, "q", q)
+    k, ck, dk = _packed(torch, spec, "k", k)
+    v, cv, dv = _packed(torch, spec, "v", v)
+    if not q.dtype == k.dtype == v.dtype:
+        raise BadInput(f"q, k, v have dtypes {_dtype_name(q)}, {_dtype_name(k)}, {_dtype_name(v)}; they must be one")
+    heads_q, heads_kv = checks.check_packed_problem(spec, dq, dk, dv)
+    cu_q, batch = _offsets(torch, "cu_seqlens_q", cu_seqlens_q)
+    cu_kv, batch_kv = _offsets(torch, "cu_seqlens_kv", cu_seqlens_kv)
+    checks.check_same_batch(batch, batch_kv)
+    q_len = checks.check_max_seqlen("max_seqlen_q", max_seqlen_q)
+    kv_len = checks.check_max_seqlen("max_seqlen_kv", max_seqlen_kv)
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out, co, do = _packed(torch, spec, "out", out)
+    if do != dq or out.dtype != q.dtype:
+        raise BadInput(f"out is {_dtype_name(out)} {list(do)} but q is {_dtype_name(q)} {list(dq)}; they must match")
+    lse_ptr = None
+    if lse is not None:
+        lse = _tensor(torch, "lse", lse)
+        checks.check_packed_lse(tuple(lse.shape), _dtype_name(lse), lse.is_contiguous(), dq[0], heads_q)
+        lse_ptr = lse.data_ptr()
+    named = [("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_q), ("cu_seqlens_kv", cu_kv), ("out", out)]
+    _same_device(runtime, named + ([("lse", lse)] if lse is not None else []))
+    shape = _library.Shape(batch, heads_q, heads_kv, q_len, kv_len)
+    lib = runtime._lib
+    stream = torch.cuda.current_stream(runtime.device).cuda_stream
+    with runtime._call() as handle:
+        check(lib, lib.qattn_attention_varlen(handle, spec_b, shape, cq, ck, cv, co, cu_q.data_ptr(), cu_kv.data_ptr(),
+                                              _scale(softmax_scale), lse_ptr, stream),
+              "qattn_attention_varlen")
+    return out
