@@ -165,6 +165,9 @@ class Runtime {
   // Decode attention over a KV cache (include/qattn/decode.hpp): the split-K kernel, then (when the
   // call uses more than one split) the combine kernel, on `stream`. The split partials live in a
   // per-stream workspace owned by the runtime. Validates the call (throws bad_input with the reason).
+  // CUDA graphs: decode() and append_kv() may be captured once the same call ran eagerly on the stream,
+  // as attention() (docs/reliability.md "CUDA graphs"); kv_lens, start and the tokens may change between
+  // replays.
   void decode(const DecodeCall& call, void* stream);
   // Quantizes new tokens into the KV cache (both K and V) on `stream`.
   void append_kv(const AppendKvCall& call, void* stream);

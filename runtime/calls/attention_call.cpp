@@ -290,10 +290,10 @@ Runtime::Impl::EagerKey Runtime::Impl::eager_key(const Spec& spec, const Problem
   return EagerKey{stream, spec_fields(spec), {problem.batch, problem.heads_q, problem.heads_kv, problem.q_len, problem.kv_len}};
 }
 
-rt::DeviceBuffer& Runtime::Impl::stream_workspace(rt::DeviceBuffer& ws, size_t bytes, void* stream) {
+rt::DeviceBuffer& Runtime::Impl::stream_workspace(rt::DeviceBuffer& ws, size_t bytes, void* stream, const char* what) {
   if (ws.size() >= bytes) return ws;
   if (rt::stream_capturing(static_cast<CUstream>(stream)))
-    throw_bad_input("attention() under CUDA-graph capture needs " + std::to_string(bytes) +
+    throw_bad_input(std::string(what) + " under CUDA-graph capture needs " + std::to_string(bytes) +
                     " bytes of workspace on this stream, which holds " + std::to_string(ws.size()) +
                     "; run the call eagerly on this stream before capturing it");
   if (captured_streams.count(stream) && ws.size() > 0) retired_workspaces.push_back(std::move(ws));
@@ -309,16 +309,9 @@ void Runtime::attention(const AttentionCall& call_in, void* stream) {
   if (const std::string why = rt::output_layout_problem(spec, call.o); !why.empty()) throw_bad_input(why);
   // A capture records launches only: compiling, tuning, loading a module or allocating the workspace
   // would break it, so the call must have run eagerly on this stream first (which did all of that).
-  const bool capturing = rt::stream_capturing(static_cast<CUstream>(stream));
   const Impl::EagerKey key = Impl::eager_key(spec, call.problem, stream);
-  if (capturing) {
-    std::lock_guard<std::mutex> lock(impl_->workspace_mutex);
-    if (!impl_->ran_eagerly.count(key))
-      throw_bad_input("attention(" + to_string(spec) + ", " + to_string(call.problem) +
-                      ") is being captured into a CUDA graph but has not run on this stream yet; run it once "
-                      "eagerly on the same stream first (that compiles and loads its kernels and sizes the "
-                      "stream's workspace, which a capture cannot do)");
-  }
+  const bool capturing =
+      impl_->check_capture(key, stream, "attention(" + to_string(spec) + ", " + to_string(call.problem) + ")");
   const Tiling tiling = launch_form(spec, kernel(spec, call.problem).tiling());
   // Work on one stream is ordered, so one workspace per stream serves every call on it without a sync;
   // a stream gets a new (larger) one only when a call needs more.
@@ -326,8 +319,23 @@ void Runtime::attention(const AttentionCall& call_in, void* stream) {
   rt::DeviceBuffer& ws = impl_->workspaces[stream];
   const auto prepared = impl_->prepare_in(call, spec, tiling, stream, &ws);
   run(*prepared, call.o, call.softmax_scale, call.lse, stream);
-  if (capturing) impl_->captured_streams.insert(stream);
-  else impl_->ran_eagerly.insert(key);
+  impl_->note_call(key, stream, capturing);
+}
+
+bool Runtime::Impl::check_capture(const EagerKey& key, void* stream, const std::string& what) {
+  if (!rt::stream_capturing(static_cast<CUstream>(stream))) return false;
+  std::lock_guard<std::mutex> lock(workspace_mutex);
+  if (!ran_eagerly.count(key))
+    throw_bad_input(what + " is being captured into a CUDA graph but has not run on this stream yet; run it once "
+                    "eagerly on the same stream first (that compiles and loads its kernels and sizes the "
+                    "stream's workspace, which a capture cannot do)");
+  return true;
+}
+
+// Called with workspace_mutex held.
+void Runtime::Impl::note_call(const EagerKey& key, void* stream, bool captured) {
+  if (captured) captured_streams.insert(stream);
+  else ran_eagerly.insert(key);
 }
 
 }  // namespace qattn

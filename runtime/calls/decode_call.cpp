@@ -280,6 +280,12 @@ void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
   else check_cache(call.spec, call.cache, p.heads_kv, p.kv_len, "decode");
   if (call.splits < 0) throw_bad_input("decode: splits must be >= 0 (0: the runtime chooses)");
   const Spec requested = resolve(call.spec);
+  // CUDA graphs, as attention(): a capture records launches only, so the same call (spec, shape, split
+  // count and tiling asked for) must have run eagerly on this stream first.
+  EagerKey key = eager_key(requested, p, stream);
+  const long long asked[5] = {call.splits, call.tiling.block_m, call.tiling.block_n, call.tiling.warps, call.tiling.stages};
+  std::copy(std::begin(asked), std::end(asked), std::begin(key.call));
+  const bool capturing = check_capture(key, stream, "decode(" + to_string(requested) + ", " + to_string(p) + ")");
   // flow=auto and an unset split count: the tuned tables' choice (decode_dispatch.cpp).
   const Runtime::Impl::DecodeRoute route = route_decode(requested, p, call.tiling, call.splits);
   const Spec& spec = route.spec;
@@ -363,8 +369,7 @@ void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
   if (slots > 1) {
     // Partials: O [rows][slots][d] then the log2-sums [rows][slots], fp32.
     const size_t floats = static_cast<size_t>(rows) * slots * (d + 1);
-    rt::DeviceBuffer& ws = decode_workspaces[stream];
-    if (ws.size() < floats * sizeof(float)) ws = rt::DeviceBuffer(floats * sizeof(float), options.device);
+    rt::DeviceBuffer& ws = stream_workspace(decode_workspaces[stream], floats * sizeof(float), stream, "decode()");
     for (DecodePart& part : parts) {
       part.dp.part_o = ws.as<float>();
       part.dp.part_lse = part.dp.part_o + static_cast<size_t>(rows) * slots * d;
@@ -375,11 +380,7 @@ void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
     // disabled unified max leaves them 0: every row took the exact path.
     Runtime::Impl::DecodeFlags& f = decode_flags[stream];
     int* flags = call.row_flags;
-    if (!flags) {
-      if (f.workspace.size() < static_cast<size_t>(rows) * sizeof(int))
-        f.workspace = rt::DeviceBuffer(static_cast<size_t>(rows) * sizeof(int), options.device);
-      flags = f.workspace.as<int>();
-    }
+    if (!flags) flags = stream_workspace(f.workspace, static_cast<size_t>(rows) * sizeof(int), stream, "decode()").as<int>();
     f.last = flags;
     f.rows = rows;
     rt::fill_words_async(reinterpret_cast<CUdeviceptr>(flags), 0u, static_cast<size_t>(rows), cu_stream,
@@ -420,6 +421,7 @@ void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
     cp.tail_slot = tail_slot;
     combine->launch(rt::Dim3{static_cast<unsigned>((rows + 3) / 4), 1, 1}, rt::Dim3{128, 1, 1}, 0, cu_stream, cp);
   }
+  note_call(key, stream, capturing);
 }
 
 void Runtime::decode(const DecodeCall& call, void* stream) { impl_->decode(call, stream); }
@@ -434,6 +436,10 @@ void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
   // first token only through the cache size).
   check_cache(call.spec, call.cache, call.heads_kv, call.n_new, "append_kv");
   const Spec spec = resolve(call.spec);
+  // CUDA graphs: the append kernel is loaded by the first, eager call on the stream (a capture cannot).
+  const EagerKey key = eager_key(spec, Problem{call.batch, call.heads_kv, call.heads_kv, call.n_new, call.n_new}, stream);
+  const bool capturing = check_capture(key, stream, "append_kv(" + to_string(spec) + ", batch " + std::to_string(call.batch) +
+                                                        ", n_new " + std::to_string(call.n_new) + ")");
   const CacheGeometry g = geometry(spec, call.cache, call.heads_kv);
   auto fn = load_source(gen::render_kv_append(spec));
   KvAppendParams ap{};
@@ -454,6 +460,8 @@ void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
     ap.head_scale = which == 0 ? call.cache.k_head_scale : call.cache.v_head_scale;
     fn->launch(grid, rt::Dim3{128, 1, 1}, 0, cu_stream, ap);
   }
+  std::lock_guard<std::mutex> lock(workspace_mutex);
+  note_call(key, stream, capturing);
 }
 
 void Runtime::append_kv(const AppendKvCall& call, void* stream) { impl_->append_kv(call, stream); }

@@ -120,24 +120,33 @@ struct Runtime::Impl {
   std::mutex workspace_mutex;
   std::map<void*, rt::DeviceBuffer> workspaces;   // attention()'s workspace per stream
   // CUDA graphs: the calls (stream, spec, shape) that ran eagerly, which a capture may then record; the
-  // streams a capture recorded attention() on, whose outgrown workspaces are kept (retired) rather than
+  // streams a capture recorded a call on, whose outgrown workspaces are kept (retired) rather than
   // freed, since a graph may still read them. Guarded by workspace_mutex.
   // Keyed by numbers (the exact shape: the workspace depends on it), so an eager call pays a lookup only.
+  // `call`: what else picks the kernels and the workspace (decode: split count and tiling asked for).
   struct EagerKey {
     void* stream = nullptr;
     SpecFields spec{};
     long long dims[5] = {};
+    long long call[5] = {};
     bool operator<(const EagerKey& o) const {
-      return std::tie(stream, spec, dims[0], dims[1], dims[2], dims[3], dims[4]) <
-             std::tie(o.stream, o.spec, o.dims[0], o.dims[1], o.dims[2], o.dims[3], o.dims[4]);
+      return std::tie(stream, spec, dims[0], dims[1], dims[2], dims[3], dims[4], call[0], call[1], call[2], call[3], call[4]) <
+             std::tie(o.stream, o.spec, o.dims[0], o.dims[1], o.dims[2], o.dims[3], o.dims[4], o.call[0], o.call[1],
+                      o.call[2], o.call[3], o.call[4]);
     }
   };
   static EagerKey eager_key(const Spec& spec, const Problem& problem, void* stream);
   std::set<EagerKey> ran_eagerly;
   std::set<void*> captured_streams;
   std::vector<rt::DeviceBuffer> retired_workspaces;
-  // The stream's attention() workspace, at least `bytes` (grown: the old one retired when captured).
-  rt::DeviceBuffer& stream_workspace(rt::DeviceBuffer& ws, size_t bytes, void* stream);
+  // Under capture: refuses (bad_input, `what` names the call) a call that has not run eagerly on the
+  // stream, before anything is enqueued. Returns whether the stream is capturing.
+  bool check_capture(const EagerKey& key, void* stream, const std::string& what);
+  // After a call: records the eager run, or the stream as captured.
+  void note_call(const EagerKey& key, void* stream, bool captured);
+  // A stream's workspace `ws`, at least `bytes` (grown: the old one retired when captured; under capture
+  // a growth is refused, naming `what`).
+  rt::DeviceBuffer& stream_workspace(rt::DeviceBuffer& ws, size_t bytes, void* stream, const char* what = "attention()");
   std::map<void*, rt::DeviceBuffer> decode_workspaces;   // decode()'s split partials per stream
   // Quantized prefill: V's passes (and Q's, when K's run too) on side streams beside the caller's
   // (rt::ExperimentOptions::concurrent_passes); per caller stream, two side streams and their fork / join events.
