@@ -10,9 +10,10 @@
     const float* vs = p.v_scale.ptr + b * p.v_scale.sb + h_kv * p.v_scale.sh;
     const float* vmean = p.v_mean ? p.v_mean + (static_cast<long long>(b) * p.heads_kv + h_kv) * D : nullptr;
     dev::u16* out = static_cast<dev::u16*>(p.o.ptr) + b * p.o.sb + h * p.o.sh;
-    // The sequence's rows, read again rather than held in registers through the main loop.
+    // VARLEN: the sequence's rows, read again rather than held in registers through the main loop.
     const Span sp = span_of(p, b);
-    if constexpr (VARLEN) out += sp.q_row0 * p.o.ss;
+    const int q_rows = VARLEN ? sp.q_len() : cx.q_len;
+    if constexpr (VARLEN) out += sp.q_row0() * p.o.ss;
     const float vs_all = V_GRAN == Gran::per_tensor ? vs[0] : 1.f;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -21,7 +22,7 @@
         const float l_exact = dev::quad_sum(st.l_x[mt][hf]);
         const float l = kExactSum ? l_exact : dev::quad_sum(static_cast<float>(st.l_q[mt][hf]));
         const int row = cx.row0 + 16 * mt + g + 8 * hf;
-        if (row >= sp.q_len) continue;
+        if (row >= q_rows) continue;
         const bool seen = l > 0.f;
         const float inv = seen ? vs_all / l : 0.f;
         dev::u16* orow = out + row * p.o.ss;
@@ -44,8 +45,8 @@
         }
         if (p.lse && t4 == 0) {
           // dense: [b, h_q, q_len]; VARLEN: [total_q, h_q]
-          const long long at = VARLEN ? static_cast<long long>(sp.q_row0 + row) * p.heads_q + h
-                                      : (static_cast<long long>(b) * p.heads_q + h) * sp.q_len + row;
+          const long long at = VARLEN ? static_cast<long long>(sp.q_row0() + row) * p.heads_q + h
+                                      : (static_cast<long long>(b) * p.heads_q + h) * cx.q_len + row;
           p.lse[at] =
               l_exact > 0.f ? (st.r[mt][hf] + dev::log2_approx(l_exact / kPScaleOf)) * dev::kLn2 : dev::neg_inf();
         }

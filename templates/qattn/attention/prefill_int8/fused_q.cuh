@@ -25,7 +25,8 @@
                                          const Span& sp) {
     float* row_amax = reinterpret_cast<float*>(smem + kFusedQOff);
     float* group_amax = row_amax + BM;
-    const dev::u16* qh = static_cast<const dev::u16*>(p.q.ptr) + b * p.q.sb + h * p.q.sh + sp.q_row0 * p.q.ss;
+    const dev::u16* qh = static_cast<const dev::u16*>(p.q.ptr) + b * p.q.sb + h * p.q.sh;
+    if constexpr (VARLEN) qh += sp.q_row0() * p.q.ss;
     constexpr int kTasks = BM * kDChunks, kPer = (kTasks + kThreads - 1) / kThreads;
     static_assert(!kRowShuffle || kTasks % kThreads == 0, "fused Q: whole rows per sweep of the CTA");
     const int tid = threadIdx.x;
@@ -35,7 +36,7 @@
 #pragma unroll
     for (int it = 0; it < kPer; ++it) {
       const int task = it * kThreads + tid, r = task / kDChunks, c = task % kDChunks;
-      const bool ok = (kTasks % kThreads == 0 || task < kTasks) && q0 + r < sp.q_len;
+      const bool ok = (kTasks % kThreads == 0 || task < kTasks) && q0 + r < sp.q_len();
       const dev::u16* src = qh + (ok ? (q0 + r) * p.q.ss + c * 16 : 0);
       raw[it][0] = ok ? quant::load16(src) : make_uint4(0u, 0u, 0u, 0u);
       raw[it][1] = ok ? quant::load16(src + 8) : make_uint4(0u, 0u, 0u, 0u);

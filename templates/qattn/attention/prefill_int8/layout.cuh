@@ -70,17 +70,23 @@
   using RowFac = float[kMT][2][kPVSteps];
 
   // Sequence b's lengths and, for packed variable-length input (VARLEN), the first row of its queries
-  // and keys in the caller's tensors (AttentionParams::cu_q / cu_kv); dense input: the call's lengths.
+  // and keys in the caller's tensors (AttentionParams::cu_q / cu_kv); dense input: the call's lengths,
+  // read from the parameters at each use (as constant-bank operands, not registers held through the loop).
   // A sequence longer than the call's bounds is cut to them: the runtime's workspaces hold no more.
   struct Span {
-    int q_len, kv_len, q_row0, kv_row0;
+    const AttentionParams& p;
+    int q, kv, q0, kv0;   // VARLEN only
+    __device__ __forceinline__ int q_len() const { return VARLEN ? q : p.q_len; }
+    __device__ __forceinline__ int kv_len() const { return VARLEN ? kv : p.kv_len; }
+    __device__ __forceinline__ int q_row0() const { return VARLEN ? q0 : 0; }
+    __device__ __forceinline__ int kv_row0() const { return VARLEN ? kv0 : 0; }
   };
   static __device__ __forceinline__ Span span_of(const AttentionParams& p, int b) {
     if constexpr (VARLEN) {
       const int q_row0 = p.cu_q[b], kv_row0 = p.cu_kv[b];
-      return Span{min(p.cu_q[b + 1] - q_row0, p.q_len), min(p.cu_kv[b + 1] - kv_row0, p.kv_len), q_row0, kv_row0};
+      return Span{p, min(p.cu_q[b + 1] - q_row0, p.q_len), min(p.cu_kv[b + 1] - kv_row0, p.kv_len), q_row0, kv_row0};
     } else {
-      return Span{p.q_len, p.kv_len, 0, 0};
+      return Span{p, 0, 0, 0, 0};
     }
   }
 

@@ -36,7 +36,7 @@
     const int seq_blocks = (q_len + kQMeanBlock - 1) / kQMeanBlock;
     for (int g = warp; g < 8; g += WARPS) {
       const int blk = q0 / kQMeanBlock + g;
-      const bool live = g < kQBlocks && blk < seq_blocks;
+      const bool live = g < kQBlocks && blk < (VARLEN ? seq_blocks : n_blocks);
       const float* mean = p.q_mean + ((static_cast<long long>(b) * p.heads_q + h) * n_blocks + (live ? blk : 0)) * D;
       float amax = 0.f;
       if (live)

@@ -22,7 +22,7 @@
     const int h_kv = h / (p.heads_q / p.heads_kv);
     const int q0 = q_tile * BM;
     const Span sp = span_of(p, b);
-    if (VARLEN && q0 >= sp.q_len) return;   // past this sequence's queries
+    if (VARLEN && q0 >= sp.q_len()) return;   // past this sequence's queries
 
     Ctx cx;
     cx.k = static_cast<const signed char*>(p.k.ptr) + b * p.k.sb + h_kv * p.k.sh;
@@ -31,11 +31,12 @@
     cx.k_ss = p.k.ss;
     cx.v_sc = p.v.sc;
     cx.k_group = p.k_scale.group;
-    cx.kv_len = sp.kv_len;
-    cx.q_len = sp.q_len;
-    cx.causal_offset = sp.kv_len - sp.q_len;
+    cx.kv_len = sp.kv_len();
+    cx.q_len = sp.q_len();
+    cx.causal_offset = sp.kv_len() - sp.q_len();
     cx.row0 = q0 + warp * 16 * kMT;
-    cx.vh = static_cast<const dev::u16*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh + sp.kv_row0 * p.v.ss;
+    cx.vh = static_cast<const dev::u16*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh;
+    if constexpr (VARLEN) cx.vh += sp.kv_row0() * p.v.ss;
     cx.v_ss = p.v.ss;
     if constexpr (TMA) {   // the host checked that these divide (runtime/device/tma_maps.cpp)
       const long long k_at = b * p.k.sb + h_kv * p.k.sh;
@@ -47,10 +48,10 @@
     }
 
     // KV tiles [0, n_tiles) hold every key any row of this CTA sees; the first n_full need no mask.
-    int kv_end = sp.kv_len;
-    int n_full = sp.kv_len / BN;
+    int kv_end = sp.kv_len();
+    int n_full = sp.kv_len() / BN;
     if (CAUSAL) {
-      const int last_row = (q0 + BM < sp.q_len ? q0 + BM : sp.q_len) - 1;
+      const int last_row = (q0 + BM < sp.q_len() ? q0 + BM : sp.q_len()) - 1;
       kv_end = kv_end < last_row + cx.causal_offset + 1 ? kv_end : last_row + cx.causal_offset + 1;
       const int first_row_end = q0 + cx.causal_offset + 1;
       const int full_by_row = first_row_end > 0 ? first_row_end / BN : 0;
@@ -71,7 +72,7 @@
       for (int hf = 0; hf < 2; ++hf) {
         const int row = cx.row0 + 16 * mt + (lane >> 2) + 8 * hf;
         float qs = 1.f;
-        if (QF == Gran::none && row < sp.q_len) qs = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0] * qmul;
+        if (QF == Gran::none && row < sp.q_len()) qs = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0] * qmul;
         // A zero row (scale 0) must give a uniform softmax, not 0 · inf = NaN on masked keys.
         st.qs[mt][hf] = fmaxf(qs, 1e-30f);
         st.r[mt][hf] = dev::neg_inf();
@@ -98,7 +99,7 @@
         const int i = it * kThreads + tid;
         if (kQChunks % kThreads == 0 || i < kQChunks) {
           const int r = i / kDChunks, c = i % kDChunks;
-          const bool ok = q0 + r < sp.q_len;
+          const bool ok = q0 + r < sp.q_len();
           dev::cp_async_16(qk_addr<BM>(sbase, r, c),
                            qg + (ok ? (q0 + r) * p.q.ss + c * 16 : 0), ok);
         }
@@ -119,7 +120,7 @@
         if (s < n_tiles) load_kv_tile(cx, ld, sbase, s, s * BN);
         dev::cp_async_commit();
       }
-      if constexpr (QSMOOTH) prepare_block_means(p, smem, b, h, q0, sp.q_len);
+      if constexpr (QSMOOTH) prepare_block_means(p, smem, b, h, q0, sp.q_len());
       if constexpr (QF != Gran::none) quantize_q_tile(p, smem, sbase, b, h, q0, sp);   // while the first KV tiles fly
       dev::cp_async_wait<STAGES - 2>();
       if constexpr (TMA) dev::fence_proxy_async();   // the Q tile, visible to wgmma (the loop has no fence)
@@ -131,12 +132,12 @@
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf) {
             const int row = cx.row0 + 16 * mt + (lane >> 2) + 8 * hf;
-            if (row < sp.q_len)
+            if (row < sp.q_len())
               st.qs[mt][hf] = fmaxf(quant::scale_of(group_amax[row - q0], static_cast<float>(kQMax)) * qmul, 1e-30f);
           }
       }
       if constexpr (S4) load_q_s4(st, sbase);
-      if constexpr (QSMOOTH) init_block_mean_factors(st, p, smem, qscale, q0, sp.q_len);
+      if constexpr (QSMOOTH) init_block_mean_factors(st, p, smem, qscale, q0, sp.q_len());
 #pragma unroll
       for (int mt = 0; mt < (WG || S4 || !kQInRegs ? 0 : kMT); ++mt)
 #pragma unroll
@@ -183,11 +184,12 @@
     cx.k_ss = p.k.ss;
     cx.v_sc = p.v.sc;
     cx.k_group = p.k_scale.group;
-    cx.kv_len = sp.kv_len;
-    cx.q_len = sp.q_len;
-    cx.causal_offset = sp.kv_len - sp.q_len;
+    cx.kv_len = sp.kv_len();
+    cx.q_len = sp.q_len();
+    cx.causal_offset = sp.kv_len() - sp.q_len();
     cx.row0 = q0 + (threadIdx.x >> 5) * 16 * kMT;
-    cx.vh = static_cast<const dev::u16*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh + sp.kv_row0 * p.v.ss;
+    cx.vh = static_cast<const dev::u16*>(p.v.ptr) + b * p.v.sb + h_kv * p.v.sh;
+    if constexpr (VARLEN) cx.vh += sp.kv_row0() * p.v.ss;
     cx.v_ss = p.v.ss;
     if constexpr (TMA) {   // the host checked that these divide (runtime/device/tma_maps.cpp)
       const long long k_at = b * p.k.sb + h_kv * p.k.sh;
@@ -205,10 +207,10 @@
     int kv_end, n_full, n_tiles;
   };
   static __device__ __forceinline__ KvTiles kv_tiles(const Span& sp, Ctx& cx, int q0) {
-    int kv_end = sp.kv_len;
-    int n_full = sp.kv_len / BN;
+    int kv_end = sp.kv_len();
+    int n_full = sp.kv_len() / BN;
     if (CAUSAL) {
-      const int last_row = (q0 + BM < sp.q_len ? q0 + BM : sp.q_len) - 1;
+      const int last_row = (q0 + BM < sp.q_len() ? q0 + BM : sp.q_len()) - 1;
       kv_end = kv_end < last_row + cx.causal_offset + 1 ? kv_end : last_row + cx.causal_offset + 1;
       const int first_row_end = q0 + cx.causal_offset + 1;
       const int full_by_row = first_row_end > 0 ? first_row_end / BN : 0;
@@ -233,7 +235,7 @@
       for (int hf = 0; hf < 2; ++hf) {
         const int row = cx.row0 + 16 * mt + (lane >> 2) + 8 * hf;
         float qs = 1.f;
-        if (QF == Gran::none && row < sp.q_len) qs = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0] * qmul;
+        if (QF == Gran::none && row < sp.q_len()) qs = qscale[p.q_scale.group > 0 ? row / p.q_scale.group : 0] * qmul;
         // A zero row (scale 0) must give a uniform softmax, not 0 · inf = NaN on masked keys.
         st.qs[mt][hf] = fmaxf(qs, 1e-30f);
         st.r[mt][hf] = dev::neg_inf();

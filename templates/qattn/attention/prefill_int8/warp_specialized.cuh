@@ -26,7 +26,7 @@
     const int h = slot.h, b = slot.b, h_kv = h / (p.heads_q / p.heads_kv);
     const int q0 = slot.q_tile * BM;
     const Span sp = span_of(p, b);
-    if (VARLEN && q0 >= sp.q_len) return;   // past this sequence's queries
+    if (VARLEN && q0 >= sp.q_len()) return;   // past this sequence's queries
     Ctx cx = make_ctx(p, sp, b, h_kv, q0, &tp.k_map, &tp.v_map);
     const KvTiles kv = kv_tiles(sp, cx, q0);
     const u32 sbase = align_smem(smem);
@@ -46,7 +46,7 @@
     dev::claim_registers<kConsumerRegs>();
     State st;
     init_state(st, p, sp, cx, b, h);
-    load_q_tile(p, sp.q_len, sbase, b, h, q0);
+    load_q_tile(p, sp.q_len(), sbase, b, h, q0);
     dev::cp_async_commit();
     dev::cp_async_wait<0>();
     dev::fence_proxy_async();                   // the Q tile, visible to wgmma
