@@ -65,10 +65,11 @@ struct Request {
   bool smooth, transpose;
   bool block_mean = false;
   int rotate = quant::kRotateNone;
+  bool pack4 = false;   // int4 codes packed two per byte (qmax 7)
 };
 
 // quant_gpu_test.cpp's requests, then Q smoothing (block means, token-wise and per_tensor), the
-// fragment granularities, per_channel rows and smoothed V^T, and rotated rows.
+// fragment granularities, per_channel rows and smoothed V^T, rotated rows, and packed int4 rows.
 const Request kRequests[] = {
     {Gran::per_token, 0, false, false},
     {Gran::per_token, 0, true, false},
@@ -85,7 +86,18 @@ const Request kRequests[] = {
     {Gran::per_channel, 0, true, true},                           // V^T smoothed
     {Gran::per_token, 0, false, false, true, quant::kRotateQ},    // Q: block means, rotated
     {Gran::per_block, 64, true, false, false, quant::kRotateK},   // K: smoothed, rotated
+    {Gran::per_block, 64, true, false, false, quant::kRotateNone, true},   // K: int4, smoothed
+    {Gran::per_warp, 32, false, false, false, quant::kRotateNone, true},   // Q: int4
 };
+
+gen::QuantRequest request_of(Fmt fmt, const Request& rq, int d) {
+  gen::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
+  req.block_mean = rq.block_mean;
+  req.rotate = rq.rotate;
+  req.pack4 = rq.pack4;
+  req.qmax = rq.pack4 ? 7 : 127;
+  return req;
+}
 
 // Mismatches of one comparison, and the first of them (what() is called for that one only).
 struct Diff {
@@ -119,21 +131,20 @@ class QuantVarlen : public test::GpuTest {
     const std::uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(std::string(to_string(fmt)) + " d=" + std::to_string(d) + " " + to_string(rq.gran) + " group=" +
                  std::to_string(rq.group) + (rq.smooth ? " smooth" : "") + (rq.transpose ? " V^T" : "") +
-                 (rq.block_mean ? " block_mean" : "") + " rotate=" + std::to_string(rq.rotate) + " resident_blocks=" +
-                 std::to_string(resident) + " mean_sample=" + std::to_string(sample) + " packed " +
-                 test::to_string(layout) + " " + test::seed_note(seed));
+                 (rq.block_mean ? " block_mean" : "") + (rq.pack4 ? " int4" : "") + " rotate=" +
+                 std::to_string(rq.rotate) + " resident_blocks=" + std::to_string(resident) + " mean_sample=" +
+                 std::to_string(sample) + " packed " + test::to_string(layout) + " " + test::seed_note(seed));
     HostTensor seqs = test::random_tensor({batch, heads, longest, d}, Layout::bhsd, test::k_like(), seed);
     test::round_to(seqs, fmt);
-    gen::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
-    req.block_mean = rq.block_mean;
-    req.rotate = rq.rotate;
+    const gen::QuantRequest req = request_of(fmt, rq, d);
     const int tile = rq.transpose ? kVPadTokens : quant::kRowTileTokens;
     const int pad = (longest + tile - 1) / tile * tile;
+    const int row_bytes = rq.pack4 ? d / 2 : d;
 
     // Packed, with cu_seqlens.
     const gen::QuantProblem prob{batch, heads, longest, pad, resident, sample};
     const gen::QuantPlan plan = gen::plan_quant(req, prob);
-    test::QuantRun var = test::prepare_quant_run(packed(seqs, cu, layout), fmt, req, prob, plan, d);
+    test::QuantRun var = test::prepare_quant_run(packed(seqs, cu, layout), fmt, req, prob, plan, row_bytes);
     const rt::DeviceBuffer cu_dev = rt::DeviceBuffer::from(cu);
     var.qp.x.sb = 0;   // unused with cu_seqlens
     var.qp.cu_seqlens = cu_dev.as<const int>();
@@ -150,7 +161,7 @@ class QuantVarlen : public test::GpuTest {
     for (int b = 0; b < batch; ++b) {
       const gen::QuantProblem one{1, heads, kLengths[b], pad, resident, sample};
       one_plans.push_back(for_one_sequence(alone, kLengths[b], plan_sample));
-      ones.push_back(test::prepare_quant_run(sequence_alone(seqs, b, kLengths[b]), fmt, req, one, alone, d));
+      ones.push_back(test::prepare_quant_run(sequence_alone(seqs, b, kLengths[b]), fmt, req, one, alone, row_bytes));
       ASSERT_EQ(gen::quant_params_error(req, ones.back().qp), "");
       test::run_quant_plan(passes_, req, one_plans.back(), ones.back().qp, kDevice);
     }
@@ -241,9 +252,7 @@ TEST_F(QuantVarlen, EqualsEachSequenceAlone) {
       if ((d == 96 || d == 256) && fmt == Fmt::bf16) continue;
       for (const Request& rq : kRequests) {
         const Layout layout = turn++ % 2 ? Layout::bhsd : Layout::bshd;
-        gen::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
-        req.block_mean = rq.block_mean;
-        req.rotate = rq.rotate;
+        const gen::QuantRequest req = request_of(fmt, rq, d);
         const int tile = rq.transpose ? kVPadTokens : quant::kRowTileTokens;
         const gen::QuantProblem prob{static_cast<int>(kLengths.size()), 3, 257, (257 + tile - 1) / tile * tile,
                                      resident_blocks()};
