@@ -10,6 +10,8 @@
 //     any code is written; this pass computes each tile's means (the same code as QuantizeRows, so the
 //     very same floats) and the abs-max of x - mean into amax_scratch[0] (zeroed before the launch).
 //     Grid (ceil(seq_len / 64), heads, batch) x 256.
+//   Variable-length input (QuantParams::cu_seqlens): each sequence's own length cuts its blocks; the
+//     means keep the layout of seq_len (the longest), and the blocks past a sequence's end hold 0.
 #pragma once
 
 #include "qattn/quant/quant_device.cuh"
@@ -94,19 +96,21 @@ struct BlockMeanAmax {
     const int vec = threadIdx.x % Means::kLanesPerRow, c0 = vec * kVecElems;
     const bool active = c0 < D;
     const int s_first = tile * kRowTileTokens + static_cast<int>(threadIdx.x) / Means::kLanesPerRow;
+    const InputRows rows = input_rows(p, b, h);
+    const int len = rows.len;   // this sequence's tokens (seq_len when dense)
     uint4 raw[Means::kSweeps];
 #pragma unroll
     for (int j = 0; j < Means::kSweeps; ++j) {
       const int s = s_first + j * Means::kRowsPerSweep;
-      raw[j] = s < p.seq_len && active ? load16(element_ptr<const unsigned short>(p.x, b, h, s, c0))
+      raw[j] = s < len && active ? load16(rows.at(s, c0))
                                        : make_uint4(0u, 0u, 0u, 0u);
     }
     float mean[Means::kBlocks][kVecElems];
-    Means::compute(raw, tile, p.seq_len, mean, part);
+    Means::compute(raw, tile, len, mean, part);
     float amax = 0.f;
 #pragma unroll
     for (int j = 0; j < Means::kSweeps; ++j) {
-      if (s_first + j * Means::kRowsPerSweep >= p.seq_len || !active) continue;
+      if (s_first + j * Means::kRowsPerSweep >= len || !active) continue;
       const Vec8 x = unpack8<In>(raw[j]);
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - mean[Means::block_of(j)][i]));

@@ -5,6 +5,8 @@
 //   - per_channel: the channel scale amax_c / qmax,
 //   - per_tensor:  the abs-max of the (smoothed) head, atomically maxed into amax_scratch[0].
 // Grid (heads, batch), one thread per channel. Reads only the small statistics, never the tensor.
+// Variable-length input (QuantParams::cu_seqlens): the chunks are laid out for seq_len (ChannelStats),
+// and the mean of (b, h) is over sequence b's own tokens, or its sample stats_tokens(len_b, S).
 //
 // The smoothed abs-max of a channel is max(max_c - mean_c, mean_c - min_c): the same fp32 value as the
 // largest |x - mean_c| the quantize pass computes element by element (fp32 subtraction is monotonic),
@@ -29,8 +31,8 @@ struct FinalizeStats {
   static __device__ void run(const QuantParams& p) {
     __shared__ float red[kThreads / 32];
     const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
-    const int tokens = stats_tokens(p.seq_len, SampleTokens);
-    const int splits = stats_splits(tokens, stats_chunk_tokens(SampleTokens));
+    const int tokens = stats_tokens(seq_len_of(p, b), SampleTokens);   // the divisor of the mean
+    const int splits = stats_splits(stats_tokens(p.seq_len, SampleTokens), stats_chunk_tokens(SampleTokens));
     const float* st = stats_base(p) + stats_index(p, b, h, 0, splits, D);
     const float inf = __int_as_float(0x7f800000);
     float sum = 0.f, hi = -inf, lo = inf;

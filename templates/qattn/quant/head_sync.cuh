@@ -32,6 +32,8 @@
 //   [0] ticket; head (b, h) at kSyncOffset + (b*heads + h) * sync_head_words(D):
 //   [0] arrived tiles, [4, 4 + 2D) sums as D float64, [4 + 2D, 4 + 3D) max keys, [4 + 3D, 4 + 4D) min keys.
 // A key of 0 means "no value yet", so a zeroed buffer is the empty state of every field.
+// Variable-length input (QuantParams::cu_seqlens): the tiles of a head are still seq_pad's, the tiles
+// past sequence b's length add nothing, and its mean divides by its own length.
 #pragma once
 
 #include "qattn/quant/quant_device.cuh"
@@ -182,13 +184,16 @@ struct HeadSync {
     __syncthreads();
   }
 
-  // The head's totals, after arrive_and_wait(): tot[c] = channel c's mean over seq_len tokens and, with
+  // The head's totals, after arrive_and_wait(): tot[c] = channel c's mean over the sequence's tokens
+  // (seq_len_of: seq_len, or its own length with variable-length input; 0 for an empty one) and, with
   // MinMax, tot[D + c] = its max and tot[2D + c] = its min. Read once per block into shared memory
   // (tot: 3D floats, or D without MinMax); the same floats in every block of the head. Block-wide.
   static __device__ void totals(const QuantParams& p, const Coord& at, float* tot) {
     const unsigned* w = head(p, at.b, at.h);
+    const int len = seq_len_of(p, at.b);
     for (int c = threadIdx.x; c < D; c += kThreads) {
-      tot[c] = static_cast<float>(ld_cg_f64(reinterpret_cast<const double*>(w + 4) + c) / static_cast<double>(p.seq_len));
+      const double sum = ld_cg_f64(reinterpret_cast<const double*>(w + 4) + c);
+      tot[c] = len > 0 ? static_cast<float>(sum / static_cast<double>(len)) : 0.f;
       if (MinMax) {
         tot[D + c] = key_value(ld_cg_u32(w + 4 + 2 * D + c));
         tot[2 * D + c] = key_value(~ld_cg_u32(w + 4 + 3 * D + c));

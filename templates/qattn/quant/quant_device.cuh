@@ -56,6 +56,30 @@ __device__ __forceinline__ T* element_ptr(const TensorRef& t, int b, int h, long
   return static_cast<T*>(t.ptr) + (b * t.sb + h * t.sh + s * t.ss + c * t.sc);
 }
 
+// The input rows of one (b, h) and the sequence's own length. Dense input (cu_seqlens null): seq_len
+// tokens, element (b, h, s, c) at x.ptr + b*sb + h*sh + s*ss + c*sc. Packed variable-length input:
+// sequence b is rows [cu_seqlens[b], cu_seqlens[b + 1]) of x, its token s at packed row cu_seqlens[b] + s
+// (x.sb unused), i.e. element (0, h, cu_seqlens[b] + s, c). Every pass reads its rows through here and
+// compares with the length (len, seq_len_of) where a dense pass compares with seq_len, so both forms run
+// the same kernel: a run-time check, not a template parameter.
+__device__ __forceinline__ int seq_len_of(const QuantParams& p, int b) {
+  return p.cu_seqlens ? p.cu_seqlens[b + 1] - p.cu_seqlens[b] : p.seq_len;
+}
+
+struct InputRows {
+  const QuantParams& p;
+  int b, h, s0;   // packed input: b = 0 and token s is row s0 + s
+  int len;        // tokens of the sequence (<= seq_len)
+  __device__ __forceinline__ const unsigned short* at(int s, int c) const {
+    return element_ptr<const unsigned short>(p.x, b, h, s0 + s, c);
+  }
+};
+
+__device__ __forceinline__ InputRows input_rows(const QuantParams& p, int b, int h) {
+  return p.cu_seqlens ? InputRows{p, 0, h, p.cu_seqlens[b], p.cu_seqlens[b + 1] - p.cu_seqlens[b]}
+                      : InputRows{p, b, h, 0, p.seq_len};
+}
+
 // a / b, the IEEE quotient, without the subroutine call that fp32 division makes for its slow path on
 // sm_80 .. sm_89: ptxas saves the registers live across that call, which it reports as spill stores
 // (the d 256 Q passes showed 8-12 bytes). The correctly rounded reciprocal and one fma correction

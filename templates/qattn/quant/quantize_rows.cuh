@@ -30,6 +30,10 @@
 // the signed Hadamard rotation (rotation.cuh; kRotateQ: H S x, kRotateK: H S x / B) before its scale and
 // codes are taken; Q's block means are stored rotated too (the attention kernel's ΔS pairs them with the
 // rotated K codes). K's smoothing mean stays unrotated: the LSE correction pairs it with the fp16 Q.
+// Variable-length input (QuantParams::cu_seqlens; quant_device.cuh's InputRows): (b, h) reads sequence
+// b's packed rows, and its own length takes seq_len's place above (rows past it are code 0 with no
+// scale and count in no abs-max or mean; block means past it are 0). The grid, y, scales and block
+// means keep seq_len's (the longest sequence's) dense layout.
 #pragma once
 
 #include "qattn/quant/block_mean.cuh"
@@ -99,12 +103,14 @@ struct QuantizeRows {
     const int vec = threadIdx.x % kLanesPerRow, c0 = vec * kVecElems;
     const bool active = kLanesPerRow == kVecPerRow || vec < kVecPerRow;   // this lane has channels
     const int s_first = tile * kTileTokens + static_cast<int>(threadIdx.x) / kLanesPerRow;
+    const InputRows rows = input_rows(p, b, h);
+    int len = rows.len;   // this sequence's tokens (seq_len when dense)
 
     uint4 raw[kSweeps];
 #pragma unroll
     for (int j = 0; j < kSweeps; ++j) {
       const int s = s_first + j * kRowsPerSweep;
-      raw[j] = s < p.seq_len && active ? load16(element_ptr<const unsigned short>(p.x, b, h, s, c0))
+      raw[j] = s < len && active ? load16(rows.at(s, c0))
                              : make_uint4(0u, 0u, 0u, 0u);
     }
 
@@ -112,11 +118,15 @@ struct QuantizeRows {
       Partials acc;
 #pragma unroll
       for (int j = 0; j < kSweeps; ++j)
-        if (s_first + j * kRowsPerSweep < p.seq_len) acc.add(unpack8<In>(raw[j]));
+        if (s_first + j * kRowsPerSweep < len) acc.add(unpack8<In>(raw[j]));
       acc.fold(sync_part, [&](int c, float sum, float hi, float lo) { Sync::contribute(p, at, c, sum, hi, lo); });
       Sync::arrive_and_wait(p, at, tiles);
       Sync::totals(p, at, sync_part);
       Sync::publish(p, at, sync_part, Smooth);
+      // Read again after the wait, as p.seq_len is (the sync's memory clobbers reload it): a length kept
+      // in a register across the wait lets the compiler hoist the row checks, which costs registers
+      // (the d 256 one-pass rows spilled).
+      len = seq_len_of(p, b);
     }
 
     float mean[kMeanSets][kVecElems];
@@ -130,7 +140,7 @@ struct QuantizeRows {
       mean[0][4] = hi.x, mean[0][5] = hi.y, mean[0][6] = hi.z, mean[0][7] = hi.w;
     }
     if constexpr (BlockMean) {
-      Means::compute(raw, tile, p.seq_len, mean, part);
+      Means::compute(raw, tile, len, mean, part);
       if constexpr (kRotate) {   // the means as the kernel pairs them with rotated K: rotated likewise
         float rotated_means[kMeanSets][kVecElems];
 #pragma unroll
@@ -179,7 +189,7 @@ struct QuantizeRows {
         const int s = s_first + j * kRowsPerSweep;
         const Vec8 x = row(j);
         float amax = 0.f;
-        if (s < p.seq_len) {
+        if (s < len) {
 #pragma unroll
           for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - offset(j, i)));
         }
@@ -193,7 +203,7 @@ struct QuantizeRows {
         const float amax = row_group_max<kFragment ? G : Gran::per_warp, kFragGroup>(row_amax, r);
         grp_amax[r] = amax;
         const int s = tile * kTileTokens + r;
-        if (s < p.seq_len) scale[scale_head + s] = scale_of(amax, p.qmax);   // expanded to every row
+        if (s < len) scale[scale_head + s] = scale_of(amax, p.qmax);   // expanded to every row
       }
       __syncthreads();
 #pragma unroll
@@ -206,14 +216,14 @@ struct QuantizeRows {
         const int s = s_first + j * kRowsPerSweep;
         const Vec8 x = row(j);
         float amax = 0.f;
-        if (s < p.seq_len) {
+        if (s < len) {
 #pragma unroll
           for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i] - offset(j, i)));
         }
         if (G == Gran::per_token) {
           amax = group_max<kLanesPerRow>(amax);
           mult_row[j] = code_multiplier(amax, p.qmax);
-          if (vec == 0 && s < p.seq_len) scale[scale_head + s] = scale_of(amax, p.qmax);
+          if (vec == 0 && s < len) scale[scale_head + s] = scale_of(amax, p.qmax);
         }
         tile_amax = fmaxf(tile_amax, amax);
       }
@@ -221,7 +231,7 @@ struct QuantizeRows {
         tile_amax = block_max<kThreads>(tile_amax, red);
 #pragma unroll
         for (int j = 0; j < kSweeps; ++j) mult_row[j] = code_multiplier(tile_amax, p.qmax);
-        if (threadIdx.x == 0 && tile * kTileTokens < p.seq_len)
+        if (threadIdx.x == 0 && tile * kTileTokens < len)
           scale[scale_head + tile] = scale_of(tile_amax, p.qmax);
       }
     } else if (G == Gran::per_tensor) {
@@ -252,7 +262,7 @@ struct QuantizeRows {
       const Vec8 x = row(j);
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i)
-        code[i] = s < p.seq_len ? to_code(x.v[i] - offset(j, i), mult_row[j] * mult_chan[i], qmax) : 0;
+        code[i] = s < len ? to_code(x.v[i] - offset(j, i), mult_row[j] * mult_chan[i], qmax) : 0;
       if constexpr (Pack4) {   // byte c0/2 + i of the row holds codes c0 + 2i (low) and c0 + 2i + 1 (high)
         signed char* dst = static_cast<signed char*>(p.y.ptr) + (b * p.y.sb + h * p.y.sh + s * p.y.ss);
         *reinterpret_cast<unsigned*>(dst + c0 / 2) = pack8_s4(code);

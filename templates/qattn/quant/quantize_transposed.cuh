@@ -12,6 +12,8 @@
 // OnePass (Smooth or per_channel, see head_sync.cuh): the mean and scales come from the head's totals,
 // gathered while the blocks hold their tiles, instead of a statistics pass; the block of tile 0 stores
 // them. Grid (seq_pad / 128 * heads * batch), tiles taken by ticket.
+// Variable-length input (QuantParams::cu_seqlens; quant_device.cuh's InputRows): (b, h) reads sequence
+// b's packed rows; columns past its own length are 0 and count in no statistic. y keeps seq_pad.
 #pragma once
 
 #include "qattn/common/fp8_cvt.cuh"
@@ -70,6 +72,8 @@ struct QuantizeTransposed {
     const bool active = kLanesPerRow == kVecPerRow || vec < kVecPerRow;   // this lane has channels
     const int quad0 = threadIdx.x / kLanesPerRow;
     const int s_tile = tile * kTileTokens;
+    const InputRows rows = input_rows(p, b, h);
+    int len = rows.len;   // this sequence's tokens (seq_len when dense)
 
     uint4 raw[kSweeps][4];
 #pragma unroll
@@ -77,7 +81,7 @@ struct QuantizeTransposed {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int s = s_tile + 4 * (quad0 + j * kQuadsPerSweep) + r;
-        raw[j][r] = s < p.seq_len && active ? load16(element_ptr<const unsigned short>(p.x, b, h, s, c0))
+        raw[j][r] = s < len && active ? load16(rows.at(s, c0))
                                   : make_uint4(0u, 0u, 0u, 0u);
       }
     }
@@ -88,11 +92,15 @@ struct QuantizeTransposed {
       for (int j = 0; j < kSweeps; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r)
-          if (s_tile + 4 * (quad0 + j * kQuadsPerSweep) + r < p.seq_len) acc.add(unpack8<In>(raw[j][r]));
+          if (s_tile + 4 * (quad0 + j * kQuadsPerSweep) + r < len) acc.add(unpack8<In>(raw[j][r]));
       acc.fold(sync_part, [&](int c, float sum, float hi, float lo) { Sync::contribute(p, at, c, sum, hi, lo); });
       Sync::arrive_and_wait(p, at, tiles);
       Sync::totals(p, at, sync_part);
       Sync::publish(p, at, sync_part, Smooth);
+      // Read again after the wait, as p.seq_len is (the sync's memory clobbers reload it): a length kept
+      // in a register across the wait lets the compiler hoist the row checks, which costs registers
+      // (the d 256 one-pass rows spilled).
+      len = seq_len_of(p, b);
     }
 
     float mean[kVecElems], mult[kVecElems];
@@ -133,7 +141,7 @@ struct QuantizeTransposed {
       int code[4][kVecElems];
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const bool valid = s_tile + 4 * quad + r < p.seq_len;
+        const bool valid = s_tile + 4 * quad + r < len;
         const Vec8 x = unpack8<In>(raw[j][r]);
         if constexpr (Code == Fmt::fp8e4m3) {   // the bytes, as int8s whose low 8 bits pack4_s8 keeps
 #pragma unroll

@@ -10,6 +10,11 @@
 //                 in chunks of kSampledChunkTokens (64) so that there are enough blocks.
 // Grid of both: (stats_splits(tokens read: seq_len, or the sample's; chunk), heads, batch); one block
 // reads one chunk of one head.
+// Variable-length input (QuantParams::cu_seqlens, quant_device.cuh's InputRows): the grid and the
+// scratch layout stay those of seq_len (the longest sequence); each head reads its sequence's own
+// tokens (a sample is over its own length: stats_tokens(len_b, S)), and the chunks past them hold the
+// empty statistics (sum 0, max -inf, min +inf), so FinalizeStats folds the same values as for that
+// sequence alone.
 #pragma once
 
 #include "qattn/quant/head_sync.cuh"
@@ -30,8 +35,8 @@ struct SampledToken {
 // token_of(s). Several loads are issued before any is consumed, so each thread keeps kUnroll 16-byte
 // requests in flight.
 template <Fmt In, int D, int kUnroll, class F, class TokenOf = EveryToken>
-__device__ __forceinline__ void for_each_chunk_vector(const QuantParams& p, int b, int h, int s_begin,
-                                                      int s_end, F&& f, TokenOf token_of = {}) {
+__device__ __forceinline__ void for_each_chunk_vector(const InputRows& x, int s_begin, int s_end, F&& f,
+                                                      TokenOf token_of = {}) {
   constexpr int kVecPerRow = D / kVecElems;
   constexpr int kLanesPerRow = lanes_per_row(D);   // > kVecPerRow at d = 96 only: those lanes read nothing
   constexpr int kRowsPerSweep = kThreads / kLanesPerRow;
@@ -43,7 +48,7 @@ __device__ __forceinline__ void for_each_chunk_vector(const QuantParams& p, int 
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int su = s + u * kRowsPerSweep;
-      if (su < s_end) raw[u] = load16(element_ptr<const unsigned short>(p.x, b, h, token_of(su), vec * kVecElems));
+      if (su < s_end) raw[u] = load16(x.at(token_of(su), vec * kVecElems));
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -60,10 +65,11 @@ struct TensorAmax {
   static __device__ void run(const QuantParams& p) {
     __shared__ float red[kThreads / 32];
     const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const InputRows rows = input_rows(p, b, h);
     const int s_begin = split * kStatsChunkTokens;
-    const int s_end = min(p.seq_len, s_begin + kStatsChunkTokens);
+    const int s_end = min(rows.len, s_begin + kStatsChunkTokens);
     float amax = 0.f;
-    for_each_chunk_vector<In, D, 4>(p, b, h, s_begin, s_end, [&](const Vec8& x) {
+    for_each_chunk_vector<In, D, 4>(rows, s_begin, s_end, [&](const Vec8& x) {
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(x.v[i]));
     });
@@ -85,18 +91,21 @@ struct ChannelStats {
   static __device__ void run(const QuantParams& p) {
     __shared__ float part[Partials::kSmemFloats];   // 8 or 24 KiB
     const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int tokens = stats_tokens(p.seq_len, SampleTokens);
+    const InputRows rows = input_rows(p, b, h);
+    const int tokens = stats_tokens(rows.len, SampleTokens);   // rows this head reads
     constexpr int kChunk = stats_chunk_tokens(SampleTokens);
     const int s_begin = split * kChunk;
     const int s_end = min(tokens, s_begin + kChunk);
     Partials acc;
     const auto add = [&](const Vec8& x) { acc.add(x); };
     if constexpr (SampleTokens > 0) {
-      for_each_chunk_vector<In, D, kUnroll>(p, b, h, s_begin, s_end, add, SampledToken{p.seq_len, tokens});
+      for_each_chunk_vector<In, D, kUnroll>(rows, s_begin, s_end, add, SampledToken{rows.len, tokens});
     } else {
-      for_each_chunk_vector<In, D, kUnroll>(p, b, h, s_begin, s_end, add);
+      for_each_chunk_vector<In, D, kUnroll>(rows, s_begin, s_end, add);
     }
-    float* out = stats_base(p) + stats_index(p, b, h, split, stats_splits(tokens, kChunk), D);
+    // The layout of the chunks is seq_len's (the grid's), whatever this sequence's length.
+    const int splits = stats_splits(stats_tokens(p.seq_len, SampleTokens), kChunk);
+    float* out = stats_base(p) + stats_index(p, b, h, split, splits, D);
     acc.fold(part, [&](int c, float sum, float hi, float lo) {
       out[c] = sum;
       if (MinMax) {

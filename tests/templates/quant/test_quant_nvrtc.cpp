@@ -15,6 +15,8 @@
 
 #include "generator/embedded_templates.hpp"
 #include "generator/quant_plan.hpp"
+#include "generator/render_helpers.hpp"
+#include "qattn/spec.hpp"
 
 namespace qattn {
 namespace quant {
@@ -116,6 +118,37 @@ std::string render(const std::map<std::string, Bounds>& passes) {
   return os.str();
 }
 
+// NVRTC compile of `src` from the embedded templates only, for `arch`: its log, and the cubin's size
+// (0 when the compile failed).
+struct Compiled {
+  nvrtcResult rc = NVRTC_ERROR_INTERNAL_ERROR;
+  std::string log;
+  size_t cubin = 0;
+};
+
+Compiled compile(const std::string& src, const std::string& arch) {
+  std::vector<const char*> names, texts;
+  for (const gen::EmbeddedFile& f : gen::embedded_templates()) {
+    names.push_back(f.path);
+    texts.push_back(f.text);
+  }
+  Compiled out;
+  nvrtcProgram prog;
+  out.rc = nvrtcCreateProgram(&prog, src.c_str(), "quant_passes.cu", static_cast<int>(names.size()), texts.data(),
+                              names.data());
+  if (out.rc != NVRTC_SUCCESS) return out;
+  const std::string arch_opt = "-arch=" + arch;
+  const char* opts[] = {"-std=c++17", arch_opt.c_str(), "--ptxas-options=-v"};
+  out.rc = nvrtcCompileProgram(prog, 3, opts);
+  size_t n = 0;
+  nvrtcGetProgramLogSize(prog, &n);
+  out.log.assign(n, '\0');
+  nvrtcGetProgramLog(prog, out.log.data());
+  if (out.rc == NVRTC_SUCCESS) nvrtcGetCUBINSize(prog, &out.cubin);
+  nvrtcDestroyProgram(&prog);
+  return out;
+}
+
 class QuantNvrtc : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(QuantNvrtc, EveryPlannedPassCompiles) {
@@ -125,27 +158,10 @@ TEST_P(QuantNvrtc, EveryPlannedPassCompiles) {
   if (level <= 1 && (arch == "sm_86" || arch == "sm_90")) GTEST_SKIP() << "needs QATTN_TEST_LEVEL=2";
   const auto passes = planned_passes(level >= 1);
   ASSERT_GE(passes.size(), 20u);
-  const std::string src = render(passes);
-
-  std::vector<const char*> names, texts;
-  for (const gen::EmbeddedFile& f : gen::embedded_templates()) {
-    names.push_back(f.path);
-    texts.push_back(f.text);
-  }
-  nvrtcProgram prog;
-  ASSERT_EQ(nvrtcCreateProgram(&prog, src.c_str(), "quant_passes.cu", static_cast<int>(names.size()), texts.data(),
-                               names.data()),
-            NVRTC_SUCCESS);
-  const std::string arch_opt = "-arch=" + arch;
-  const char* opts[] = {"-std=c++17", arch_opt.c_str(), "--ptxas-options=-v"};
-  const nvrtcResult rc = nvrtcCompileProgram(prog, 3, opts);
-  size_t n = 0;
-  nvrtcGetProgramLogSize(prog, &n);
-  std::string log(n, '\0');
-  nvrtcGetProgramLog(prog, log.data());
-  size_t cubin = 0;
-  if (rc == NVRTC_SUCCESS) nvrtcGetCUBINSize(prog, &cubin);
-  nvrtcDestroyProgram(&prog);
+  const Compiled c = compile(render(passes), arch);
+  const nvrtcResult rc = c.rc;
+  const std::string& log = c.log;
+  const size_t cubin = c.cubin;
   EXPECT_EQ(rc, NVRTC_SUCCESS) << log;
   EXPECT_GT(cubin, 0u);
   EXPECT_EQ(log.find("warning"), std::string::npos) << log;
@@ -166,6 +182,35 @@ TEST_P(QuantNvrtc, EveryPlannedPassCompiles) {
     ADD_FAILURE() << pass << " spills " << bytes << " bytes on " << arch;
   }
   std::printf("[ quant ] %zu passes for %s, %d ptxas spill reports checked\n", passes.size(), arch.c_str(), reports);
+}
+
+// The LSE correction helpers (templates/qattn/attention/lse_correction.cuh, dense and variable-length Q
+// in one kernel each): RowDot for fp16 and bf16 at every head dim, and AddScaled, as the runtime
+// renders them, in one translation unit (the helpers' headers are include-guarded).
+TEST_P(QuantNvrtc, LseCorrectionCompiles) {
+  const std::string arch = GetParam();
+  const int level = test_level();
+  if (level <= 0 && arch != "sm_90a") GTEST_SKIP() << "QATTN_TEST_LEVEL=0 compiles sm_90a only";
+  if (level <= 1 && (arch == "sm_86" || arch == "sm_90")) GTEST_SKIP() << "needs QATTN_TEST_LEVEL=2";
+  const Arch target = parse_arch(arch);
+  std::string src = gen::render_lse_addscaled(target).text;
+  int kernels = 1;
+  for (Fmt out : {Fmt::fp16, Fmt::bf16})
+    for (int d : {64, 96, 128, 256}) {
+      Spec spec;
+      spec.out = out;
+      spec.head_dim = d;
+      spec.arch = target;
+      src += gen::render_lse_rowdot(spec).text;
+      ++kernels;
+    }
+  const Compiled c = compile(src, arch);
+  EXPECT_EQ(c.rc, NVRTC_SUCCESS) << c.log;
+  EXPECT_GT(c.cubin, 0u);
+  EXPECT_EQ(c.log.find("warning"), std::string::npos) << c.log;
+  const std::regex spill("([1-9][0-9]*) bytes spill stores");
+  EXPECT_FALSE(std::regex_search(c.log, spill)) << c.log;
+  std::printf("[ quant ] %d LSE correction kernels for %s\n", kernels, arch.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, QuantNvrtc, ::testing::Values("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"),
