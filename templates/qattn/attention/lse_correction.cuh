@@ -15,7 +15,7 @@ namespace lse_correction {
 
 // Query rows of sequence b: its own length with variable-length Q, else q_len.
 __device__ __forceinline__ int q_rows_of(const LseCorrectionParams& p, int b) {
-  return p.cu_q ? p.cu_q[b + 1] - p.cu_q[b] : p.q_len;
+  return p.cu_q ? min(p.cu_q[b + 1] - p.cu_q[b], p.q_len) : p.q_len;   // cut to q_len, as the kernels
 }
 
 template <Fmt IN, int D>

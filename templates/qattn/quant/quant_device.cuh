@@ -62,8 +62,10 @@ __device__ __forceinline__ T* element_ptr(const TensorRef& t, int b, int h, long
 // (x.sb unused), i.e. element (0, h, cu_seqlens[b] + s, c). Every pass reads its rows through here and
 // compares with the length (len, seq_len_of) where a dense pass compares with seq_len, so both forms run
 // the same kernel: a run-time check, not a template parameter.
+// A sequence longer than seq_len is cut to it (its rows would not fit the dense outputs), as the attention
+// kernels cut it.
 __device__ __forceinline__ int seq_len_of(const QuantParams& p, int b) {
-  return p.cu_seqlens ? p.cu_seqlens[b + 1] - p.cu_seqlens[b] : p.seq_len;
+  return p.cu_seqlens ? min(p.cu_seqlens[b + 1] - p.cu_seqlens[b], p.seq_len) : p.seq_len;
 }
 
 struct InputRows {
@@ -76,7 +78,7 @@ struct InputRows {
 };
 
 __device__ __forceinline__ InputRows input_rows(const QuantParams& p, int b, int h) {
-  return p.cu_seqlens ? InputRows{p, 0, h, p.cu_seqlens[b], p.cu_seqlens[b + 1] - p.cu_seqlens[b]}
+  return p.cu_seqlens ? InputRows{p, 0, h, p.cu_seqlens[b], seq_len_of(p, b)}
                       : InputRows{p, b, h, 0, p.seq_len};
 }
 
