@@ -9,6 +9,7 @@
 #include "runtime/calls/call_layout.hpp"
 #include "runtime/calls/helper_kernels.hpp"
 #include <array>
+#include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
 #include "runtime/device/driver.hpp"
 #include "runtime/registry/runtime_impl.hpp"
@@ -323,7 +324,12 @@ void Runtime::attention(const AttentionCall& call_in, void* stream) {
 }
 
 bool Runtime::Impl::check_capture(const EagerKey& key, void* stream, const std::string& what) {
-  if (!rt::stream_capturing(static_cast<CUstream>(stream))) return false;
+  bool capturing = false;
+  if (rt::driver_available()) {
+    const rt::ContextGuard context(options.device);   // the query needs a current context (the caller may have none)
+    capturing = rt::stream_capturing(static_cast<CUstream>(stream));
+  }
+  if (!capturing) return false;
   std::lock_guard<std::mutex> lock(workspace_mutex);
   if (!ran_eagerly.count(key))
     throw_bad_input(what + " is being captured into a CUDA graph but has not run on this stream yet; run it once "
