@@ -293,7 +293,7 @@ Runtime::Impl::EagerKey Runtime::Impl::eager_key(const Spec& spec, const Problem
 
 rt::DeviceBuffer& Runtime::Impl::stream_workspace(rt::DeviceBuffer& ws, size_t bytes, void* stream, const char* what) {
   if (ws.size() >= bytes) return ws;
-  if (rt::stream_capturing(static_cast<CUstream>(stream)))
+  if (capturing(stream))
     throw_bad_input(std::string(what) + " under CUDA-graph capture needs " + std::to_string(bytes) +
                     " bytes of workspace on this stream, which holds " + std::to_string(ws.size()) +
                     "; run the call eagerly on this stream before capturing it");
@@ -323,13 +323,14 @@ void Runtime::attention(const AttentionCall& call_in, void* stream) {
   impl_->note_call(key, stream, capturing);
 }
 
+bool Runtime::Impl::capturing(void* stream) {
+  if (!rt::driver_available()) return false;
+  const rt::ContextGuard context(options.device);   // the query needs a current context (the caller may have none)
+  return rt::stream_capturing(static_cast<CUstream>(stream));
+}
+
 bool Runtime::Impl::check_capture(const EagerKey& key, void* stream, const std::string& what) {
-  bool capturing = false;
-  if (rt::driver_available()) {
-    const rt::ContextGuard context(options.device);   // the query needs a current context (the caller may have none)
-    capturing = rt::stream_capturing(static_cast<CUstream>(stream));
-  }
-  if (!capturing) return false;
+  if (!capturing(stream)) return false;
   std::lock_guard<std::mutex> lock(workspace_mutex);
   if (!ran_eagerly.count(key))
     throw_bad_input(what + " is being captured into a CUDA graph but has not run on this stream yet; run it once "

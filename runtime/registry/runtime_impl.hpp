@@ -142,6 +142,7 @@ struct Runtime::Impl {
   // Under capture: refuses (bad_input, `what` names the call) a call that has not run eagerly on the
   // stream, before anything is enqueued. Returns whether the stream is capturing.
   bool check_capture(const EagerKey& key, void* stream, const std::string& what);
+  bool capturing(void* stream);   // whether `stream` is capturing (with the runtime's context current)
   // After a call: records the eager run, or the stream as captured.
   void note_call(const EagerKey& key, void* stream, bool captured);
   // A stream's workspace `ws`, at least `bytes` (grown: the old one retired when captured; under capture

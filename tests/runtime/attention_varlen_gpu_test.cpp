@@ -282,7 +282,11 @@ TEST_F(VarlenAttention, SmoothedAndPerTensorFormatsKeepTheirAccuracy) {
         err_alone = std::max(err_alone, std::fabs(a - lse[i]));
       }
       std::printf("[ varlen ] %-88s seq %zu LSE max abs error: packed %.3e, alone %.3e\n", text, b, err_packed, err_alone);
-      EXPECT_LE(err_packed, 1.25 * err_alone + 0.02) << "sequence " << b;
+      // per_tensor Q/K: one abs-max for the whole batch, so a sequence with smaller values than the
+      // batch's largest is quantized more coarsely than by its own call (measured on the H100: up to
+      // ~2.8x the LSE error of the call alone, at most +0.5 absolute); the others quantize per sequence.
+      const bool batch_scale = spec.qk.gran == Gran::per_tensor;
+      EXPECT_LE(err_packed, batch_scale ? 2.5 * err_alone + 0.1 : 1.25 * err_alone + 0.02) << "sequence " << b;
     }
   }
 }
