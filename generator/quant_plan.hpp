@@ -5,6 +5,8 @@
 //   extern "C" __global__ void __launch_bounds__(block) NAME(const qattn::QuantParams p) { PASS::run(p); }
 // with PASS = QuantLaunch::pass, in a TU that does #include "qattn/quant/quant.cuh". All of them take
 // the same QuantParams. No pass uses dynamic shared memory. Launch them in order on one stream.
+// The same plan serves packed variable-length input (QuantParams::cu_seqlens): seq_len is then the
+// longest sequence, and each pass reads and bounds every sequence by its own length (quant_device.cuh).
 //
 // Pass lists (x is read once by single-pass plans, twice otherwise, once plus S rows per head when sampled):
 //   per_token | per_block | per_warp | per_thread              QuantizeRows

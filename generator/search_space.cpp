@@ -167,8 +167,8 @@ void demote_spilling_quantized(const Spec& s, std::vector<Tiling>& out) {
   };
   if (s.head_dim <= 64 && fp8 && two_level)   // the wgmma mb4 forms: 4-32 bytes at 128 registers
     demote(out, {shape(64, 128, 4, 3, true, 4), shape(64, 128, 4, 2, true, 4)});
-  if (s.head_dim <= 64 && fp8 && per_tensor && (two_level || q_smooth))   // mma.sync, 3 stages: 4 bytes
-    demote(out, {shape(64, 64, 4, 3)});
+  if (s.head_dim <= 64 && fp8 && (per_tensor || s.qk.gran == Gran::per_block) && (two_level || q_smooth))
+    demote(out, {shape(64, 64, 4, 3)});   // mma.sync, 3 stages: 4 bytes
   if (s.head_dim > 64 && s.head_dim <= 96 && s.qk.fmt == Fmt::int4 && (per_tensor || s.qk.gran == Gran::per_block) &&
       s.pv.fmt != Fmt::int8)
     demote(out, {shape(64, 64, 4, 2)});   // 168 registers, 4 bytes; 3 stages do not spill
@@ -183,6 +183,11 @@ void demote_spilling_varlen(const Spec& s, std::vector<Tiling>& out) {
   if (!s.quantized() && s.head_dim <= 64) demote(out, {{128, 128, 4, 1}, {128, 128, 4, 2}});
   else if (!s.quantized() && s.head_dim > 96 && s.head_dim <= 128) demote(out, {{128, 64, 4, 1}});
   else if (s.quantized() && s.head_dim > 64 && s.head_dim <= 96) demote(out, {{64, 128, 4, 2}});
+  // Q smoothing at d 64 (mma.sync, 3 stages): ptxas caps it at 128 registers with 4 bytes spilled.
+  if (s.quantized() && s.head_dim <= 64 && (s.smooth & kSmoothQ)) {
+    const bool i4 = int4_mma_by_default(s);
+    demote(out, {Tiling{64, 64, 4, 3, false, 0, i4}});
+  }
 }
 
 std::vector<Tiling> preferred(const Spec& s) {

@@ -43,7 +43,7 @@ int scale_group(Gran g, Role role, int r, int q_block) {
   return 0;
 }
 
-Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax, int q_block) {
+Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax, int q_block, double tensor_amax) {
   int groups = 0;
   for (int r = 0; r < x.rows; ++r) groups = std::max(groups, scale_group(g, role, r, q_block) + 1);
   std::vector<double> amax(static_cast<size_t>(groups), 0.0);
@@ -51,6 +51,8 @@ Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax, int q_block) {
     double& a = amax[static_cast<size_t>(scale_group(g, role, r, q_block))];
     for (int c = 0; c < x.cols; ++c) a = std::max(a, std::fabs(x.at(r, c)));
   }
+  if (g == Gran::per_tensor && tensor_amax > 0)
+    for (double& a : amax) a = std::max(a, tensor_amax);
   Quantized out;
   out.deq = Mat(x.rows, x.cols);
   out.codes.resize(x.v.size());
@@ -119,10 +121,15 @@ Mat subtract(const Mat& x, const std::vector<double>& mean) {
 
 namespace {
 
-// Per-tensor e4m3 with scale amax / 448 (the FP8 baseline's Q, K and V).
-Mat e4m3_per_tensor(const Mat& x) {
+double abs_max(const Mat& x) {
   double amax = 0;
   for (double v : x.v) amax = std::max(amax, std::fabs(v));
+  return amax;
+}
+
+// Per-tensor e4m3 with scale amax / 448 (the FP8 baseline's Q, K and V); tensor_amax as quantize_int's.
+Mat e4m3_per_tensor(const Mat& x, double tensor_amax = 0) {
+  const double amax = std::max(abs_max(x), tensor_amax);
   Mat y = x;
   const double s = amax / 448;
   for (double& v : y.v) v = s > 0 ? round_e4m3(v / s) * s : 0.0;
@@ -153,7 +160,7 @@ Mat int8_per_channel(const Mat& x) {
   return per_channel(x, 127, [](double u) { return std::clamp(std::nearbyint(u), -127.0, 127.0); });
 }
 
-Mat quantize_v(const Mat& v, VFormat f) {
+Mat quantize_v(const Mat& v, VFormat f, double tensor_amax) {
   switch (f) {
     case VFormat::exact: return v;
     case VFormat::fp16: {
@@ -161,10 +168,10 @@ Mat quantize_v(const Mat& v, VFormat f) {
       for (double& x : y.v) x = round_fp16(x);
       return y;
     }
-    case VFormat::int8_per_tensor: return quantize_int(v, Gran::per_tensor, Role::k, 127).deq;
+    case VFormat::int8_per_tensor: return quantize_int(v, Gran::per_tensor, Role::k, 127, kBlockQ, tensor_amax).deq;
     case VFormat::int8_per_channel: return int8_per_channel(v);
     case VFormat::e4m3_per_channel: return e4m3_per_channel(v);
-    case VFormat::e4m3_per_tensor: return e4m3_per_tensor(v);
+    case VFormat::e4m3_per_tensor: return e4m3_per_tensor(v, tensor_amax);
   }
   return v;
 }
@@ -177,41 +184,68 @@ double dot(const double* a, const double* b, int n) {
 
 }  // namespace
 
+namespace {
+
+// The operands as the quantizers see them: Q and K smoothed (Q's block means kept for ΔS) and rotated, V
+// smoothed (its mean kept for O).
+struct Operands {
+  Mat ks, qmean, qh, kh, vs;
+  std::vector<double> vmean;
+};
+
+Operands prepare_operands(const Mat& q, const Mat& k, const Mat& v, const SimConfig& cfg) {
+  const int d = q.cols;
+  Operands o;
+  o.ks = cfg.smooth_k ? subtract(k, channel_mean(k)) : k;
+  Mat qs = q;
+  if (cfg.smooth_q) {   // per q_block-row block mean of Q, [blocks][d]
+    const int blocks = (q.rows + cfg.q_block - 1) / cfg.q_block;
+    o.qmean = Mat(blocks, d);
+    for (int b = 0; b < blocks; ++b) {
+      const int lo = b * cfg.q_block, hi = std::min(q.rows, lo + cfg.q_block);
+      for (int r = lo; r < hi; ++r)
+        for (int c = 0; c < d; ++c) o.qmean.at(b, c) += q.at(r, c) / (hi - lo);
+      for (int r = lo; r < hi; ++r)
+        for (int c = 0; c < d; ++c) qs.at(r, c) -= o.qmean.at(b, c);
+    }
+  }
+  o.qh = cfg.rotate ? rotate_rows(qs, Role::q) : qs;
+  o.kh = cfg.rotate ? rotate_rows(o.ks, Role::k) : o.ks;
+  o.vs = v;
+  if (cfg.smooth_v) {
+    o.vmean = channel_mean(v);
+    o.vs = subtract(v, o.vmean);
+  }
+  return o;
+}
+
+}  // namespace
+
+OperandAmax operand_amax(const Mat& q, const Mat& k, const Mat& v, const SimConfig& cfg) {
+  const Operands o = prepare_operands(q, k, v, cfg);
+  return OperandAmax{abs_max(o.qh), abs_max(o.kh), abs_max(o.vs)};
+}
+
 Mat simulate_attention(const Mat& q, const Mat& k, const Mat& v, const std::vector<int>& rows, double scale,
                        const SimConfig& cfg) {
   const int d = q.cols, n = k.rows, dv = v.cols;
   // Q·Kᵀ side: smoothing, then quantization.
-  const Mat ks = cfg.smooth_k ? subtract(k, channel_mean(k)) : k;
-  Mat qs = q;
-  Mat qmean;   // per q_block-row block mean of Q (smooth Q), [blocks][d]
-  if (cfg.smooth_q) {
-    const int blocks = (q.rows + cfg.q_block - 1) / cfg.q_block;
-    qmean = Mat(blocks, d);
-    for (int b = 0; b < blocks; ++b) {
-      const int lo = b * cfg.q_block, hi = std::min(q.rows, lo + cfg.q_block);
-      for (int r = lo; r < hi; ++r)
-        for (int c = 0; c < d; ++c) qmean.at(b, c) += q.at(r, c) / (hi - lo);
-      for (int r = lo; r < hi; ++r)
-        for (int c = 0; c < d; ++c) qs.at(r, c) -= qmean.at(b, c);
-    }
-  }
-  Mat qh = cfg.rotate ? rotate_rows(qs, Role::q) : qs, kh = cfg.rotate ? rotate_rows(ks, Role::k) : ks;
+  Operands ops = prepare_operands(q, k, v, cfg);
+  const Mat& ks = ops.ks;
+  const Mat& qmean = ops.qmean;
+  Mat& qh = ops.qh;
+  Mat& kh = ops.kh;
   if (cfg.qk_fp8) {
-    qh = e4m3_per_tensor(qh);
-    kh = e4m3_per_tensor(kh);
+    qh = e4m3_per_tensor(qh, cfg.q_amax);
+    kh = e4m3_per_tensor(kh, cfg.k_amax);
   } else if (cfg.qk_qmax > 0) {
-    qh = quantize_int(qh, cfg.gran, Role::q, cfg.qk_qmax, cfg.q_block).deq;
-    kh = quantize_int(kh, cfg.gran, Role::k, cfg.qk_qmax).deq;
+    qh = quantize_int(qh, cfg.gran, Role::q, cfg.qk_qmax, cfg.q_block, cfg.q_amax).deq;
+    kh = quantize_int(kh, cfg.gran, Role::k, cfg.qk_qmax, kBlockQ, cfg.k_amax).deq;
   }
   const Mat qmean_h = cfg.smooth_q && cfg.rotate ? rotate_rows(qmean, Role::q) : qmean;   // pairs with kh
   // P·V side.
-  std::vector<double> vmean;
-  Mat vs = v;
-  if (cfg.smooth_v) {
-    vmean = channel_mean(v);
-    vs = subtract(v, vmean);
-  }
-  const Mat vh = quantize_v(vs, cfg.v);
+  const std::vector<double>& vmean = ops.vmean;
+  const Mat vh = quantize_v(ops.vs, cfg.v, cfg.v_amax);
 
   Mat out(static_cast<int>(rows.size()), dv);
   std::vector<double> s(static_cast<size_t>(n)), o(static_cast<size_t>(dv));

@@ -8,7 +8,7 @@
 //   scale = amax(group) / qmax,  code = clamp(rne(x / scale), -qmax, qmax),  x̂ = code * scale
 // with qmax = 127 (INT8) or 7 (INT4, the [-7, 7] range of SageAttention2 §2.2); an all-zero group has
 // scale 0 and codes 0. Scale groups (the row -> group maps are in scale_group(); docs in the .cpp):
-//   per_tensor  the whole head
+//   per_tensor  the whole head (or, with SimConfig::q_amax / k_amax / v_amax, the whole tensor)
 //   per_block   Q: b_q rows (SimConfig::q_block, 128 in SageAttention, 64 in qattn's kernels),
 //               K: 64 keys (b_kv)                                             (SageAttention §2.3)
 //   per_warp    Q: 32 rows = b_q / c_w with 4 warps; K: per 64-key block     (SageAttention2 §3.2, Alg. 1)
@@ -46,7 +46,9 @@ struct Quantized {
   std::vector<int> codes;       // [rows][d]
   std::vector<double> scales;   // by group index
 };
-Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax, int q_block = kBlockQ);
+// tensor_amax > 0 (per_tensor only): the abs-max of a tensor larger than x (all its heads and batches),
+// which then sets the one scale instead of x's own.
+Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax, int q_block = kBlockQ, double tensor_amax = 0);
 
 // Round to the nearest fp16 / FP8 E4M3 (e4m3fn: max 448, subnormal step 2^-9) value, ties to even;
 // E4M3 saturates to +-448 like cvt.satfinite, fp16 overflows to inf.
@@ -89,7 +91,18 @@ struct SimConfig {
   int q_block = kBlockQ;       // Q rows of a per_block scale group and of a smoothing-mean block
   bool causal = false;         // row r of an n_q-row Q sees keys j <= r + n_k - n_q (aligned bottom-right);
                                // a row that sees no key outputs 0
+  // Per-tensor scales over a whole tensor of several heads (qattn's per_tensor: one scale for every batch
+  // and head): the abs-max of every head's quantized operand (operand_amax()), 0: the head's own.
+  double q_amax = 0, k_amax = 0, v_amax = 0;
 };
+
+// The abs-max of the operands one head quantizes under `config` (Q and K after smoothing and rotation, V
+// after smoothing), for the tensor-wide per_tensor scale: the max over heads goes into q_amax / k_amax /
+// v_amax.
+struct OperandAmax {
+  double q = 0, k = 0, v = 0;
+};
+OperandAmax operand_amax(const Mat& q, const Mat& k, const Mat& v, const SimConfig& config);
 
 // Output rows `rows` of softmax(scale · Q Kᵀ) V for one head, through the simulated pipeline. Quantization
 // groups, smoothing means and V scales cover every row of q, k and v (a causal mask hides keys from the

@@ -88,7 +88,7 @@ sim::SimConfig format_numerics(const Spec& spec, const Tiling& tiling) {
 std::vector<double> simulate_format_rows(const Spec& spec, const Tiling& tiling, const std::vector<float>& q,
                                          const std::vector<float>& k, const std::vector<float>& v,
                                          const reference::Dims& dims, const std::vector<reference::RowId>& rows) {
-  const sim::SimConfig config = format_numerics(spec, tiling);
+  sim::SimConfig config = format_numerics(spec, tiling);
   const int d = dims.d, group = dims.heads_q / dims.heads_kv;
   auto head = [d](const std::vector<float>& x, int heads, int seq, int b, int h) {
     sim::Mat m(seq, d);
@@ -96,6 +96,22 @@ std::vector<double> simulate_format_rows(const Spec& spec, const Tiling& tiling,
     for (size_t i = 0; i < m.v.size(); ++i) m.v[i] = x[at + i];
     return m;
   };
+  // per_tensor is one scale for the whole tensor (every batch and head), as the quantization passes take
+  // it: the abs-max of every head's quantized operand.
+  const bool qk_tensor = config.qk_fp8 || (config.qk_qmax > 0 && config.gran == sim::Gran::per_tensor);
+  const bool v_tensor = config.v == sim::VFormat::int8_per_tensor || config.v == sim::VFormat::e4m3_per_tensor;
+  if (qk_tensor || v_tensor) {
+    sim::OperandAmax all;
+    for (int b = 0; b < dims.batch; ++b)
+      for (int h = 0; h < dims.heads_q; ++h) {
+        const sim::OperandAmax a = sim::operand_amax(head(q, dims.heads_q, dims.q_len, b, h),
+                                                     head(k, dims.heads_kv, dims.kv_len, b, h / group),
+                                                     head(v, dims.heads_kv, dims.kv_len, b, h / group), config);
+        all = {std::max(all.q, a.q), std::max(all.k, a.k), std::max(all.v, a.v)};
+      }
+    if (qk_tensor) config.q_amax = all.q, config.k_amax = all.k;
+    if (v_tensor) config.v_amax = all.v;
+  }
   // Rows of one (batch, query head) are simulated together: the statistics cover the whole head.
   std::map<std::pair<int, int>, std::vector<size_t>> by_head;
   for (size_t i = 0; i < rows.size(); ++i) by_head[{rows[i].b, rows[i].h}].push_back(i);

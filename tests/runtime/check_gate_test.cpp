@@ -196,5 +196,42 @@ TEST(FormatNumerics, Int4PassesByItsOwnErrorAndWrongKernelsFail) {
   }
 }
 
+// per_tensor is one scale for the whole tensor, as the quantization passes take it (every batch and
+// head), so the simulation of a head whose values are small next to another head's quantizes it with the
+// tensor's abs-max: coarser than with its own. Head 1 here is head 0 scaled down 8x.
+TEST(FormatNumerics, PerTensorScalesCoverEveryHeadOfTheTensor) {
+  const Spec spec = parse_spec("prefill qk=int8:per_tensor pv=int8:per_tensor out=fp16 d=64 arch=sm_90a");
+  Tiling t;
+  t.block_n = 64;
+  CheckData data = check_data(64, 40, 120, 2, 1, 11, 0);
+  const size_t q_head = 40 * 64, kv_head = 120 * 64;
+  for (size_t i = 0; i < q_head; ++i) data.q[q_head + i] = data.q[i] / 8;
+  for (size_t i = 0; i < kv_head; ++i) data.k[kv_head + i] = data.k[i] / 8, data.v[kv_head + i] = data.v[i] / 8;
+  const std::vector<reference::RowId> small_head = [] {
+    std::vector<reference::RowId> rows;
+    for (int i = 0; i < 40; ++i) rows.push_back({0, 1, i});
+    return rows;
+  }();
+  const std::vector<double> got = rt::simulate_format_rows(spec, t, data.q, data.k, data.v, data.dims, small_head);
+  // The head alone (its own scales) against the head with head 0's abs-max as the scale.
+  const sim::SimConfig own = rt::format_numerics(spec, t);
+  auto head = [](const std::vector<float>& x, int h, int seq) {
+    sim::Mat m(seq, 64);
+    for (size_t i = 0; i < m.v.size(); ++i) m.v[i] = x[static_cast<size_t>(h) * seq * 64 + i];
+    return m;
+  };
+  std::vector<int> rows(40);
+  for (int i = 0; i < 40; ++i) rows[static_cast<size_t>(i)] = i;
+  const double scale = 1.0 / 8.0;   // 1 / sqrt(64)
+  sim::SimConfig tensor = own;
+  const sim::OperandAmax big = sim::operand_amax(head(data.q, 0, 40), head(data.k, 0, 120), head(data.v, 0, 120), own);
+  tensor.q_amax = big.q, tensor.k_amax = big.k, tensor.v_amax = big.v;
+  const sim::Mat with_tensor = sim::simulate_attention(head(data.q, 1, 40), head(data.k, 1, 120), head(data.v, 1, 120), rows, scale, tensor);
+  const sim::Mat alone = sim::simulate_attention(head(data.q, 1, 40), head(data.k, 1, 120), head(data.v, 1, 120), rows, scale, own);
+  ASSERT_EQ(got.size(), with_tensor.v.size());
+  EXPECT_EQ(got, with_tensor.v);
+  EXPECT_NE(got, alone.v) << "the small head's own scales were used";
+}
+
 }  // namespace
 }  // namespace qattn

@@ -207,22 +207,23 @@ struct Kernel {
     else return {{tile + lane[0], tile + lane[1]}};
   }
 
-  // The LSE of row `row` of (b, h): dense [b, h_q, q_len]; VARLEN [total_q, h_q] (the sequence's first row
-  // read again rather than kept in a register through the main loop, which runs at the register cap).
-  static __device__ __forceinline__ long long lse_index(const AttentionParams& p, int b, int h, int q_len, int row) {
-    if constexpr (VARLEN) return static_cast<long long>(p.cu_q[b] + row) * p.heads_q + h;
-    else return ((long long)b * p.heads_q + h) * q_len + row;
+  // VARLEN: the LSE of row `row` of sequence b, head h, in the packed [total_q, h_q] layout (the sequence's
+  // first row read again rather than kept in a register through the main loop, which runs at the cap).
+  static __device__ __forceinline__ long long packed_lse(const AttentionParams& p, int b, int h, int row) {
+    return static_cast<long long>(p.cu_q[b] + row) * p.heads_q + h;
   }
 
   // A CTA whose rows see no key at all (causal with q_len > kv_len): O = 0, LSE = -inf.
   static __device__ void write_empty(const AttentionParams& p, u16* o_base, int m0, int b, int h, int q_len, int tid) {
-    const int rows = min(BM, q_len - m0);
+    const int rows = min(BM, (VARLEN ? q_len : p.q_len) - m0);
     const dev::U32x4 zero = {0u, 0u, 0u, 0u};
     for (int i = tid; i < rows * kChunks; i += kThreads)
       dev::st_global_16(o_base + (m0 + i / kChunks) * p.o.ss + (i % kChunks) * 8, zero);
     if (p.lse != nullptr)
-      for (int r = tid; r < rows; r += kThreads)
-        p.lse[lse_index(p, b, h, q_len, m0 + r)] = dev::neg_inf();
+      for (int r = tid; r < rows; r += kThreads) {
+        if constexpr (VARLEN) p.lse[packed_lse(p, b, h, m0 + r)] = dev::neg_inf();
+        else p.lse[((long long)b * p.heads_q + h) * p.q_len + m0 + r] = dev::neg_inf();
+      }
   }
 
  public:
@@ -234,13 +235,10 @@ struct Kernel {
         tile_order::this_cta<CAUSAL ? tile_order::Order::by_head : tile_order::Order::in_order>(p.heads_q);
     const int m_block = slot.q_tile, h = slot.h, b = slot.b;
     const int h_kv = h / (p.heads_q / p.heads_kv);
-    int q_len = p.q_len, kv_len = p.kv_len, q_row0 = 0, kv_row0 = 0;
-    if constexpr (VARLEN) {
-      q_row0 = p.cu_q[b];
-      kv_row0 = p.cu_kv[b];
-      q_len = min(p.cu_q[b + 1] - q_row0, p.q_len);   // cut to the call's bounds, as the int8 kernel does
-      kv_len = min(p.cu_kv[b + 1] - kv_row0, p.kv_len);
-    }
+    // VARLEN: the sequence's rows, cut to the call's bounds as in the int8 kernel.
+    const int q_row0 = VARLEN ? p.cu_q[b] : 0, kv_row0 = VARLEN ? p.cu_kv[b] : 0;
+    const int q_len = VARLEN ? min(p.cu_q[b + 1] - q_row0, p.q_len) : p.q_len;
+    const int kv_len = VARLEN ? min(p.cu_kv[b + 1] - kv_row0, p.kv_len) : p.kv_len;
     const int m0 = m_block * BM;
     if (VARLEN && m0 >= q_len) return;   // past this sequence's queries
     const int causal_off = kv_len - q_len;   // query i sees keys j <= i + causal_off
@@ -373,9 +371,10 @@ struct Kernel {
         const float l = dev::quad_sum(st.l[mt][half]);
         const float inv_l = l > 0.f ? 1.f / l : 0.f;
         const int row = row_in_warp + mt * 16 + g + half * 8;   // row inside the CTA tile
-        if (p.lse != nullptr && t == 0 && m0 + row < q_rows) {
+        if (p.lse != nullptr && t == 0 && m0 + row < (VARLEN ? q_rows : q_len)) {
           const float lse = l > 0.f ? (st.m[mt][half] * scale_log2 + dev::log2_approx(l)) * dev::kLn2 : dev::neg_inf();
-          p.lse[lse_index(p, b, h, q_rows, m0 + row)] = lse;
+          if constexpr (VARLEN) p.lse[packed_lse(p, b, h, m0 + row)] = lse;
+          else p.lse[((long long)b * p.heads_q + h) * q_len + m0 + row] = lse;
         }
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
@@ -388,7 +387,7 @@ struct Kernel {
 #pragma unroll
     for (int i = lane; i < kWarpChunks; i += 32) {
       const int row = row_in_warp + i / kChunks, c = i % kChunks;
-      if (m0 + row < q_rows)
+      if (m0 + row < (VARLEN ? q_rows : q_len))
         dev::st_global_16(o_base + (m0 + row) * p.o.ss + c * 8,
                           dev::ld_shared_16(q_smem + dev::swizzled_offset<kChunks>(row, c)));
     }
