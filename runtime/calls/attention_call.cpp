@@ -311,8 +311,8 @@ void Runtime::attention(const AttentionCall& call_in, void* stream) {
   // A capture records launches only: compiling, tuning, loading a module or allocating the workspace
   // would break it, so the call must have run eagerly on this stream first (which did all of that).
   const Impl::EagerKey key = Impl::eager_key(spec, call.problem, stream);
-  const bool capturing =
-      impl_->check_capture(key, stream, "attention(" + to_string(spec) + ", " + to_string(call.problem) + ")");
+  const bool capturing = impl_->check_capture(
+      key, stream, [&] { return "attention(" + to_string(spec) + ", " + to_string(call.problem) + ")"; });
   const Tiling tiling = launch_form(spec, kernel(spec, call.problem).tiling());
   // Work on one stream is ordered, so one workspace per stream serves every call on it without a sync;
   // a stream gets a new (larger) one only when a call needs more.
@@ -329,11 +329,11 @@ bool Runtime::Impl::capturing(void* stream) {
   return rt::stream_capturing(static_cast<CUstream>(stream));
 }
 
-bool Runtime::Impl::check_capture(const EagerKey& key, void* stream, const std::string& what) {
+bool Runtime::Impl::check_capture(const EagerKey& key, void* stream, const std::function<std::string()>& what) {
   if (!capturing(stream)) return false;
   std::lock_guard<std::mutex> lock(workspace_mutex);
   if (!ran_eagerly.count(key))
-    throw_bad_input(what + " is being captured into a CUDA graph but has not run on this stream yet; run it once "
+    throw_bad_input(what() + " is being captured into a CUDA graph but has not run on this stream yet; run it once "
                     "eagerly on the same stream first (that compiles and loads its kernels and sizes the "
                     "stream's workspace, which a capture cannot do)");
   return true;

@@ -285,7 +285,7 @@ void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
   EagerKey key = eager_key(requested, p, stream);
   const long long asked[5] = {call.splits, call.tiling.block_m, call.tiling.block_n, call.tiling.warps, call.tiling.stages};
   std::copy(std::begin(asked), std::end(asked), std::begin(key.call));
-  const bool capturing = check_capture(key, stream, "decode(" + to_string(requested) + ", " + to_string(p) + ")");
+  const bool capturing = check_capture(key, stream, [&] { return "decode(" + to_string(requested) + ", " + to_string(p) + ")"; });
   // flow=auto and an unset split count: the tuned tables' choice (decode_dispatch.cpp).
   const Runtime::Impl::DecodeRoute route = route_decode(requested, p, call.tiling, call.splits);
   const Spec& spec = route.spec;
@@ -438,8 +438,9 @@ void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
   const Spec spec = resolve(call.spec);
   // CUDA graphs: the append kernel is loaded by the first, eager call on the stream (a capture cannot).
   const EagerKey key = eager_key(spec, Problem{call.batch, call.heads_kv, call.heads_kv, call.n_new, call.n_new}, stream);
-  const bool capturing = check_capture(key, stream, "append_kv(" + to_string(spec) + ", batch " + std::to_string(call.batch) +
-                                                        ", n_new " + std::to_string(call.n_new) + ")");
+  const bool capturing = check_capture(key, stream, [&] {
+    return "append_kv(" + to_string(spec) + ", batch " + std::to_string(call.batch) + ", n_new " + std::to_string(call.n_new) + ")";
+  });
   const CacheGeometry g = geometry(spec, call.cache, call.heads_kv);
   auto fn = load_source(gen::render_kv_append(spec));
   KvAppendParams ap{};

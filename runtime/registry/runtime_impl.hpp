@@ -2,6 +2,7 @@
 // the high-level attention call (attention_call.cpp).
 #pragma once
 #include <array>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -139,9 +140,10 @@ struct Runtime::Impl {
   std::set<EagerKey> ran_eagerly;
   std::set<void*> captured_streams;
   std::vector<rt::DeviceBuffer> retired_workspaces;
-  // Under capture: refuses (bad_input, `what` names the call) a call that has not run eagerly on the
-  // stream, before anything is enqueued. Returns whether the stream is capturing.
-  bool check_capture(const EagerKey& key, void* stream, const std::string& what);
+  // Under capture: refuses (bad_input, `what()` names the call; formatted only then, not on the hot
+  // path) a call that has not run eagerly on the stream, before anything is enqueued. Returns whether the
+  // stream is capturing.
+  bool check_capture(const EagerKey& key, void* stream, const std::function<std::string()>& what);
   bool capturing(void* stream);   // whether `stream` is capturing (with the runtime's context current)
   // After a call: records the eager run, or the stream as captured.
   void note_call(const EagerKey& key, void* stream, bool captured);
