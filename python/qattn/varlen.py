@@ -17,12 +17,6 @@ def _tensor(torch, name, value):
     return value
 
 
-def _same_device(runtime, named):
-    for name, t in named:
-        if t.device.index != runtime.device:
-            raise BadInput(f"{name} is on {t.device} but the runtime drives cuda:{runtime.device}")
-
-
 def _dtype_name(t):
     return str(t.dtype).replace("torch.", "")
 
@@ -46,7 +40,7 @@ def _offsets(torch, name, value):
 
 def attention_varlen(runtime, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec, out,
                      softmax_scale, lse):
-    from .runtime import _torch, _encode, _scale
+    from .runtime import _torch, _encode, _scale, _check_same_device
     torch = _torch()
     _encode(spec, "spec")   # a str, or BadInput
     spec_b = _encode(checks.with_varlen(spec), "spec")
@@ -72,7 +66,7 @@ def attention_varlen(runtime, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q
         checks.check_packed_lse(tuple(lse.shape), _dtype_name(lse), lse.is_contiguous(), dq[0], heads_q)
         lse_ptr = lse.data_ptr()
     named = [("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_q), ("cu_seqlens_kv", cu_kv), ("out", out)]
-    _same_device(runtime, named + ([("lse", lse)] if lse is not None else []))
+    _check_same_device(runtime, named + ([("lse", lse)] if lse is not None else []))
     shape = _library.Shape(batch, heads_q, heads_kv, q_len, kv_len)
     lib = runtime._lib
     stream = torch.cuda.current_stream(runtime.device).cuda_stream

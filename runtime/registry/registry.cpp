@@ -224,7 +224,8 @@ std::shared_ptr<rt::LoadedKernel> Runtime::Impl::load(const Spec& spec, const Ti
   rt::Kernel fn = module.kernel(name);
   const int smem = kernel_smem_bytes(spec, tiling);
   if (smem > 48 * 1024) fn.set_max_dynamic_smem(smem);
-  auto k = std::make_shared<rt::LoadedKernel>(spec, tiling, std::move(module), std::move(fn), static_cast<unsigned>(smem));
+  auto k = std::make_shared<rt::LoadedKernel>(spec, tiling, std::move(module), std::move(fn), static_cast<unsigned>(smem),
+                                               bin.spill_bytes);
   ++counters.loads;
   by_name[name] = k;
   return k;
@@ -403,7 +404,8 @@ const Kernel& Runtime::kernel(const Spec& spec_in, const Problem& problem) {
     if (impl_->options.tune) tiling = kernel(twin, problem).tiling();
     else if (impl_->store) tiling = impl_->stored_tiling(twin, problem_bucket(problem));
     // Where the lengths' registers push the twin's tiling into spills, the varlen default runs instead.
-    if (tiling && compile(spec, launch_form(spec, *tiling)).spill_bytes > 0) tiling.reset();
+    // Loaded, not just compiled: the launch form is the kernel attention() runs, so the load is reused.
+    if (tiling && impl_->load(spec, launch_form(spec, *tiling))->spill_bytes() > 0) tiling.reset();
     if (!tiling) tiling = default_tiling(spec, impl_->limits());
   }
   if (!tiling && impl_->store) tiling = impl_->stored_tiling(spec, problem_bucket(problem));

@@ -27,9 +27,9 @@ namespace rt {
 // A kernel loaded on the runtime's device.
 class LoadedKernel final : public qattn::Kernel {
  public:
-  LoadedKernel(Spec spec, Tiling tiling, rt::Module module, rt::Kernel fn, unsigned smem)
+  LoadedKernel(Spec spec, Tiling tiling, rt::Module module, rt::Kernel fn, unsigned smem, int spill_bytes = -1)
       : name_(kernel_name(spec, tiling)), spec_(spec), tiling_(tiling), module_(std::move(module)),
-        fn_(std::move(fn)), smem_(smem) {}
+        fn_(std::move(fn)), smem_(smem), spill_bytes_(spill_bytes) {}
   const std::string& name() const override { return name_; }
   const Spec& spec() const override { return spec_; }
   const Tiling& tiling() const override { return tiling_; }
@@ -39,6 +39,7 @@ class LoadedKernel final : public qattn::Kernel {
   TmaAttentionParams tma_params(const AttentionParams& params) const;
   void launch(const TmaAttentionParams& params, const Problem& problem, void* stream) const;
   const rt::Kernel& function() const { return fn_; }
+  int spill_bytes() const { return spill_bytes_; }   // ptxas's report of its binary; -1 unknown
 
  private:
   static std::string kernel_name(const Spec& s, const Tiling& t);
@@ -48,6 +49,7 @@ class LoadedKernel final : public qattn::Kernel {
   rt::Module module_;
   rt::Kernel fn_;
   unsigned smem_;
+  int spill_bytes_;
 };
 
 }  // namespace rt
