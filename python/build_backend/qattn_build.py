@@ -8,6 +8,7 @@ and libqattn.so as qattn/lib/libqattn.so, taken from:
   CUDAToolkit_ROOT from $CUDA_HOME or /usr/local/cuda, -j from $CMAKE_BUILD_PARALLEL_LEVEL or the CPU
   count, and extra configure arguments from $CMAKE_ARGS (e.g. compiler launchers).
 The version is the project(qattn VERSION ...) of the repository's CMakeLists.txt, the library's own.
+`pip install -e` links the library into the checkout's python/qattn/lib instead (write_editable_wheel).
 """
 import base64
 import csv
@@ -172,17 +173,12 @@ def _build_info(version, source):
             f"VERSION = {version!r}\nLIBRARY_SOURCE = {source!r}\n").encode()
 
 
-def write_wheel(directory, repo, version, library, library_source):
-    """Writes the wheel into `directory`; returns its file name."""
+def _write_archive(directory, version, entries):
+    """Writes the wheel of `entries` ((archive name, bytes, mode) each) plus its .dist-info into
+    `directory`; returns its file name."""
     name = wheel_name(version)
     dist_info = f"{NAME}-{version}.dist-info"
-    entries = []   # (archive name, bytes, mode)
-    for arcname, path in _package_files(repo):
-        with open(path, "rb") as f:
-            entries.append((arcname, f.read(), 0o644))
-    entries.append((f"{NAME}/_build_info.py", _build_info(version, library_source), 0o644))
-    with open(library, "rb") as f:
-        entries.append((f"{NAME}/lib/{LIBRARY}", f.read(), 0o755))
+    entries = list(entries)
     for file_name, data in _dist_info_files(version).items():
         entries.append((f"{dist_info}/{file_name}", data, 0o644))
     record = io.StringIO()
@@ -201,6 +197,31 @@ def write_wheel(directory, repo, version, library, library_source):
             archive.writestr(info, data)
     os.replace(path + ".part", path)
     return name
+
+
+def write_wheel(directory, repo, version, library, library_source):
+    """Writes the wheel of python/qattn with `library` as qattn/lib/libqattn.so; returns its file name."""
+    entries = []
+    for arcname, path in _package_files(repo):
+        with open(path, "rb") as f:
+            entries.append((arcname, f.read(), 0o644))
+    entries.append((f"{NAME}/_build_info.py", _build_info(version, library_source), 0o644))
+    with open(library, "rb") as f:
+        entries.append((f"{NAME}/lib/{LIBRARY}", f.read(), 0o755))
+    return _write_archive(directory, version, entries)
+
+
+def write_editable_wheel(directory, repo, version, library):
+    """An editable install: a .pth file puts the checkout's python/ on sys.path, and the checkout's
+    python/qattn/lib/libqattn.so becomes a symlink to the library (the bundled rule finds it first, and a
+    rebuild in the same folder updates it). Returns the wheel's file name."""
+    link = os.path.join(repo, "python", NAME, "lib", LIBRARY)
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink(library, link)
+    pth = (os.path.join(repo, "python") + "\n").encode()
+    return _write_archive(directory, version, [(f"__editable__.{NAME}.pth", pth, 0o644)])
 
 
 # -- PEP 517 hooks ------------------------------------------------------------------------------
@@ -229,6 +250,16 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     if library is None:
         library = build_library(repo)
     return write_wheel(wheel_directory, repo, version, library, f"{source}: {library}")
+
+
+def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):
+    return prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    repo, version = find_repository()
+    library = _prebuilt_library() or build_library(repo)
+    return write_editable_wheel(wheel_directory, repo, version, library)
 
 
 def build_sdist(sdist_directory, config_settings=None):

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -227,23 +228,32 @@ def venv(tmp_path_factory):
     assert pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(root / "wheel"), PYTHON_DIR,
                env=env).returncode == 0
     wheel = next((root / "wheel").iterdir())
-    prefix = root / "venv"
+    python = make_venv(root / "venv")
+    installed = subprocess.run([python, "-m", "pip", "install", "--no-index", "--no-deps", "--no-cache-dir",
+                                "--disable-pip-version-check", str(wheel)], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return python, clean_environment(root / "home"), root
+
+
+def make_venv(prefix):
+    """A venv with system site packages (pytest/torch stay visible); returns its python."""
     python = str(prefix / "bin" / "python")
     # Without its own pip the venv is made in milliseconds; the system pip (a system site package)
     # installs into it. A Python whose pip is not visible there gets one by ensurepip.
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(prefix)], check=True)
     if subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode != 0:
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(prefix)], check=True)
-    installed = subprocess.run([python, "-m", "pip", "install", "--no-index", "--no-deps", "--no-cache-dir",
-                                "--disable-pip-version-check", str(wheel)], capture_output=True, text=True)
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    home = root / "home"
-    home.mkdir()
+    return python
+
+
+def clean_environment(home):
+    """No QATTN_*, PYTHONPATH or LD_LIBRARY_PATH: what a user's shell has after the install."""
+    home.mkdir(exist_ok=True)
     clean = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
     for kept in ("LD_PRELOAD", "ASAN_OPTIONS"):   # a sanitizer build's runtime (tests/CMakeLists.txt)
         if kept in os.environ:
             clean[kept] = os.environ[kept]
-    return python, clean, root
+    return clean
 
 
 def run_in(venv, *args, **extra_env):
@@ -293,6 +303,49 @@ def test_version_command_in_the_venv(venv):
     result = run_in(venv, "-m", "qattn", "version")
     assert (result.returncode, result.stdout) == (0, f"qattn {VERSION} (library {VERSION})\n")
     assert run_in(venv, "-m", "qattn", "--help").stdout.startswith("usage: python -m qattn")
+
+
+def copy_checkout(tmp_path):
+    """The parts of this checkout the backend and the package need, in <tmp>/repo."""
+    repo = tmp_path / "repo"
+    shutil.copytree(os.path.join(PYTHON_DIR, "qattn"), repo / "python" / "qattn",
+                    ignore=shutil.ignore_patterns("__pycache__", "lib"))
+    shutil.copytree(os.path.join(PYTHON_DIR, "build_backend"), repo / "python" / "build_backend",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(PYTHON_DIR, "pyproject.toml"), repo / "python")
+    shutil.copy(os.path.join(REPO, "CMakeLists.txt"), repo)
+    return repo
+
+
+def test_editable_links_the_library_into_the_checkout(tmp_path, monkeypatch, fake_library):
+    repo = copy_checkout(tmp_path)
+    monkeypatch.chdir(repo / "python")
+    monkeypatch.setenv("QATTN_PREBUILT_LIBRARY", fake_library)
+    name = qattn_build.build_editable(str(tmp_path / "out"))
+    assert name == f"qattn-{VERSION}-py3-none-{qattn_build.platform_tag()}.whl"
+    link = repo / "python" / "qattn" / "lib" / "libqattn.so"
+    assert os.readlink(link) == fake_library
+    with zipfile.ZipFile(tmp_path / "out" / name) as archive:
+        assert archive.read("__editable__.qattn.pth").decode() == f"{repo / 'python'}\n"
+        assert not [n for n in archive.namelist() if n.startswith("qattn/")]
+
+
+@needs_library
+@needs_pip
+def test_editable_install_imports_the_checkout(tmp_path):
+    repo = copy_checkout(tmp_path)
+    python, clean = make_venv(tmp_path / "venv"), clean_environment(tmp_path / "home")
+    env = dict(clean, QATTN_PREBUILT_LIBRARY=os.environ["QATTN_LIBRARY"])
+    installed = subprocess.run([python, "-m", "pip", "install", "--no-index", "--no-deps", "--no-cache-dir",
+                                "--disable-pip-version-check", "--no-build-isolation", "--force-reinstall",
+                                "-e", str(repo / "python")], capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    code = "import qattn, qattn._library as l; qattn.version(); print(qattn.__file__, *l.loaded_from(), sep='|')"
+    result = subprocess.run([python, "-c", code], capture_output=True, text=True, env=clean, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    module, library, rule = result.stdout.strip().split("|")
+    assert module == str(repo / "python" / "qattn" / "__init__.py")
+    assert (library, rule) == (str(repo / "python" / "qattn" / "lib" / "libqattn.so"), "bundled")
 
 
 @pytest.mark.skipif(os.environ.get("QATTN_TEST_WHEEL_CMAKE") != "1",
