@@ -2,7 +2,8 @@
 and the wheel installed in a fresh venv, imported and checked by `python -m qattn doctor` with a clean
 environment. CPU only and fast: the library is the one under test ($QATTN_LIBRARY, bundled through
 QATTN_PREBUILT_LIBRARY) or a fake file, never a CMake build of its own. The CMake path runs against a fake
-`cmake` here; QATTN_TEST_WHEEL_CMAKE=1 adds a real `pip wheel` that builds the library (minutes).
+`cmake` here; QATTN_TEST_WHEEL_CMAKE=1 adds a real `pip wheel` that builds the library (minutes; in
+$QATTN_BUILD_DIR when set, with $CMAKE_ARGS, e.g. ccache launchers).
 """
 import base64
 import csv
@@ -352,10 +353,13 @@ def test_editable_install_imports_the_checkout(tmp_path):
                     reason="QATTN_TEST_WHEEL_CMAKE=1 runs pip wheel with a real CMake build (minutes)")
 def test_pip_wheel_builds_the_library_with_cmake(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("QATTN_PREBUILT_LIBRARY", "QATTN_LIBRARY")}
-    env["QATTN_BUILD_DIR"] = str(tmp_path / "build")
+    env.setdefault("QATTN_BUILD_DIR", str(tmp_path / "build"))   # a given one (e.g. with ccache) is reused
     result = pip("wheel", "--no-deps", "-w", str(tmp_path / "pip"), PYTHON_DIR, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    library = tmp_path / "build" / "lib" / "libqattn.so"
+    with zipfile.ZipFile(next((tmp_path / "pip").iterdir())) as archive:
+        assert "LIBRARY_SOURCE = 'cmake: " in archive.read("qattn/_build_info.py").decode()
+        library = tmp_path / "libqattn.so"
+        library.write_bytes(archive.read("qattn/lib/libqattn.so"))
     code = ("import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); l.qattn_version.restype = ctypes.c_char_p; "
             "print(l.qattn_version().decode())")
     clean = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}   # no LD_LIBRARY_PATH: the RUNPATH finds libnvrtc
