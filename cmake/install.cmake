@@ -31,8 +31,9 @@ if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_DATADIR
   set(QATTN_LIBRARY_FROM_PYTHON ${CMAKE_INSTALL_FULL_LIBDIR}/libqattn.so.${PROJECT_VERSION_MAJOR})
 endif()
 file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/python/_installed.py CONTENT
-"\"\"\"Written by cmake --install: where this installed package's libqattn is, relative to it.\"\"\"
+"\"\"\"Written by cmake --install: where this installed package's libqattn is, relative to it, and its version.\"\"\"
 LIBRARY = \"@QATTN_LIBRARY_FROM_PYTHON@\"
+VERSION = \"@PROJECT_VERSION@\"
 " @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/python/_installed.py DESTINATION ${QATTN_PYTHON_DIR}/qattn
         COMPONENT python)

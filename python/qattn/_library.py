@@ -1,14 +1,15 @@
-"""Finding libqattn.so and declaring the C prototypes of include/qattn/qattn.h.
+"""Loading libqattn.so (the search order is _search.py's) and declaring the C prototypes of
+include/qattn/qattn.h.
 
 Loaded lazily (on the first Runtime or version() call) so that `import qattn` works on machines where
 the library is not built yet, and so that $QATTN_LIBRARY can still be set after the import.
 """
 import ctypes
-import glob
 import os
 import threading
 
-LIBRARY_NAME = "libqattn.so"
+from . import _search
+from ._search import LIBRARY_NAME, candidate_paths  # noqa: F401 (candidate_paths: the public API)
 
 
 class Tensor(ctypes.Structure):
@@ -136,31 +137,6 @@ PROTOTYPES = {
 }
 
 
-def candidate_paths():
-    """Where libqattn.so is looked for, in order (the first existing file wins)."""
-    env = os.environ.get("QATTN_LIBRARY")
-    if env:
-        # An explicit choice is never second-guessed: a wrong path must fail, not fall back silently.
-        return [os.path.join(env, LIBRARY_NAME) if os.path.isdir(env) else env]
-    package_dir = os.path.dirname(os.path.abspath(__file__))
-    repo = os.path.dirname(os.path.dirname(package_dir))   # python/qattn -> repository root
-    paths = [os.path.join(package_dir, LIBRARY_NAME)]        # an installed copy next to the package
-    try:   # installed by `cmake --install`: the library of the same prefix
-        from ._installed import LIBRARY as installed
-        paths.append(os.path.normpath(os.path.join(package_dir, installed)))
-    except ImportError:
-        pass
-    for build in ["build", "build-release", "build-debug"]:
-        paths.append(os.path.join(repo, build, "lib", LIBRARY_NAME))
-    paths += sorted(glob.glob(os.path.join(repo, "build*", "lib", LIBRARY_NAME)))
-    paths += sorted(glob.glob(os.path.join(repo, "dev", "*", "runtime", LIBRARY_NAME)))
-    seen = []
-    for p in paths:
-        if p not in seen:
-            seen.append(p)
-    return seen
-
-
 def _declare(lib):
     for name, (restype, argtypes) in PROTOTYPES.items():
         try:
@@ -175,29 +151,69 @@ def _declare(lib):
 _lock = threading.Lock()
 _loaded = None        # the ctypes library, once loaded: one per process, shared by every Runtime
 _loaded_path = None
+_loaded_rule = None
+
+
+def _loaded_file(lib, fallback):
+    """The file the dynamic loader opened for `lib` (loaded by name: the loader chose it)."""
+    try:
+        address = ctypes.cast(lib.qattn_version, ctypes.c_void_p).value
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split()
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                if start <= address < end and len(fields) >= 6:
+                    return fields[5]
+    except (OSError, ValueError, AttributeError):
+        pass
+    return fallback
+
+
+def _open(candidate):
+    try:
+        lib = ctypes.CDLL(candidate.path)
+    except OSError as e:
+        if candidate.by_name:
+            return None, str(e)
+        # A library that is there but does not load is the one meant: report it, do not try another.
+        raise OSError(f"cannot load {candidate.path} (found by rule '{candidate.rule}'): {e} (libqattn finds libnvrtc "
+                      f"through its RUNPATH, the CUDA toolkit it was built against, or LD_LIBRARY_PATH)") from None
+    return lib, None
 
 
 def load(path=None):
     """Loads (once per process) and returns the ctypes library; `path` overrides the search."""
-    global _loaded, _loaded_path
+    global _loaded, _loaded_path, _loaded_rule
     with _lock:
         if _loaded is not None:
             if path and os.path.abspath(path) != _loaded_path:
                 raise OSError(f"qattn is already loaded from {_loaded_path}; cannot switch to {path}")
             return _loaded
-        paths = [path] if path else candidate_paths()
-        for p in paths:
-            if not os.path.isfile(p):
+        if path:
+            if not os.path.isfile(path):
+                raise OSError(f"qattn library not found at {path} (from the path argument)")
+            found = [_search.Candidate("path argument", path, False)]
+        else:
+            found = _search.candidates()
+        tried = []
+        for candidate in found:
+            if not candidate.by_name and not os.path.isfile(candidate.path):
+                if candidate.rule == _search.RULE_ENV:
+                    raise _search.WrongLibraryVariable(_search.wrong_variable_message(
+                        os.environ.get(_search.ENV_VARIABLE), candidate.path))
+                tried.append((candidate, "no such file"))
                 continue
-            try:
-                lib = ctypes.CDLL(p)
-            except OSError as e:
-                raise OSError(f"cannot load {p}: {e} (libnvrtc needs /usr/local/cuda/lib64 on "
-                              f"LD_LIBRARY_PATH)") from None
-            _loaded, _loaded_path = _declare(lib), os.path.abspath(p)
+            lib, why = _open(candidate)
+            if lib is None:
+                tried.append((candidate, why))
+                continue
+            resolved = os.path.abspath(candidate.path) if not candidate.by_name else \
+                _loaded_file(lib, candidate.path)
+            _loaded, _loaded_path, _loaded_rule = _declare(lib), resolved, candidate.rule
             return _loaded
-        if path or os.environ.get("QATTN_LIBRARY"):
-            source = "the path argument" if path else "$QATTN_LIBRARY"
-            raise OSError(f"qattn library not found at {paths[0]} (from {source})")
-        raise OSError(f"{LIBRARY_NAME} not found; build it (cmake --build <build>) and set "
-                      f"QATTN_LIBRARY=<build>/lib/{LIBRARY_NAME}; looked in: " + ", ".join(paths))
+        raise OSError(_search.not_found_message(tried))
+
+
+def loaded_from():
+    """(path, rule) of the library this process loaded, or None before the first load."""
+    return (_loaded_path, _loaded_rule) if _loaded is not None else None
