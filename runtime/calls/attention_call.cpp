@@ -222,7 +222,8 @@ std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall
       if (l.zero_scratch_floats > 0)
         rt::fill_bytes_async(reinterpret_cast<CUdeviceptr>(qp.amax_scratch), 0,
                              sizeof(float) * static_cast<size_t>(l.zero_scratch_floats), pass_stream, options.device);
-      auto fn = load_source(gen::render_quant_pass(s.request, l, spec.arch));
+      auto fn = load_helper(gen::quant_pass_kernel(s.request, l),
+                            [&] { return gen::render_quant_pass(s.request, l, spec.arch); });
       fn->launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes, pass_stream, qp);
     }
     if (i == 0) { ap.q = s.y; ap.q_scale = qp.scale; ap.q_mean = qp.mean; }   // mean: Q block means (smooth=q)

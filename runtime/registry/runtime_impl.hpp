@@ -13,6 +13,7 @@
 #include "cache/layered_store.hpp"
 #include "generator/spec_schema.hpp"
 #include "qattn/inflection.hpp"
+#include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/validate.hpp"
 #include "runtime/jit/binary_provider.hpp"
@@ -72,6 +73,16 @@ struct Runtime::Impl {
   std::shared_ptr<rt::LoadedKernel> load(const Spec& spec, const Tiling& tiling);
   // A loaded quantization pass by its rendered source (see quant_pipeline.cpp).
   std::shared_ptr<rt::Kernel> load_source(const gen::Source& source);
+  // A helper kernel by its name parts: rendered (render()) only the first time, so a call that finds it
+  // loaded builds no source text.
+  template <class Render>
+  std::shared_ptr<rt::Kernel> load_helper(const HelperKernel& helper, Render&& render) {
+    {
+      std::lock_guard<std::recursive_mutex> lock(mutex);
+      if (auto it = sources.find(helper_kernel_name(helper)); it != sources.end()) return it->second.second;
+    }
+    return load_source(render());
+  }
   TuningResult tune(const Spec& spec, const Problem& problem);
   // Compiles into the binary cache the form attention() and prepare() launch for a tuned winner (its
   // _qf / _tma twin, Runtime::launch_form), so that a cache pretuned and shipped holds the binaries an
