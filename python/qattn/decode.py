@@ -91,6 +91,12 @@ def _int32_vector(name, tensor, batch, torch):
     return tensor.data_ptr()
 
 
+def same_strides(a, b):
+    """Whether a and b (one shape) step alike along every dimension of size > 1: the append call reads
+    both with one set of strides, and a size-1 dimension's stride is never used."""
+    return all(sa == sb for sa, sb, n in zip(a.stride(), b.stride(), a.shape) if n > 1)
+
+
 def _cache_of(cache):
     if not isinstance(cache, KvCache):
         raise BadInput(f"cache must be a qattn.KvCache, not {type(cache).__name__}")
@@ -110,8 +116,9 @@ def append_kv(runtime, spec, k, v, cache, start):
     args.spec = spec_b
     args.batch, args.heads_kv, args.n_new = k.shape[0], k.shape[1], k.shape[2]
     args.k, args.v = ck.data, cv.data
-    if (ck.sb, ck.sh, ck.ss) != (cv.sb, cv.sh, cv.ss):
-        raise BadInput("k and v must have the same strides")
+    if not same_strides(k, v):
+        raise BadInput(f"k and v must have the same strides (size-1 dimensions aside), got {k.stride()} and "
+                       f"{v.stride()}")
     args.sb, args.sh, args.ss = ck.sb, ck.sh, ck.ss
     args.cache = _cache_of(cache)
     args.start = _int32_vector("start", start, k.shape[0], torch)
@@ -120,7 +127,7 @@ def append_kv(runtime, spec, k, v, cache, start):
         check(lib, lib.qattn_append_kv(handle, ctypes.byref(args), stream), "qattn_append_kv")
 
 
-def decode(runtime, spec, q, cache, kv_lens, out, lse, softmax_scale, splits, unified_max, tiling):
+def decode(runtime, spec, q, cache, kv_lens, out, lse, softmax_scale, splits, unified_max, tiling, max_kv_len=None):
     from .runtime import _torch
     torch = _torch()
     lib = runtime._lib
@@ -139,7 +146,9 @@ def decode(runtime, spec, q, cache, kv_lens, out, lse, softmax_scale, splits, un
     args.cache = _cache_of(cache)
     args.kv_lens = _int32_vector("kv_lens", kv_lens, batch, torch)
     heads_kv = _heads_kv_of(spec, heads_q)
-    max_len = int(kv_lens.max().item())   # sizes the splits; one small device read
+    # The bound sizes the splits. Read from the device when not given: one small synchronizing copy,
+    # which a CUDA-graph capture cannot hold, so captured callers pass it.
+    max_len = int(kv_lens.max().item()) if max_kv_len is None else _positive("max_kv_len", max_kv_len)
     args.shape = _library.Shape(batch, heads_q, heads_kv, q_len, max_len)
     if lse is not None:
         if not isinstance(lse, torch.Tensor) or lse.dtype != torch.float32 or not lse.is_cuda \
@@ -155,6 +164,12 @@ def decode(runtime, spec, q, cache, kv_lens, out, lse, softmax_scale, splits, un
     with runtime._call() as handle:
         check(lib, lib.qattn_decode(handle, ctypes.byref(args), stream), "qattn_decode")
     return out
+
+
+def _positive(name, value):
+    if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 1:
+        raise BadInput(f"{name} must be an int >= 1 (a bound on every kv_lens entry), got {value!r}")
+    return value.__index__()
 
 
 def _heads_kv_of(spec, heads_q):

@@ -226,11 +226,13 @@ class Runtime:
         return _decode.append_kv(self, spec, k, v, cache, start)
 
     def decode(self, spec, q, cache, kv_lens, out=None, lse=None, softmax_scale=None, splits=0,
-               unified_max=None, tiling=None):
+               unified_max=None, tiling=None, max_kv_len=None):
         """Decode attention of q ([b, h_q, q_len, d]) over `cache` (qattn.KvCache) with kv_lens (int32
-        CUDA tensor [b]); returns out. unified_max: None or (phi, lo, hi) for softmax=unified_max."""
+        CUDA tensor [b]); returns out. unified_max: None or (phi, lo, hi) for softmax=unified_max.
+        max_kv_len: a bound on every kv_lens entry (sizes the splits); None reads kv_lens.max() from the
+        device, a synchronizing copy that a CUDA-graph capture cannot hold."""
         return _decode.decode(self, spec, q, cache, kv_lens, out, lse, softmax_scale, splits, unified_max,
-                              tiling)
+                              tiling, max_kv_len)
 
     def tune_decode(self, spec, **sweep):
         """Decode's dataflow and split sweeps on the device (minutes with the defaults; keyword arguments

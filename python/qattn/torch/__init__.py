@@ -1,0 +1,15 @@
+"""qattn for PyTorch: custom ops (torch.ops.qattn.*, traced by torch.compile), drop-in attention calls
+and a quantized KV cache. Importing this module needs torch; `import qattn` alone does not.
+
+    import qattn.torch as qt
+    out = qt.attention(q, k, v, is_causal=True)               # [b, s, h, d], fmt="auto"
+    out = qt.sdpa(q, k, v, is_causal=True)                    # F.scaled_dot_product_attention's [b, h, s, d]
+    cache = qt.KvCache("int8", batch=1, heads_kv=8, head_dim=128, capacity=4096, heads_q=32)
+    cache.append(k_new, v_new, start=pos); out = cache.decode(q_new, kv_lens=pos + 1)
+"""
+from . import ops   # registers torch.ops.qattn.* (first, so the calls below find them)
+from ._device import runtime, set_runtime
+from .attention import attention, attention_varlen, sdpa, tune
+from .kv_cache import KvCache
+
+__all__ = ["attention", "sdpa", "attention_varlen", "tune", "KvCache", "runtime", "set_runtime", "ops"]

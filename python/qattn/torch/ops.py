@@ -1,0 +1,99 @@
+"""qattn's torch.library custom ops, with fake (meta) implementations so that torch.compile traces
+them without a graph break and torch.export sees their output shapes.
+
+    torch.ops.qattn.attention(q, k, v, spec, layout, scale) -> out
+    torch.ops.qattn.attention_lse(q, k, v, spec, layout, scale) -> (out, lse)
+    torch.ops.qattn.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
+                                     spec, scale) -> out
+    torch.ops.qattn.append_kv(k_cache, v_cache, k, v, start, block_table, k_head_scale, v_head_scale,
+                              capacity, page_size, spec) -> ()      (writes k_cache and v_cache)
+    torch.ops.qattn.decode(q, k_cache, v_cache, kv_lens, block_table, k_head_scale, v_head_scale,
+                           capacity, page_size, max_kv_len, spec, scale) -> out
+
+scale 0.0 means 1/sqrt(d). Outputs are new contiguous tensors: out in q's shape and dtype, lse float32
+[b, hq, s_q] ([total_q, hq] for varlen). The specs are qattn spec texts (qattn.formats builds them from
+format names); they are constants of a compiled graph.
+"""
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ..decode import KvCache as _CacheView
+from ..layout import LAYOUTS
+from . import _device, _prefill
+
+
+def _lse_shape(q, layout):
+    if layout == "bhsd":
+        return (q.shape[0], q.shape[1], q.shape[2])
+    return (q.shape[0], q.shape[2], q.shape[1])
+
+
+@torch.library.custom_op("qattn::attention", mutates_args=())
+def attention(q: Tensor, k: Tensor, v: Tensor, spec: str, layout: str, scale: float) -> Tensor:
+    return _prefill.run(q, k, v, spec, layout, scale)
+
+
+@attention.register_fake
+def _(q, k, v, spec, layout, scale):
+    torch._check(layout in LAYOUTS, lambda: f"layout '{layout}' is not supported; accepted: {LAYOUTS}")
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("qattn::attention_lse", mutates_args=())
+def attention_lse(q: Tensor, k: Tensor, v: Tensor, spec: str, layout: str, scale: float) -> Tuple[Tensor, Tensor]:
+    return _prefill.run(q, k, v, spec, layout, scale, with_lse=True)
+
+
+@attention_lse.register_fake
+def _(q, k, v, spec, layout, scale):
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    return out, q.new_empty(_lse_shape(q, layout), dtype=torch.float32)
+
+
+@torch.library.custom_op("qattn::attention_varlen", mutates_args=())
+def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_kv: Tensor,
+                     max_seqlen_q: int, max_seqlen_kv: int, spec: str, scale: float) -> Tensor:
+    rt = _device.runtime(_device.device_index(q))
+    return rt.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec,
+                               softmax_scale=scale or None)
+
+
+@attention_varlen.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec, scale):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+def _cache_view(k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size):
+    return _CacheView(k_cache, v_cache, capacity=capacity, page_size=page_size, block_table=block_table,
+                      k_head_scale=k_head_scale, v_head_scale=v_head_scale)
+
+
+@torch.library.custom_op("qattn::append_kv", mutates_args=("k_cache", "v_cache"))
+def append_kv(k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, start: Tensor,
+              block_table: Optional[Tensor], k_head_scale: Optional[Tensor], v_head_scale: Optional[Tensor],
+              capacity: int, page_size: int, spec: str) -> None:
+    rt = _device.runtime(_device.device_index(k))
+    view = _cache_view(k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size)
+    rt.append_kv(spec, k, v, view, start)
+
+
+@append_kv.register_fake
+def _(k_cache, v_cache, k, v, start, block_table, k_head_scale, v_head_scale, capacity, page_size, spec):
+    return None
+
+
+@torch.library.custom_op("qattn::decode", mutates_args=())
+def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_lens: Tensor, block_table: Optional[Tensor],
+           k_head_scale: Optional[Tensor], v_head_scale: Optional[Tensor], capacity: int, page_size: int,
+           max_kv_len: int, spec: str, scale: float) -> Tensor:
+    rt = _device.runtime(_device.device_index(q))
+    view = _cache_view(k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size)
+    return rt.decode(spec, q, view, kv_lens, softmax_scale=scale or None, max_kv_len=max_kv_len)
+
+
+@decode.register_fake
+def _(q, k_cache, v_cache, kv_lens, block_table, k_head_scale, v_head_scale, capacity, page_size, max_kv_len,
+      spec, scale):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)

@@ -1,0 +1,241 @@
+"""qattn.torch on the GPU: every custom op against a float64 reference (fresh random data with outliers:
+a channel bias in K, a few large Q channels, a sink-like first key; outputs poisoned first), the fake
+implementations' shapes and dtypes, torch.compile(fullgraph=True) and CUDA-graph capture and replay.
+Skipped without $QATTN_LIBRARY or a CUDA PyTorch."""
+import math
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+needs_gpu = pytest.mark.skipif(not os.environ.get("QATTN_LIBRARY") or not torch.cuda.is_available(),
+                               reason="needs $QATTN_LIBRARY and a CUDA PyTorch with a GPU")
+pytestmark = needs_gpu
+
+# Cosine floors against float64: 16-bit kernels are exact up to rounding; the quantized formats' floors
+# are the ones their GPU suites use for this kind of data.
+COS_FLOOR = {"fp16": 0.9999, "int8": 0.995, "int8_fp16": 0.995, "int8_fp8": 0.99, "bf16": 0.9999, "fp8": 0.99,
+             "int4": 0.95, "int4_group": 0.97}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def qt(tmp_path_factory):
+    import qattn
+    import qattn.torch as qt
+    qt.set_runtime(qattn.Runtime(cache_path=tmp_path_factory.mktemp("cache") / "c.db", tune=False))
+    return qt
+
+
+def _fp8_ok():
+    return torch.cuda.get_device_capability() >= (8, 9)
+
+
+def _inputs(b, sq, skv, hq, hkv, d, dtype, seed, layout="bshd"):
+    """q [b, sq, hq, d], k/v [b, skv, hkv, d] (bshd) with outliers; views in `layout`."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, sq, hq, d, generator=gen)
+    k = torch.randn(b, skv, hkv, d, generator=gen)
+    v = torch.randn(b, skv, hkv, d, generator=gen)
+    q[..., 3] *= 8                        # a few large Q channels
+    q[..., d // 2] *= 5
+    k += 4 * torch.randn(1, 1, hkv, d, generator=gen)   # channel bias in K
+    k[:, 0] *= 6                          # a sink-like first key
+    t = [x.to(dtype).cuda() for x in (q, k, v)]
+    if layout == "bhsd":
+        t = [x.transpose(1, 2) for x in t]
+    return t
+
+
+def _reference(q, k, v, causal, layout, scale=None):
+    """float64 attention, causal aligned at each row's end; out in q's layout and shape."""
+    if layout == "bshd":
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+    q, k, v = (x.double() for x in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = q @ k.transpose(-1, -2) * (scale or 1 / math.sqrt(q.shape[-1]))
+    if causal:
+        sq, skv = q.shape[2], k.shape[2]
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(skv, device=q.device)[None, :]
+        s = s.masked_fill(j > i + skv - sq, float("-inf"))
+    out = torch.softmax(s, -1) @ v
+    return out.transpose(1, 2) if layout == "bshd" else out
+
+
+def _errors(out, ref):
+    o, r = out.double().flatten(), ref.flatten()
+    return {"cos": torch.nn.functional.cosine_similarity(o, r, dim=0).item(),
+            "rel_l2": ((o - r).norm() / r.norm()).item(), "max_abs": (o - r).abs().max().item()}
+
+
+def _poison(shape, dtype):
+    """Leaves NaN in the caching allocator's next block of this size, so an output the kernel fails to
+    write shows up."""
+    torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+
+
+FORMATS = ["fp16", "int8", "int8_fp16", "int8_fp8"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("causal,sq,skv,d", [(False, 300, 300, 128), (True, 257, 700, 64), (True, 1, 33, 128)])
+def test_attention_matches_float64(qt, fmt, layout, causal, sq, skv, d):
+    if fmt == "int8_fp8" and not _fp8_ok():
+        pytest.skip("FP8 P·V needs sm_89+")
+    q, k, v = _inputs(2, sq, skv, 8, 2, d, torch.float16, seed=11 + sq, layout=layout)
+    _poison(q.shape, q.dtype)
+    out = qt.attention(q, k, v, is_causal=causal, layout=layout, fmt=fmt)
+    err = _errors(out, _reference(q, k, v, causal, layout))
+    print(fmt, layout, causal, sq, skv, d, err)
+    assert out.shape == q.shape and out.dtype == q.dtype and out.is_contiguous()
+    assert not out.isnan().any()
+    assert err["cos"] >= COS_FLOOR[fmt], err
+
+
+def test_attention_lse_scale_and_bf16(qt):
+    # LSE through the op: exact up to rounding with the 16-bit kernel; the quantized kernels' LSE
+    # bounds are the C++ suites' (they depend on each row's quantization error).
+    q, k, v = _inputs(1, 200, 200, 4, 4, 128, torch.bfloat16, seed=3)
+    out, lse = qt.attention(q, k, v, is_causal=True, scale=0.05, fmt="bf16", return_lse=True)
+    assert _errors(out, _reference(q, k, v, True, "bshd", scale=0.05))["cos"] >= COS_FLOOR["bf16"]
+    qd, kd = q.transpose(1, 2).double(), k.transpose(1, 2).double()
+    s = (qd @ kd.transpose(-1, -2)) * 0.05
+    s = s.masked_fill(torch.ones(200, 200, device="cuda", dtype=torch.bool).triu(1), float("-inf"))
+    assert lse.shape == (1, 4, 200) and lse.dtype == torch.float32
+    assert (lse.double() - torch.logsumexp(s, -1)).abs().max().item() < 2e-2
+    out8, lse8 = qt.attention(q, k, v, is_causal=True, scale=0.05, fmt="int8", return_lse=True)
+    assert _errors(out8, _reference(q, k, v, True, "bshd", scale=0.05))["cos"] >= COS_FLOOR["int8"]
+    assert torch.isfinite(lse8).all()
+
+
+def test_sdpa_is_attention_in_bhsd_and_refuses_what_it_cannot_do(qt):
+    import qattn
+    q, k, v = _inputs(1, 128, 128, 8, 8, 64, torch.float16, seed=5, layout="bhsd")
+    a = qt.sdpa(q, k, v, is_causal=True, fmt="int8")
+    b = qt.attention(q, k, v, is_causal=True, layout="bhsd", fmt="int8")
+    assert torch.equal(a, b)
+    with pytest.raises(qattn.BadInput, match="attn_mask"):
+        qt.sdpa(q, k, v, attn_mask=torch.ones(128, 128, dtype=torch.bool, device="cuda"))
+    with pytest.raises(qattn.BadInput, match="dropout"):
+        qt.sdpa(q, k, v, dropout_p=0.1)
+    with pytest.raises(qattn.BadInput, match="aligns"):
+        qt.sdpa(q, k[:, :, :64], v[:, :, :64], is_causal=True)
+    with pytest.raises(qattn.BadInput, match="fmt 'int3'"):
+        qt.attention(q, k, v, layout="bhsd", fmt="int3")
+
+
+def test_ops_fake_implementations_give_the_real_shapes(qt):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    q, k, v = _inputs(2, 64, 96, 8, 2, 128, torch.float16, seed=9)
+    spec = "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 gqa=4 smooth=kv"
+    real, real_lse = torch.ops.qattn.attention_lse(q, k, v, spec, "bshd", 0.0)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fq, fk, fv = (mode.from_tensor(x) for x in (q, k, v))
+        fake, fake_lse = torch.ops.qattn.attention_lse(fq, fk, fv, spec, "bshd", 0.0)
+        fake_bhsd = torch.ops.qattn.attention(fq.transpose(1, 2), fk.transpose(1, 2), fv.transpose(1, 2), spec,
+                                              "bhsd", 0.0)
+    real_bhsd = torch.ops.qattn.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), spec, "bhsd", 0.0)
+    for f, r in ((fake, real), (fake_lse, real_lse), (fake_bhsd, real_bhsd)):
+        assert (f.shape, f.dtype, f.stride()) == (r.shape, r.dtype, r.stride())
+    torch.library.opcheck(torch.ops.qattn.attention.default, (q, k, v, spec, "bshd", 0.0),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_varlen_op_equals_one_call_per_sequence(qt):
+    cu_q = torch.tensor([0, 1, 18, 148], dtype=torch.int32, device="cuda")
+    cu_kv = torch.tensor([0, 1, 41, 171], dtype=torch.int32, device="cuda")
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(148, 8, 128, generator=gen).half().cuda()
+    k = torch.randn(171, 2, 128, generator=gen).half().cuda()
+    v = torch.randn(171, 2, 128, generator=gen).half().cuda()
+    out = qt.attention_varlen(q, k, v, cu_q, cu_kv, 130, 130, is_causal=True, fmt="int8")
+    for b in range(3):
+        qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_kv[b]), int(cu_kv[b + 1]))
+        one = qt.attention(q[None, qs], k[None, ks], v[None, ks], is_causal=True, fmt="int8")
+        assert torch.equal(out[qs], one[0]), b
+
+
+CACHE_FORMATS = ["bf16", "int8", "fp8", "int4", "int4_group"]
+
+
+@pytest.mark.parametrize("fmt", CACHE_FORMATS)
+@pytest.mark.parametrize("page_size", [0, 16])
+def test_kv_cache_append_then_decode_matches_float64(qt, fmt, page_size):
+    b, hq, hkv, d, n0, cap = 3, 16, 4, 128, 300, 400
+    cache = qt.KvCache(fmt, batch=b, heads_kv=hkv, head_dim=d, capacity=cap, heads_q=hq, dtype=torch.bfloat16,
+                       page_size=page_size)
+    _, k, v = _inputs(b, 1, n0 + 1, hq, hkv, d, torch.bfloat16, seed=21)
+    k, v = k.transpose(1, 2), v.transpose(1, 2)                       # [b, hkv, s, d]
+    cache.append(k[:, :, :n0], v[:, :, :n0], 0)                         # the prompt, at once
+    cache.append(k[:, :, n0:], v[:, :, n0:], torch.full((b,), n0, dtype=torch.int32, device="cuda"))
+    q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
+    _poison(q.shape, q.dtype)
+    out = cache.decode(q, n0 + 1)
+    err = _errors(out, _reference(q, k, v, False, "bhsd"))
+    print(fmt, page_size, err)
+    assert out.shape == q.shape and not out.isnan().any()
+    assert err["cos"] >= COS_FLOOR[fmt], err
+
+
+def test_compile_fullgraph_traces_every_op_without_a_break(qt):
+    q, k, v = _inputs(1, 256, 256, 8, 2, 128, torch.float16, seed=4)
+    cache = qt.KvCache("int8", batch=1, heads_kv=2, head_dim=128, capacity=300, heads_q=8, dtype=torch.float16)
+    kv_lens = torch.full((1,), 257, dtype=torch.int32, device="cuda")
+    start = torch.full((1,), 256, dtype=torch.int32, device="cuda")
+
+    def step(q, k, v, q1, k1, v1):
+        out = qt.attention(q, k, v, is_causal=True, fmt="int8") * 1.0
+        cache.append(k.transpose(1, 2), v.transpose(1, 2), 0)
+        cache.append(k1, v1, start)
+        return out, cache.decode(q1, kv_lens, max_kv_len=300)
+
+    q1 = torch.randn(1, 8, 1, 128, device="cuda", dtype=torch.float16)
+    k1, v1 = (torch.randn(1, 2, 1, 128, device="cuda", dtype=torch.float16) for _ in range(2))
+    eager = step(q, k, v, q1, k1, v1)
+    explained = torch._dynamo.explain(step)(q, k, v, q1, k1, v1)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    compiled = torch.compile(step, fullgraph=True)(q, k, v, q1, k1, v1)
+    for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)
+
+
+def test_cuda_graph_replays_prefill_append_and_decode_on_new_inputs(qt):
+    hq, hkv, d, cap = 8, 2, 128, 512
+    q, k, v = _inputs(1, 128, 128, hq, hkv, d, torch.float16, seed=8)
+    cache = qt.KvCache("int8", batch=1, heads_kv=hkv, head_dim=d, capacity=cap, heads_q=hq, dtype=torch.float16,
+                       page_size=16)
+    start = torch.zeros(1, dtype=torch.int32, device="cuda")
+    kv_lens = torch.zeros(1, dtype=torch.int32, device="cuda")
+    q1 = torch.randn(1, hq, 1, d, device="cuda", dtype=torch.float16)
+    k1, v1 = (torch.randn(1, hkv, 1, d, device="cuda", dtype=torch.float16) for _ in range(2))
+
+    def step():
+        out = qt.attention(q, k, v, is_causal=True, fmt="int8")
+        cache.append(k1, v1, start)
+        return out, cache.decode(q1, kv_lens, max_kv_len=cap)
+
+    filler = torch.randn(1, hkv, cap, d, device="cuda", dtype=torch.float16)
+    cache.append(filler, filler.flip(2), 0)      # every token a replay may read is written
+    start.fill_(128)
+    kv_lens.fill_(129)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()                                   # eager, on the capture stream: qattn's rule for capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        captured = step()
+    for position in (128, 129, 300):
+        for t in (q, k, v, q1, k1, v1):
+            t.copy_(torch.randn_like(t))
+        start.fill_(position)
+        kv_lens.fill_(position + 1)
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = step()
+        assert torch.equal(captured[0], eager[0])
+        assert torch.equal(captured[1], eager[1]), position
