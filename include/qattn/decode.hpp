@@ -91,7 +91,14 @@ struct AppendKvCall {
   const void* v = nullptr;
   long long sb = 0, sh = 0, ss = 0;
   KvCacheView cache;
-  const int* start = nullptr;     // device int [batch]
+  const int* start = nullptr;     // device int [batch]: token i of sequence b goes to position start[b] + i
+  // Instead of start, vLLM's slot mapping: device int64 [n_new], token i to cache row slot_mapping[i] =
+  // page * page_size + offset (a contiguous cache: sequence * capacity + position). The tokens are one
+  // batch (batch 1; k / v [n_new, heads_kv, d] through sh and ss). A slot outside [0, num_slots) is
+  // skipped (-1 marks a padding token); num_slots is the cache's rows per head (pages * page_size, or
+  // sequences * capacity).
+  const long long* slot_mapping = nullptr;
+  long long num_slots = 0;
 };
 
 }  // namespace qattn

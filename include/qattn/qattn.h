@@ -163,7 +163,11 @@ QATTN_API qattn_status qattn_kv_row_bytes(const char* spec, int64_t* bytes_out);
 QATTN_API qattn_status qattn_kv_cache_bytes(const char* spec, int batch, int heads_kv, int capacity, int64_t* bytes_out);
 
 /* qattn_append_kv: n_new tokens per sequence (element type out=, [batch, heads_kv, n_new, d] at element
- * strides sb, sh, ss; all 0: contiguous) quantized into both caches from token start[b] (int [batch]). */
+ * strides sb, sh, ss; all 0: contiguous) quantized into both caches from token start[b] (int [batch]).
+ * Or by vLLM's slot mapping (start NULL, batch 1): token i ([n_new, heads_kv, d] through sh, ss) goes to
+ * cache row slot_mapping[i] = page * page_size + offset (contiguous: sequence * capacity + position);
+ * a slot outside [0, num_slots) is skipped (-1: a padding token); num_slots = pages * page_size, or
+ * sequences * capacity. */
 typedef struct qattn_append_args {
   size_t struct_size;       /* qattn_append_args_init */
   const char* spec;         /* host: a decode spec */
@@ -173,6 +177,8 @@ typedef struct qattn_append_args {
   int64_t sb, sh, ss;
   qattn_kv_cache cache;
   const int* start;
+  const int64_t* slot_mapping;   /* NULL (default): positions from start; else device int64 [n_new] */
+  int64_t num_slots;
 } qattn_append_args;
 
 /* softmax=unified_max: phi and the window on x - phi, natural-log units of x = softmax_scale * q.k

@@ -50,7 +50,8 @@ class AppendArgs(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("spec", ctypes.c_char_p), ("batch", ctypes.c_int),
                 ("heads_kv", ctypes.c_int), ("n_new", ctypes.c_int), ("reserved0", ctypes.c_int),
                 ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("sb", ctypes.c_int64), ("sh", ctypes.c_int64),
-                ("ss", ctypes.c_int64), ("cache", KvCache), ("start", ctypes.c_void_p)]
+                ("ss", ctypes.c_int64), ("cache", KvCache), ("start", ctypes.c_void_p),
+                ("slot_mapping", ctypes.c_void_p), ("num_slots", ctypes.c_int64)]
 
 
 class UnifiedMax(ctypes.Structure):

@@ -106,22 +106,52 @@ def _cache_of(cache):
 def append_kv(runtime, spec, k, v, cache, start):
     from .runtime import _torch
     torch = _torch()
-    lib = runtime._lib
-    args = _library.AppendArgs()
-    check(lib, lib.qattn_append_args_init(ctypes.byref(args), ctypes.sizeof(args)), "qattn_append_args_init")
-    spec_b = _spec_bytes(spec)
     ck, cv = _bhsd("k", k, torch), _bhsd("v", v, torch)
     if tuple(k.shape) != tuple(v.shape):
         raise BadInput(f"k and v have shapes {tuple(k.shape)} and {tuple(v.shape)}; they must be one")
-    args.spec = spec_b
+    args = _append_args(runtime, spec, k, v, ck, cv, cache)
     args.batch, args.heads_kv, args.n_new = k.shape[0], k.shape[1], k.shape[2]
+    args.start = _int32_vector("start", start, k.shape[0], torch)
+    _append(runtime, args, torch)
+
+
+def append_kv_slots(runtime, spec, k, v, cache, slot_mapping, num_slots):
+    """k, v: [tokens, heads_kv, d]; slot_mapping: int64 CUDA tensor [tokens] (cache row of each token:
+    page * page_size + offset, or sequence * capacity + position; -1 skips a token)."""
+    from .runtime import _torch
+    torch = _torch()
+    if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor) or k.dim() != 3 or v.dim() != 3:
+        raise BadInput("k and v must be 3-d CUDA tensors [tokens, heads_kv, d] for a slot-mapping append")
+    if tuple(k.shape) != tuple(v.shape):
+        raise BadInput(f"k and v have shapes {tuple(k.shape)} and {tuple(v.shape)}; they must be one")
+    ck, cv = (_bhsd(name, t.unsqueeze(0).transpose(1, 2), torch) for name, t in (("k", k), ("v", v)))
+    args = _append_args(runtime, spec, k, v, ck, cv, cache)
+    args.batch, args.heads_kv, args.n_new = 1, k.shape[1], k.shape[0]
+    if not isinstance(slot_mapping, torch.Tensor) or not slot_mapping.is_cuda or slot_mapping.dtype != torch.int64 \
+            or tuple(slot_mapping.shape) != (k.shape[0],) or not slot_mapping.is_contiguous():
+        raise BadInput(f"slot_mapping must be a contiguous int64 CUDA tensor of shape [{k.shape[0]}] (one cache row "
+                       f"per token, -1 to skip one)")
+    args.slot_mapping = slot_mapping.data_ptr()
+    args.num_slots = _positive("num_slots", num_slots)
+    _append(runtime, args, torch)
+
+
+def _append_args(runtime, spec, k, v, ck, cv, cache):
+    lib = runtime._lib
+    args = _library.AppendArgs()
+    check(lib, lib.qattn_append_args_init(ctypes.byref(args), ctypes.sizeof(args)), "qattn_append_args_init")
+    args.spec = _spec_bytes(spec)
     args.k, args.v = ck.data, cv.data
     if not same_strides(k, v):
         raise BadInput(f"k and v must have the same strides (size-1 dimensions aside), got {k.stride()} and "
                        f"{v.stride()}")
     args.sb, args.sh, args.ss = ck.sb, ck.sh, ck.ss
     args.cache = _cache_of(cache)
-    args.start = _int32_vector("start", start, k.shape[0], torch)
+    return args
+
+
+def _append(runtime, args, torch):
+    lib = runtime._lib
     stream = torch.cuda.current_stream(runtime.device).cuda_stream
     with runtime._call() as handle:
         check(lib, lib.qattn_append_kv(handle, ctypes.byref(args), stream), "qattn_append_kv")

@@ -225,6 +225,12 @@ class Runtime:
         qattn.KvCache) from token start[b] (int32 CUDA tensor [b]) on torch's current stream."""
         return _decode.append_kv(self, spec, k, v, cache, start)
 
+    def append_kv_slots(self, spec, k, v, cache, slot_mapping, num_slots):
+        """Quantizes tokens k, v ([tokens, h_kv, d]) into `cache` at the rows slot_mapping names (int64
+        CUDA tensor [tokens]: page * page_size + offset, or sequence * capacity + position; -1 and rows
+        outside [0, num_slots) are skipped), as vLLM's cache write; num_slots: the cache's rows per head."""
+        return _decode.append_kv_slots(self, spec, k, v, cache, slot_mapping, num_slots)
+
     def decode(self, spec, q, cache, kv_lens, out=None, lse=None, softmax_scale=None, splits=0,
                unified_max=None, tiling=None, max_kv_len=None):
         """Decode attention of q ([b, h_q, q_len, d]) over `cache` (qattn.KvCache) with kv_lens (int32

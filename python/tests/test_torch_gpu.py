@@ -180,6 +180,36 @@ def test_kv_cache_append_then_decode_matches_float64(qt, fmt, page_size):
     assert err["cos"] >= COS_FLOOR[fmt], err
 
 
+@pytest.mark.parametrize("fmt", CACHE_FORMATS)
+@pytest.mark.parametrize("page_size", [0, 16])
+def test_append_by_slot_mapping_writes_the_bytes_of_append_by_position(qt, fmt, page_size):
+    lens, hkv, d, cap = [1, 15, 16, 17, 130], 2, 128, 132
+    b, n = len(lens), max(lens)
+    caches = [qt.KvCache(fmt, batch=b, heads_kv=hkv, head_dim=d, capacity=cap, dtype=torch.float16,
+                         page_size=page_size) for _ in range(2)]
+    if page_size:   # scatter each sequence's pages over the pool
+        perm = torch.randperm(caches[0].num_pages, generator=torch.Generator().manual_seed(1)).int().cuda()
+        for c in caches:
+            c.block_table.copy_(perm.view_as(c.block_table))
+    for c in caches:
+        c.k.fill_(255)
+        c.v.fill_(255)
+    k = torch.randn(b, hkv, n, d, device="cuda", dtype=torch.float16)
+    v = torch.randn(b, hkv, n, d, device="cuda", dtype=torch.float16)
+    caches[0].append(k, v, 0)
+    pairs = [(s, t) for s in range(b) for t in range(n)] + [(-1, 0)] * 5   # -1: padding tokens
+    order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(2)).tolist()
+    pairs = [pairs[i] for i in order]
+    slots = torch.tensor([-1 if s < 0 else caches[1].slot(s, t) for s, t in pairs], dtype=torch.int64, device="cuda")
+    kp = torch.stack([torch.randn(hkv, d, device="cuda", dtype=torch.float16) if s < 0 else k[s, :, t] for s, t in pairs])
+    vp = torch.stack([torch.randn(hkv, d, device="cuda", dtype=torch.float16) if s < 0 else v[s, :, t] for s, t in pairs])
+    caches[1].append_slots(kp, vp, slots)
+    assert torch.equal(caches[0].k, caches[1].k) and torch.equal(caches[0].v, caches[1].v)
+    kv_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    q = torch.randn(b, hkv, 1, d, device="cuda", dtype=torch.float16)
+    assert torch.equal(caches[0].decode(q, kv_lens, max_kv_len=n), caches[1].decode(q, kv_lens, max_kv_len=n))
+
+
 def test_compile_fullgraph_traces_every_op_without_a_break(qt):
     q, k, v = _inputs(1, 256, 256, 8, 2, 128, torch.float16, seed=4)
     cache = qt.KvCache("int8", batch=1, heads_kv=2, head_dim=128, capacity=300, heads_q=8, dtype=torch.float16)

@@ -10,7 +10,8 @@
 namespace qattn::capi {
 namespace {
 
-// The first (and so far only) versions of the argument structs end with their last field.
+// The first versions of the argument structs: a caller built against them passes this size, and the
+// fields after it (qattn_append_args: slot_mapping, num_slots) keep their defaults.
 constexpr size_t kAppendFirstSize = offsetof(qattn_append_args, start) + sizeof(const int*);
 constexpr size_t kDecodeFirstSize = offsetof(qattn_decode_args, tiling) + sizeof(const char*);
 
@@ -124,6 +125,9 @@ qattn_status qattn_append_kv(qattn_runtime* runtime, const qattn_append_args* ar
     c.sb = a.sb, c.sh = a.sh, c.ss = a.ss;
     c.cache = kv_view_of(a.cache);
     c.start = a.start;
+    static_assert(sizeof(long long) == sizeof(int64_t), "slot_mapping is read as long long");
+    c.slot_mapping = reinterpret_cast<const long long*>(a.slot_mapping);
+    c.num_slots = a.num_slots;
     runtime->rt.append_kv(c, stream);
   });
 }

@@ -431,10 +431,19 @@ void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
   if (call.spec.phase != Phase::decode) throw_bad_input("append_kv() takes a decode spec (got '" + to_string(call.spec) + "')");
   if (call.batch < 1 || call.heads_kv < 1 || call.n_new < 1)
     throw_bad_input("append_kv: batch, heads_kv and n_new must be >= 1");
-  if (!call.k || !call.v || !call.start) throw_bad_input("append_kv: k, v and start must be device pointers (one is null)");
+  const bool by_slot = call.slot_mapping != nullptr;
+  if (!call.k || !call.v || (!call.start && !by_slot))
+    throw_bad_input("append_kv: k, v and start (or slot_mapping) must be device pointers (one is null)");
+  if (by_slot && call.start) throw_bad_input("append_kv: give start or slot_mapping, not both");
+  if (by_slot && call.batch != 1)
+    throw_bad_input("append_kv: with slot_mapping the tokens are one batch (batch 1, k and v [n_new, heads_kv, d]); got batch " +
+                    std::to_string(call.batch));
+  if (by_slot && call.num_slots < 1)
+    throw_bad_input("append_kv: slot_mapping needs num_slots >= 1, the cache's rows per head (pages x page_size, or "
+                    "sequences x capacity); got " + std::to_string(call.num_slots));
   // Positions are on the device; the caller guarantees start[b] + n_new fits (checked here for the
-  // first token only through the cache size).
-  check_cache(call.spec, call.cache, call.heads_kv, call.n_new, "append_kv");
+  // first token only through the cache size). Slots are bounded on the device by num_slots.
+  check_cache(call.spec, call.cache, call.heads_kv, by_slot ? 1 : call.n_new, "append_kv");
   const Spec spec = resolve(call.spec);
   // CUDA graphs: the append kernel is loaded by the first, eager call on the stream (a capture cannot).
   const EagerKey key = eager_key(spec, Problem{call.batch, call.heads_kv, call.heads_kv, call.n_new, call.n_new}, stream);
@@ -446,10 +455,12 @@ void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
   KvAppendParams ap{};
   ap.block_table = spec.paged ? call.cache.block_table : nullptr;
   ap.start = call.start;
+  ap.slot_mapping = call.slot_mapping;
+  ap.num_slots = call.num_slots;
   ap.batch = call.batch;
   ap.heads_kv = call.heads_kv;
   ap.n_new = call.n_new;
-  ap.page_size = call.cache.page_size;
+  ap.page_size = spec.paged ? call.cache.page_size : call.cache.capacity;   // a slot's row: slot / page_size, slot % page_size
   ap.table_stride = call.cache.table_stride;
   const rt::Dim3 grid{static_cast<unsigned>((call.n_new + 3) / 4), static_cast<unsigned>(call.heads_kv),
                       static_cast<unsigned>(call.batch)};

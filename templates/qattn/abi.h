@@ -203,6 +203,11 @@ struct KvAppendParams {
   const float* head_scale;  // fp8e4m3:per_head: [heads_kv] scales (x is stored as e4m3(x / scale))
   int batch, heads_kv, n_new;
   int page_size, table_stride;
+  // Non-null: token i (of n_new, batch 1) goes to cache row slot_mapping[i] = page * page_size + offset
+  // (a contiguous cache: sequence * capacity + token, page_size = capacity); start and block_table are
+  // not read, and a slot outside [0, num_slots) is skipped (-1 marks padding tokens).
+  const long long* slot_mapping;
+  long long num_slots;
 };
 
 // A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), encoded on the host by the

@@ -34,12 +34,14 @@ class KvCache:
         if self.page_size > 0:
             pages_per_seq = -(-capacity // self.page_size)
             num_pages = batch * pages_per_seq if num_pages is None else int(num_pages)
+            self.num_pages = num_pages
             size = kv_cache_bytes(self.spec, num_pages, heads_kv, self.page_size)
             self.block_table = torch.arange(batch * pages_per_seq, dtype=torch.int32, device=device)
             self.block_table = self.block_table.remainder_(num_pages).view(batch, pages_per_seq)
         else:
             size = kv_cache_bytes(self.spec, batch, heads_kv, capacity)
             self.block_table = None
+            self.num_pages = 0
         self.k = torch.empty(size, dtype=torch.uint8, device=device)
         self.v = torch.empty(size, dtype=torch.uint8, device=device)
         fp8 = self.fmt == "fp8"
@@ -65,6 +67,30 @@ class KvCache:
             k, v = (x.clone(memory_format=torch.contiguous_format) for x in (k, v))
         torch.ops.qattn.append_kv(self.k, self.v, k, v, self._int32("start", start), self.block_table, self.k_scale,
                                   self.v_scale, self.capacity, self.page_size, self.spec)
+
+    @property
+    def num_slots(self):
+        """Cache rows per KV head: what a slot mapping may address (pages x page_size, or batch x capacity)."""
+        if self.page_size > 0:
+            return self.num_pages * self.page_size
+        return self.batch * self.capacity
+
+    def slot(self, sequence, position):
+        """The slot of token `position` of `sequence` under the current block table (host ints; for
+        building slot mappings in tests and examples, not on the hot path)."""
+        if self.page_size > 0:
+            page = int(self.block_table[sequence, position // self.page_size])
+            return page * self.page_size + position % self.page_size
+        return sequence * self.capacity + position
+
+    def append_slots(self, k, v, slot_mapping):
+        """Writes tokens k, v ([tokens, heads_kv, d], the cache's dtype) at the cache rows slot_mapping
+        names (int64 CUDA tensor [tokens]; vLLM's layout: page * page_size + offset, or sequence *
+        capacity + position here for a contiguous cache; -1 skips a token), quantizing them once."""
+        if not same_strides(k, v):
+            k, v = (x.clone(memory_format=torch.contiguous_format) for x in (k, v))
+        torch.ops.qattn.append_kv_slots(self.k, self.v, k, v, slot_mapping, self.block_table, self.k_scale,
+                                        self.v_scale, self.capacity, self.page_size, self.num_slots, self.spec)
 
     def decode(self, q, kv_lens, max_kv_len=None, scale=None, causal=True):
         """Attention of q ([b, heads_q, n, d], n new tokens per sequence, 1..64) over each sequence's

@@ -7,6 +7,8 @@ them without a graph break and torch.export sees their output shapes.
                                      spec, scale) -> out
     torch.ops.qattn.append_kv(k_cache, v_cache, k, v, start, block_table, k_head_scale, v_head_scale,
                               capacity, page_size, spec) -> ()      (writes k_cache and v_cache)
+    torch.ops.qattn.append_kv_slots(k_cache, v_cache, k, v, slot_mapping, block_table, k_head_scale,
+                                    v_head_scale, capacity, page_size, num_slots, spec) -> ()
     torch.ops.qattn.decode(q, k_cache, v_cache, kv_lens, block_table, k_head_scale, v_head_scale,
                            capacity, page_size, max_kv_len, spec, scale) -> out
 
@@ -81,6 +83,21 @@ def append_kv(k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, start: Ten
 
 @append_kv.register_fake
 def _(k_cache, v_cache, k, v, start, block_table, k_head_scale, v_head_scale, capacity, page_size, spec):
+    return None
+
+
+@torch.library.custom_op("qattn::append_kv_slots", mutates_args=("k_cache", "v_cache"))
+def append_kv_slots(k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot_mapping: Tensor,
+                    block_table: Optional[Tensor], k_head_scale: Optional[Tensor], v_head_scale: Optional[Tensor],
+                    capacity: int, page_size: int, num_slots: int, spec: str) -> None:
+    rt = _device.runtime(_device.device_index(k))
+    view = _cache_view(k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size)
+    rt.append_kv_slots(spec, k, v, view, slot_mapping, num_slots)
+
+
+@append_kv_slots.register_fake
+def _(k_cache, v_cache, k, v, slot_mapping, block_table, k_head_scale, v_head_scale, capacity, page_size, num_slots,
+      spec):
     return None
 
 

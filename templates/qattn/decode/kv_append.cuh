@@ -1,4 +1,5 @@
-// Writes new tokens (fp16/bf16) into a KV cache, quantizing them into its format (kv_layout.h).
+// Writes new tokens (fp16/bf16) into a KV cache, quantizing them into its format (kv_layout.h), at
+// positions start[b] + i of each sequence, or at the rows a slot mapping names (KvAppendParams).
 // One warp per (sequence, KV head, token) row; lane l holds the D/32 consecutive channels
 // [l * D/32, (l + 1) * D/32). The arithmetic is the documented one, in IEEE fp32 with explicit
 // rounding (no contraction), so a host quantizer written from kv_layout.h produces the same bytes.
@@ -52,11 +53,19 @@ struct Append {
 #pragma unroll
     for (int k = 0; k < kPer; ++k) v[k] = dev::to_float<IN>(x[k]);
 
-    const int t = p.start[b] + i;
-    long long page = b, slot = t;
-    if constexpr (PAGED) {
-      page = p.block_table[(long long)b * p.table_stride + t / p.page_size];
-      slot = t % p.page_size;
+    long long page = b, slot;
+    if (p.slot_mapping) {
+      const long long s = p.slot_mapping[i];
+      if (s < 0 || s >= p.num_slots) return;
+      page = s / p.page_size;
+      slot = s % p.page_size;
+    } else {
+      const int t = p.start[b] + i;
+      slot = t;
+      if constexpr (PAGED) {
+        page = p.block_table[(long long)b * p.table_stride + t / p.page_size];
+        slot = t % p.page_size;
+      }
     }
     u8* row = p.cache.ptr + page * p.cache.page_stride + h * p.cache.head_stride + slot * kRow;
 

@@ -91,7 +91,26 @@ static void check_append_args(qattn_runtime* rt) {
   a.n_new = 3;
   a.cache.head_stride = 8;
   CHECK_STATUS(qattn_append_kv(rt, &a, NULL), QATTN_BAD_INPUT, "16 bytes");
+  a.cache.head_stride = 0;
   CHECK_STATUS(qattn_append_kv(rt, NULL, NULL), QATTN_BAD_INPUT, "args is NULL");
+
+  /* Slot mapping: instead of start, for one batch of tokens, with the cache's row count. */
+  a.slot_mapping = (const int64_t*)FAKE(0x60000);
+  a.num_slots = 64;
+  CHECK_STATUS(qattn_append_kv(rt, &a, NULL), QATTN_BAD_INPUT, "not both");
+  a.start = NULL;
+  a.num_slots = 0;
+  CHECK_STATUS(qattn_append_kv(rt, &a, NULL), QATTN_BAD_INPUT, "num_slots");
+  a.num_slots = 64;
+  a.batch = 2;
+  CHECK_STATUS(qattn_append_kv(rt, &a, NULL), QATTN_BAD_INPUT, "batch 1");
+  a.batch = 1;
+  a.n_new = 200;   /* more tokens than one sequence holds: fine with slots (they spread over the cache) */
+  a.cache.capacity = 6;
+  CHECK_STATUS(qattn_append_kv(rt, &a, NULL), QATTN_BAD_INPUT, "multiple of 4");
+  a.cache.capacity = 64;
+  a.start = (const int*)FAKE(0x50000);
+  a.slot_mapping = NULL;
 
   {
     qattn_flashq_append_args f;
