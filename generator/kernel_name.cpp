@@ -24,6 +24,7 @@ const std::pair<KernelFamily, const char*> kFamilies[] = {{KernelFamily::quant, 
                                                           {KernelFamily::lse_correction, "lsefix"},
                                                           {KernelFamily::decode_combine, "combine"},
                                                           {KernelFamily::kv_append, "kvappend"},
+                                                          {KernelFamily::kv_gather, "kvgather"},
                                                           {KernelFamily::flashq, "flashq"}};
 // Quantizer codes: int4 here means packed two per byte (unpacked int4 codes are int8 storage: "i8").
 const std::pair<Fmt, const char*> kQuantCodes[] = {{Fmt::int8, "i8"}, {Fmt::int4, "i4p"}, {Fmt::fp8e4m3, "e4m3"}};
@@ -131,7 +132,8 @@ HelperKernel read_helper(std::string_view name, const std::vector<std::string>& 
       h.in = r.element();
       h.head_dim = r.head_dim();
       break;
-    case KernelFamily::kv_append: {
+    case KernelFamily::kv_append:
+    case KernelFamily::kv_gather: {
       const std::string& cache = r.next("cache operand");
       if (!gen::schema::parse_operand_code(cache, h.code)) bad_name(name, "bad cache operand '" + cache + "'");
       h.in = r.element();
@@ -196,6 +198,7 @@ std::string helper_kernel_name(const HelperKernel& h) {
       break;
     case KernelFamily::decode_combine: n += "_" + in_and_dim(h); break;
     case KernelFamily::kv_append:
+    case KernelFamily::kv_gather:
       n += "_" + gen::schema::operand_code(h.code) + "_" + in_and_dim(h) + (h.paged ? "_paged" : "");
       break;
     case KernelFamily::attention: break;

@@ -111,6 +111,17 @@ Source render_kv_append(const Spec& spec) {
                        "qattn::KvAppendParams", 128, spec.arch);
 }
 
+// Reads cache rows back as a packed 16-bit tensor (prefill over the cache).
+Source render_kv_gather(const Spec& spec) {
+  HelperKernel h = of_spec(KernelFamily::kv_gather, spec);
+  h.code = spec.qk;
+  h.paged = spec.paged;
+  return render_helper(h, "qattn/decode/kv_gather.cuh",
+                       std::string("qattn::decode::Gather<") + fmt_enum(spec.qk.fmt) + ", " + gran_enum(spec.qk.gran) +
+                           ", " + fmt_enum(spec.out) + ", " + std::to_string(spec.head_dim) + ", " + flag(spec.paged) + ">",
+                       "qattn::KvGatherParams", 128, spec.arch);
+}
+
 Source render_flashq_stats(const Spec& spec) { return flashq_source("stats", "Stats", spec, false); }
 Source render_flashq_prefill(const Spec& spec) { return flashq_source("prefill", "Prefill", spec, true); }
 Source render_flashq_append(const Spec& spec) { return flashq_source("append", "Append", spec, true); }

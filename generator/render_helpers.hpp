@@ -25,6 +25,9 @@ Source render_lse_addscaled(Arch arch);
 // kernel (KvAppendParams, 4 tokens per 128-thread block, grid (tokens/4, heads_kv, batch)).
 Source render_decode_combine(const Spec& spec);
 Source render_kv_append(const Spec& spec);
+// Prefill over a cache: the gather of a cache's rows into a packed [rows, heads_kv, d] 16-bit tensor
+// (KvGatherParams, 4 tokens per 128-thread block, grid (ceil(max_len/4), heads_kv, batch)).
+Source render_kv_gather(const Spec& spec);
 
 // FlashQ caches (spec qk=flashq:per_channel; templates/qattn/decode/flashq_pack.cuh, FlashQPackParams,
 // 128 threads): per-channel statistics and quantization of the prefill tokens (grid (ceil(n/64),

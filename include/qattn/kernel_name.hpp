@@ -39,7 +39,7 @@ std::string kernel_name(const Spec& spec, const Tiling& tiling);   // spec.arch 
 std::string operand_code(const Operand& op);                        // "i8tok", "i4grp", "f16" ...
 std::string spec_name(const Spec& spec);                           // the part before "__"
 
-enum class KernelFamily { attention, quant, lse_correction, decode_combine, kv_append, flashq };
+enum class KernelFamily { attention, quant, lse_correction, decode_combine, kv_append, flashq, kv_gather };
 
 // The fields of a helper kernel's name; each family uses those its line above shows.
 struct HelperKernel {
@@ -47,13 +47,13 @@ struct HelperKernel {
   Fmt in = Fmt::fp16;      // the element type read: fp16 | bf16
   int head_dim = 0;        // 0: one kernel for every head dim (lsefix addscaled, flashq lens)
   Operand code{};          // quant: codes (int8, int4 = packed, fp8e4m3) and scale granularity;
-                           // kv_append: the cache's operand
+                           // kv_append, kv_gather: the cache's operand
   int group = 0;           // quant: per_block / per_warp / per_thread group, else 0
   bool smooth = false;     // quant: mean subtracted
   bool block_mean = false; // quant: Q block means subtracted
   int rotate = 0;          // quant: 0 none, 1 the Q side, 2 the K side (quant_config.h kRotate*)
   bool transpose = false;  // quant: V^T
-  bool paged = false;      // kv_append, flashq
+  bool paged = false;      // kv_append, kv_gather, flashq
   std::string op;          // the part after "__": quant pass tag, rowdot | addscaled, flashq writer
   bool operator==(const HelperKernel& o) const;
   bool operator!=(const HelperKernel& o) const { return !(*this == o); }

@@ -156,6 +156,18 @@ typedef struct qattn_kv_cache {
   const float* v_head_scale;
 } qattn_kv_cache;
 
+/* Prefill over a KV cache (chunked prefill, shared prefixes): packed queries q and o [total_q, heads_q, d]
+ * with cu_seqlens_q (device int [batch + 1]); sequence b's keys and values are the first kv_lens[b]
+ * (device int [batch]) rows of `cache`, described by the decode spec cache_spec (row format, d=, paged;
+ * every format but flashq), this chunk's own tokens among the last (appended before the call). shape:
+ * batch, heads_q, heads_kv, q_len the longest chunk, kv_len a bound on every kv_lens entry. Causal (in
+ * spec) aligns at each sequence's end. lse: NULL or fp32 [total_q][heads_q]. The rows are read back
+ * into a per-stream workspace as 16-bit K and V, then spec's variable-length attention runs on them. */
+QATTN_API qattn_status qattn_attention_over_cache(qattn_runtime* runtime, const char* spec, qattn_shape shape,
+                                                  qattn_tensor q, qattn_tensor o, const int* cu_seqlens_q,
+                                                  const char* cache_spec, const qattn_kv_cache* cache,
+                                                  const int* kv_lens, float softmax_scale, float* lse, void* stream);
+
 /* Bytes of one cache row (one token of one KV head) of a decode spec's format (not flashq). */
 QATTN_API qattn_status qattn_kv_row_bytes(const char* spec, int64_t* bytes_out);
 /* Bytes of one contiguous K (or V) cache of capacity tokens for batch x heads_kv; a paged cache of

@@ -100,6 +100,21 @@ struct AttentionCall {
   // A capture may replay with other offsets of the same bounds.
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_kv = nullptr;
+  // Prefill over a KV cache (chunked prefill, shared prefixes): with cu_seqlens_q and no cu_seqlens_kv,
+  // sequence b's keys and values are the first kv_lens[b] rows of the cache (this chunk's tokens among
+  // them, appended before the call); k and v are not read, problem.kv_len bounds kv_lens. See KvSource.
+  const struct KvSource* kv_cache = nullptr;
+};
+
+// The cache a prefill reads (AttentionCall::kv_cache): decode spec `spec` describes its row format,
+// head dim and paging (include/qattn/decode.hpp, the layout of templates/qattn/decode/kv_layout.h; every
+// row format, not flashq); its type out= is the call's. The rows are read back as a packed 16-bit tensor
+// into a per-stream workspace and the variable-length attention runs on it, so the prefill spec's
+// formats apply as for dense inputs.
+struct KvSource {
+  Spec spec;
+  KvCacheView view;
+  const int* kv_lens = nullptr;   // device int [batch]
 };
 
 // Inputs made ready for the attention kernel: for quantized specs, Q, K and V quantized into a workspace

@@ -297,6 +297,17 @@ class Runtime:
         return _varlen.attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec,
                                         out, softmax_scale, lse)
 
+    def attention_over_cache(self, q, cu_seqlens_q, max_seqlen_q, cache_spec, cache, kv_lens, max_kv_len, spec,
+                             out=None, softmax_scale=None, lse=None):
+        """Prefill over a KV cache (chunked prefill, shared prefixes), on torch's current stream.
+
+        q: packed [total_q, h_q, d] with cu_seqlens_q (int32 CUDA [batch + 1]); sequence b attends to the
+        first kv_lens[b] (int32 CUDA [batch]) rows of `cache` (a qattn.KvCache described by the decode spec
+        cache_spec), its own tokens among the last (append them first). max_seqlen_q / max_kv_len bound the
+        lengths. Causal (in spec) aligns at each sequence's end. lse: None or float32 [total_q, h_q]."""
+        return _varlen.attention_over_cache(self, q, cu_seqlens_q, max_seqlen_q, cache_spec, cache, kv_lens,
+                                            max_kv_len, spec, out, softmax_scale, lse)
+
     def prepare(self, q, k, v, spec, layout="bshd"):
         """Quantizes q, k, v once (on the current stream) into a Prepared whose run() launches the
         attention kernel alone."""

@@ -4,6 +4,8 @@ their own lengths, packed one after another along dim 0 of q [total_q, hq, d] an
 The offsets stay on the device: nothing here reads them (no host sync), so the caller's max_seqlen_q /
 max_seqlen_kv are the bounds the kernels size their grids with, and a longer sequence is cut to them.
 """
+import ctypes
+
 from . import _library
 from . import layout as checks
 from .errors import BadInput, check
@@ -74,4 +76,51 @@ def attention_varlen(runtime, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q
         check(lib, lib.qattn_attention_varlen(handle, spec_b, shape, cq, ck, cv, co, cu_q.data_ptr(), cu_kv.data_ptr(),
                                               _scale(softmax_scale), lse_ptr, stream),
               "qattn_attention_varlen")
+    return out
+
+
+def attention_over_cache(runtime, q, cu_seqlens_q, max_seqlen_q, cache_spec, cache, kv_lens, max_kv_len, spec, out,
+                         softmax_scale, lse):
+    """The body of Runtime.attention_over_cache (qattn_attention_over_cache): packed queries over each
+    sequence's first kv_lens[b] rows of a KV cache."""
+    from .decode import KvCache, _heads_kv_of
+    from .runtime import _torch, _encode, _scale, _check_same_device
+    torch = _torch()
+    _encode(spec, "spec")
+    spec_b = _encode(checks.with_varlen(spec), "spec")
+    cache_spec_b = _encode(cache_spec, "cache_spec")
+    if not isinstance(cache, KvCache):
+        raise BadInput(f"cache must be a qattn.KvCache, not {type(cache).__name__}")
+    q, cq, dq = _packed(torch, spec, "q", q)
+    heads_q = dq[1]
+    d = checks.spec_head_dim(spec)
+    if d is not None and d != dq[2]:
+        raise BadInput(f"q has head dim {dq[2]} but the spec says d={d}")
+    heads_kv = _heads_kv_of(cache_spec, heads_q)
+    cu_q, batch = _offsets(torch, "cu_seqlens_q", cu_seqlens_q)
+    lens = _tensor(torch, "kv_lens", kv_lens)
+    if lens.dtype != torch.int32 or tuple(lens.shape) != (batch,) or not lens.is_contiguous():
+        raise BadInput(f"kv_lens must be a contiguous int32 CUDA tensor [{batch}] (cu_seqlens_q has {batch + 1} entries)")
+    q_len = checks.check_max_seqlen("max_seqlen_q", max_seqlen_q)
+    kv_len = checks.check_max_seqlen("max_kv_len", max_kv_len)
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out, co, do = _packed(torch, spec, "out", out)
+    if do != dq or out.dtype != q.dtype:
+        raise BadInput(f"out is {_dtype_name(out)} {list(do)} but q is {_dtype_name(q)} {list(dq)}; they must match")
+    lse_ptr = None
+    if lse is not None:
+        lse = _tensor(torch, "lse", lse)
+        checks.check_packed_lse(tuple(lse.shape), _dtype_name(lse), lse.is_contiguous(), dq[0], heads_q)
+        lse_ptr = lse.data_ptr()
+    named = [("q", q), ("cu_seqlens_q", cu_q), ("kv_lens", lens), ("out", out)]
+    _check_same_device(runtime, named + ([("lse", lse)] if lse is not None else []))
+    shape = _library.Shape(batch, heads_q, heads_kv, q_len, kv_len)
+    lib = runtime._lib
+    stream = torch.cuda.current_stream(runtime.device).cuda_stream
+    with runtime._call() as handle:
+        check(lib, lib.qattn_attention_over_cache(handle, spec_b, shape, cq, co, cu_q.data_ptr(), cache_spec_b,
+                                                  ctypes.byref(cache.c), lens.data_ptr(), _scale(softmax_scale),
+                                                  lse_ptr, stream),
+              "qattn_attention_over_cache")
     return out

@@ -210,6 +210,42 @@ def test_append_by_slot_mapping_writes_the_bytes_of_append_by_position(qt, fmt, 
     assert torch.equal(caches[0].decode(q, kv_lens, max_kv_len=n), caches[1].decode(q, kv_lens, max_kv_len=n))
 
 
+@pytest.mark.parametrize("fmt,page_size", [("bf16", 0), ("bf16", 16), ("int8", 16), ("fp8", 0)])
+def test_prefill_over_the_cache_is_varlen_attention_over_its_tokens(qt, fmt, page_size):
+    """Chunked prefill: each sequence's tokens appended (by slot mapping), then its last q_len tokens'
+    queries attend to the cache. A bf16 cache holds the tokens themselves: the same bits as the
+    variable-length call over them; a quantized one: close to float64 on the original tokens."""
+    q_lens, kv_lens = [1, 15, 16, 130], [1, 40, 16, 700]
+    b, hq, hkv, d = len(q_lens), 8, 2, 128
+    gen = torch.Generator().manual_seed(9)
+    k = (torch.randn(sum(kv_lens), hkv, d, generator=gen) + 2 * torch.randn(1, hkv, d, generator=gen)).bfloat16().cuda()
+    v = torch.randn(sum(kv_lens), hkv, d, generator=gen).bfloat16().cuda()
+    q = torch.randn(sum(q_lens), hq, d, generator=gen).bfloat16().cuda()
+    cache = qt.KvCache(fmt, batch=b, heads_kv=hkv, head_dim=d, capacity=704, heads_q=hq, dtype=torch.bfloat16,
+                       page_size=page_size, k_scale=torch.full((hkv,), 0.05) if fmt == "fp8" else None,
+                       v_scale=torch.full((hkv,), 0.02) if fmt == "fp8" else None)
+    slots = torch.tensor([cache.slot(s, t) for s in range(b) for t in range(kv_lens[s])], dtype=torch.int64,
+                         device="cuda")
+    cache.append_slots(k, v, slots)
+    cu_q = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    cu_kv = torch.tensor([0] + list(torch.tensor(kv_lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    lens = torch.tensor(kv_lens, dtype=torch.int32, device="cuda")
+    for prefill_fmt in ("bf16", "int8"):
+        _poison(q.shape, q.dtype)
+        out = cache.prefill(q, cu_q, max(q_lens), lens, max_kv_len=max(kv_lens), fmt=prefill_fmt)
+        dense = qt.attention_varlen(q, k, v, cu_q, cu_kv, max(q_lens), max(kv_lens), is_causal=True, fmt=prefill_fmt)
+        assert not out.isnan().any()
+        if fmt == "bf16":
+            assert torch.equal(out, dense), prefill_fmt
+        for s in range(b):
+            qs = slice(int(cu_q[s]), int(cu_q[s + 1]))
+            ks = slice(int(cu_kv[s]), int(cu_kv[s + 1]))
+            ref = _reference(q[None, qs], k[None, ks], v[None, ks], True, "bshd")[0]
+            err = _errors(out[qs], ref)
+            print(fmt, page_size, prefill_fmt, s, err)
+            assert err["cos"] >= (0.9999 if fmt == "bf16" and prefill_fmt == "bf16" else 0.99), (s, err)
+
+
 def test_compile_fullgraph_traces_every_op_without_a_break(qt):
     q, k, v = _inputs(1, 256, 256, 8, 2, 128, torch.float16, seed=4)
     cache = qt.KvCache("int8", batch=1, heads_kv=2, head_dim=128, capacity=300, heads_q=8, dtype=torch.float16)

@@ -114,6 +114,32 @@ qattn_status qattn_decode_args_init(qattn_decode_args* args, size_t struct_size)
   return guarded([&] { init_versioned(args, struct_size, default_decode_args(), kDecodeFirstSize, "args"); });
 }
 
+qattn_status qattn_attention_over_cache(qattn_runtime* runtime, const char* spec, qattn_shape shape, qattn_tensor q,
+                                        qattn_tensor o, const int* cu_seqlens_q, const char* cache_spec,
+                                        const qattn_kv_cache* cache, const int* kv_lens, float softmax_scale, float* lse,
+                                        void* stream) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    require_arg(cu_seqlens_q, "cu_seqlens_q");
+    require_arg(cache, "cache");
+    require_arg(kv_lens, "kv_lens");
+    qattn::KvSource src;
+    src.spec = spec_of(cache_spec, "cache_spec");
+    src.view = kv_view_of(*cache);
+    src.kv_lens = kv_lens;
+    qattn::AttentionCall c;
+    c.spec = spec_of(spec, "spec");
+    c.problem = problem_of(shape);
+    c.q = view_of(q);
+    c.o = view_of(o);
+    c.cu_seqlens_q = cu_seqlens_q;
+    c.kv_cache = &src;
+    c.softmax_scale = softmax_scale;
+    c.lse = lse;
+    runtime->rt.attention(c, stream);
+  });
+}
+
 qattn_status qattn_append_kv(qattn_runtime* runtime, const qattn_append_args* args, void* stream) {
   return guarded([&] {
     require_arg(runtime, "runtime");

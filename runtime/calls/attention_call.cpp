@@ -46,6 +46,8 @@ void validate_call(const AttentionCall& c, const Spec& spec) {
 
 // The spec a call runs (before resolving): call.spec, with `varlen` when the call passes sequence offsets.
 Spec spec_of(const AttentionCall& c) {
+  if (c.kv_cache)
+    throw_bad_input("prefill over a KV cache (AttentionCall::kv_cache) runs through attention() only; prepare() takes dense inputs");
   if ((c.cu_seqlens_q == nullptr) != (c.cu_seqlens_kv == nullptr))
     throw_bad_input("a variable-length attention call needs both cu_seqlens_q and cu_seqlens_kv (device int [batch + 1]); "
                     "got only " + std::string(c.cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_kv"));
@@ -304,6 +306,11 @@ rt::DeviceBuffer& Runtime::Impl::stream_workspace(rt::DeviceBuffer& ws, size_t b
 }
 
 void Runtime::attention(const AttentionCall& call_in, void* stream) {
+  if (call_in.kv_cache) {
+    std::lock_guard<std::mutex> lock(impl_->gather_mutex);
+    attention(impl_->gather_kv(call_in, stream), stream);
+    return;
+  }
   const Spec spec = resolve(spec_of(call_in));
   const AttentionCall call = packed_call(call_in, spec);
   validate_call(call, spec);

@@ -14,55 +14,18 @@
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
 #include "runtime/device/driver.hpp"
+#include "runtime/calls/kv_cache_view.hpp"
 #include "runtime/registry/runtime_impl.hpp"
 
 namespace qattn {
 namespace {
 
-constexpr long long kAlign = 16;   // the kernels copy 16-byte units
-
-bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kAlign == 0; }
-
-// The caches' strides with the defaults filled in (bytes).
-struct CacheGeometry {
-  long long row = 0, head_stride = 0, page_stride = 0;
-  int tokens = 0;   // tokens a sequence can hold
-};
-
-CacheGeometry geometry(const Spec& spec, const KvCacheView& c, int heads_kv) {
-  CacheGeometry g;
-  g.row = kv_row_bytes(spec);
-  const int rows_per_block = spec.paged ? c.page_size : c.capacity;
-  g.head_stride = c.head_stride ? c.head_stride : rows_per_block * g.row;
-  g.page_stride = c.page_stride ? c.page_stride : heads_kv * g.head_stride;
-  g.tokens = spec.paged ? c.page_size * c.table_stride : c.capacity;
-  return g;
-}
-
-void check_cache(const Spec& spec, const KvCacheView& c, int heads_kv, int tokens_needed, const char* what) {
-  if (!c.k || !c.v) throw_bad_input(std::string(what) + ": the KV cache pointers are null; pass device pointers for cache.k and cache.v");
-  if (spec.paged) {
-    if (!c.block_table || c.table_stride < 1 || c.page_size < 4 || c.page_size % 4 != 0)
-      throw_bad_input(std::string(what) + ": a paged cache needs block_table, table_stride >= 1 and page_size a positive multiple of 4 (got page_size " +
-                      std::to_string(c.page_size) + ", table_stride " + std::to_string(c.table_stride) + ")");
-  } else if (c.capacity < 1 || c.capacity % 4 != 0) {
-    throw_bad_input(std::string(what) + ": a contiguous cache needs capacity a positive multiple of 4 tokens (got " +
-                    std::to_string(c.capacity) + "); the spec's 'paged' token selects a paged cache");
-  }
-  if (spec.qk.fmt == Fmt::fp8e4m3 && (!c.k_head_scale || !c.v_head_scale))
-    throw_bad_input(std::string(what) + ": an fp8e4m3:per_head cache needs k_head_scale and v_head_scale (device fp32 [heads_kv]; max|x| / 448 per head)");
-  const CacheGeometry g = geometry(spec, c, heads_kv);
-  if (!aligned(c.k) || !aligned(c.v) || g.head_stride % kAlign || g.page_stride % kAlign)
-    throw_bad_input(std::string(what) + ": cache pointers and strides must be multiples of 16 bytes (head_stride " +
-                    std::to_string(g.head_stride) + ", page_stride " + std::to_string(g.page_stride) + ")");
-  const long long rows_per_block = spec.paged ? c.page_size : c.capacity;
-  if (g.head_stride < rows_per_block * g.row || g.page_stride < heads_kv * g.head_stride)
-    throw_bad_input(std::string(what) + ": cache strides overlap (head_stride " + std::to_string(g.head_stride) +
-                    " < tokens x row bytes, or page_stride < heads_kv x head_stride)");
-  if (tokens_needed > g.tokens)
-    throw_bad_input(std::string(what) + ": " + std::to_string(tokens_needed) + " tokens do not fit a cache of " +
-                    std::to_string(g.tokens) + " tokens per sequence");
-}
+using rt::aligned;
+using rt::cache_ref;
+using rt::CacheGeometry;
+using rt::check_cache;
+using rt::geometry;
+using rt::kAlign;
 
 // flashq (flashq.hpp): what decode() reads of the view. The writes (flashq_prefill / flashq_append)
 // check the rest.
@@ -84,10 +47,6 @@ void check_flashq_view(const Spec& spec, const FlashQCacheView& c, int heads_kv,
 long long flashq_page_stride(const FlashQCacheView& c, int d, int which) {
   const long long given = which == 0 ? c.k_page_stride : c.v_page_stride;
   return given ? given : flashq_layout(d, which == 0 ? c.bits.k_bits : c.bits.v_bits).page_bytes;
-}
-
-KvCacheRef cache_ref(void* data, const CacheGeometry& g) {
-  return KvCacheRef{static_cast<unsigned char*>(data), g.page_stride, g.head_stride};
 }
 
 TensorRef dense_ref(void* data, long long sb, long long sh, long long ss, int heads, int seq, int d) {

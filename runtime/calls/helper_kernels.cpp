@@ -57,7 +57,8 @@ std::vector<gen::Source> helper_sources(const Spec& spec, int k_mean_sample_toke
     out.push_back(gen::render_decode_combine(spec));
     return out;
   }
-  if (spec.phase == Phase::decode) return {gen::render_decode_combine(spec), gen::render_kv_append(spec)};
+  if (spec.phase == Phase::decode)   // a cache's kernels: the combine, the append and the gather (prefill over it)
+    return {gen::render_decode_combine(spec), gen::render_kv_append(spec), gen::render_kv_gather(spec)};
   if (!spec.quantized()) return out;
   // The default form (rt::ExperimentOptions::quant_one_pass off): statistics passes where a head needs them,
   // over every token (a short sequence), and K's over a sample where the sequence is longer than it.

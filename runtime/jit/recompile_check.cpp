@@ -83,11 +83,12 @@ gen::Source rebuild(const std::string& name, Arch arch) {
       return h.op == "addscaled" ? gen::render_lse_addscaled(arch) : gen::render_lse_rowdot(helper_spec(h, arch));
     case KernelFamily::decode_combine:
       return gen::render_decode_combine(helper_spec(h, arch));
-    case KernelFamily::kv_append: {
+    case KernelFamily::kv_append:
+    case KernelFamily::kv_gather: {
       Spec s = helper_spec(h, arch);
       s.qk = h.code;
       s.paged = h.paged;
-      return gen::render_kv_append(s);
+      return k.family == KernelFamily::kv_append ? gen::render_kv_append(s) : gen::render_kv_gather(s);
     }
     case KernelFamily::flashq: {
       const Spec s = parse_spec(std::string("decode qk=flashq:per_channel pv=flashq:per_channel out=") +

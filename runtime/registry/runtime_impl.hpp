@@ -164,6 +164,13 @@ struct Runtime::Impl {
   // a growth is refused, naming `what`).
   rt::DeviceBuffer& stream_workspace(rt::DeviceBuffer& ws, size_t bytes, void* stream, const char* what = "attention()");
   std::map<void*, rt::DeviceBuffer> decode_workspaces;   // decode()'s split partials per stream
+  // Prefill over a KV cache (AttentionCall::kv_cache): the cache rows read back into a packed K and V and
+  // their offsets, in the stream's gather workspace; returns the dense variable-length call over them.
+  // gather_mutex is held from the gather until that call is queued, so no other call on the stream
+  // reuses the rows in between.
+  AttentionCall gather_kv(const AttentionCall& call, void* stream);
+  std::map<void*, rt::DeviceBuffer> gather_workspaces;
+  std::mutex gather_mutex;
   // Quantized prefill: V's passes (and Q's, when K's run too) on side streams beside the caller's
   // (rt::ExperimentOptions::concurrent_passes); per caller stream, two side streams and their fork / join events.
   struct PassFork {

@@ -210,6 +210,20 @@ struct KvAppendParams {
   long long num_slots;
 };
 
+// Parameters of the cache gather (qattn/decode/kv_gather.cuh): sequence b's first min(kv_lens[b], max_len)
+// rows of one cache (K or V) into out, packed [rows, heads_kv, d] of the 16-bit output type from row
+// cu_seqlens[b]; cu_seqlens [batch + 1] is written too (null: not). Grid (ceil(max_len / 4), heads_kv, batch).
+struct KvGatherParams {
+  KvCacheRef cache;
+  const int* block_table;
+  const int* kv_lens;
+  const float* head_scale;  // fp8e4m3:per_head: [heads_kv]
+  void* out;
+  int* cu_seqlens;
+  int batch, heads_kv, max_len;
+  int page_size, table_stride;
+};
+
 // A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), encoded on the host by the
 // driver's cuTensorMapEncodeTiled and read by the TMA unit from the kernel's parameter space.
 struct alignas(64) TmaMap {

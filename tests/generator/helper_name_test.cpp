@@ -96,6 +96,7 @@ TEST(HelperKernelNames, LseCombineAppendAndFlashqRoundTrip) {
           expect_round_trip(gen::render_decode_combine(decode));
           const gen::Source append = gen::render_kv_append(decode);
           expect_round_trip(append);
+          expect_round_trip(gen::render_kv_gather(decode));
           EXPECT_EQ(parse_kernel_name(append.kernel_name).helper.code, decode.qk);
           EXPECT_EQ(parse_kernel_name(append.kernel_name).helper.paged, decode.paged);
           const Spec fq = parse_spec(std::string("decode qk=flashq:per_channel pv=flashq:per_channel out=") + out + dim + paged);

@@ -232,6 +232,7 @@ TEST(Render, DecodeLaunchCoversSplitsAndRowBlocks) {
   // The helper kernels of a decode spec: combine and append, named by the family grammar.
   EXPECT_EQ(gen::render_decode_combine(s).kernel_name, "qattn_combine_bf16_d128");
   EXPECT_EQ(gen::render_kv_append(s).kernel_name, "qattn_kvappend_i4tok_bf16_d128_paged");
+  EXPECT_EQ(gen::render_kv_gather(s).kernel_name, "qattn_kvgather_i4tok_bf16_d128_paged");
 }
 
 TEST(EmbeddedTemplates, HaveADigestAndTheAbiHeader) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "qattn/runtime.hpp"
+#include "qattn/decode/kv_layout.h"
 #include "qattn/validate.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
@@ -25,6 +26,7 @@
 #include "tests/common/attention_runs.hpp"
 #include "tests/common/device_tensor.hpp"
 #include "tests/common/gpu_test.hpp"
+#include "tests/common/kv_reference.hpp"
 #include "tests/common/metrics.hpp"
 #include "tests/common/reference_attention.hpp"
 
@@ -363,6 +365,139 @@ TEST_F(VarlenAttention, GraphReplaysOtherLengthsWithTheEagerBits) {
     d.cuGraphExecDestroy(exec);
     d.cuGraphDestroy(graph);
   }
+}
+
+}  // namespace
+}  // namespace qattn
+
+namespace qattn {
+namespace {
+
+// The tokens of `r` as a KV cache of `cache_spec` holds them (the host's dequantization of the cache's
+// bytes, rounded to the call's type), uploaded as a ragged batch with r's queries.
+Ragged as_cached(const Spec& spec, const Ragged& r, const test::HostKvCache& k, const test::HostKvCache& v) {
+  Ragged out;
+  out.q = r.q;
+  out.cu_q = r.cu_q;
+  out.cu_kv = r.cu_kv;
+  out.max_q = r.max_q;
+  out.max_kv = r.max_kv;
+  const int d = spec.head_dim;
+  std::vector<double> row(static_cast<size_t>(d));
+  for (size_t b = 0; b < r.k.size(); ++b)
+    for (int which = 0; which < 2; ++which) {
+      const HostTensor& src = which == 0 ? r.k[b] : r.v[b];
+      HostTensor t = HostTensor::zeros(src.shape, Layout::bshd);
+      for (int h = 0; h < src.shape.heads; ++h)
+        for (int s = 0; s < src.shape.seq; ++s) {
+          test::read_token(which == 0 ? k : v, static_cast<int>(b), h, s, row.data());
+          for (int c = 0; c < d; ++c) t.at(0, h, s, c) = row[static_cast<size_t>(c)];
+        }
+      test::round_to(t, spec.out);
+      (which == 0 ? out.k : out.v).push_back(std::move(t));
+    }
+  out.dq = packed_upload(out.q, spec.out);
+  out.dk = packed_upload(out.k, spec.out);
+  out.dv = packed_upload(out.v, spec.out);
+  out.dcu_q = rt::DeviceBuffer::from(out.cu_q);
+  out.dcu_kv = rt::DeviceBuffer::from(out.cu_kv);
+  return out;
+}
+
+// Prefill over a KV cache (AttentionCall::kv_cache): each sequence's tokens written into a contiguous or
+// paged cache of every row format (by slot mapping, from the packed tokens), then this chunk's queries
+// read the first kv_len rows: the same as the variable-length call over the tokens as the cache holds
+// them (bit for bit for a 16-bit cache, whose rows are the tokens; within rounding for a quantized one,
+// dequantized on the host), and close to float64 on those tokens. Chunks of 1, 15, 16, 17 and 130
+// queries over 1 to 700 cached tokens, causal at each sequence's end, GQA 4.
+TEST_F(VarlenAttention, PrefillOverACacheEqualsTheCallOverItsTokens) {
+  const std::vector<Seq> seqs = {{1, 1}, {15, 40}, {16, 16}, {17, 100}, {130, 700}};
+  const char* caches[] = {"fp16 pv=fp16", "int8:per_token pv=int8:per_token", "int4:per_group pv=int4:per_group",
+                          "fp8e4m3:per_head pv=fp8e4m3:per_head"};
+  const char* prefills[] = {"prefill qk=fp16 pv=fp16 out=fp16 d=128 causal gqa=4",
+                            "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k"};
+  const int heads_kv = 2, d = 128, capacity = 700, batch = static_cast<int>(seqs.size());
+  for (const char* ptext : prefills)
+    for (const char* ctext : caches)
+      for (int page : {0, 16}) {
+        Spec spec = runtime_->resolve(parse_spec(ptext));
+        spec.varlen = true;
+        const Spec cache_spec =
+            runtime_->resolve(parse_spec(std::string("decode qk=") + ctext + " out=fp16 d=128 gqa=4" + (page ? " paged" : "")));
+        const std::uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE(std::string(ptext) + " over " + to_string(cache_spec) + " " + test::seed_note(seed));
+        const Ragged r = make_ragged(spec, heads_kv, seqs, seed);
+        test::HostKvCache k = page ? test::make_paged(cache_spec.qk.fmt, cache_spec.qk.gran, d, batch, heads_kv, page,
+                                                      (capacity + page - 1) / page, seed)
+                                   : test::make_contiguous(cache_spec.qk.fmt, cache_spec.qk.gran, d, batch, heads_kv, capacity);
+        std::fill(k.head_scale.begin(), k.head_scale.end(), 40.f / kv::kFp8Max);   // |x| up to 40: no saturation
+        test::HostKvCache v = k;
+        rt::DeviceBuffer dk = rt::DeviceBuffer::from(k.bytes), dv = rt::DeviceBuffer::from(v.bytes);
+        rt::DeviceBuffer table = rt::DeviceBuffer::from(page ? k.block_table : std::vector<int>{0});
+        rt::DeviceBuffer scales = rt::DeviceBuffer::from(k.head_scale);
+        KvCacheView view;
+        view.k = dk.as<void>();
+        view.v = dv.as<void>();
+        if (page) {
+          view.page_size = page;
+          view.block_table = table.as<int>();
+          view.table_stride = k.table_stride;
+        } else {
+          view.capacity = capacity;
+        }
+        view.k_head_scale = view.v_head_scale = scales.as<float>();
+
+        // Every sequence's keys and values into the cache, by slot mapping from the packed tokens.
+        std::vector<long long> slots;
+        for (int b = 0; b < batch; ++b)
+          for (int t = 0; t < seqs[static_cast<size_t>(b)].kv_len; ++t)
+            slots.push_back(page ? static_cast<long long>(k.block_table[static_cast<size_t>(b) * k.table_stride + t / page]) * page + t % page
+                                 : static_cast<long long>(b) * capacity + t);
+        rt::DeviceBuffer dslots = rt::DeviceBuffer::from(slots);
+        AppendKvCall append;
+        append.spec = cache_spec;
+        append.heads_kv = heads_kv;
+        append.n_new = static_cast<int>(slots.size());
+        append.k = r.dk.as<void>();
+        append.v = r.dv.as<void>();
+        append.sh = d, append.ss = static_cast<long long>(heads_kv) * d;
+        append.cache = view;
+        append.slot_mapping = dslots.as<long long>();
+        append.num_slots = page ? static_cast<long long>(batch) * k.table_stride * page : static_cast<long long>(batch) * capacity;
+        runtime_->append_kv(append, stream_->get());
+
+        std::vector<int> lens;
+        for (const Seq& s : seqs) lens.push_back(s.kv_len);
+        rt::DeviceBuffer dlens = rt::DeviceBuffer::from(lens);
+        KvSource source{cache_spec, view, dlens.as<int>()};
+        VarlenRun over = varlen_call(spec, r, heads_kv);
+        over.call.k = over.call.v = TensorView{};
+        over.call.cu_seqlens_kv = nullptr;
+        over.call.kv_cache = &source;
+        runtime_->attention(over.call, stream_->get());
+        stream_->synchronize();
+        const Outputs got = read_varlen(over, r, spec);
+
+        k.bytes = dk.to_vector<unsigned char>();
+        v.bytes = dv.to_vector<unsigned char>();
+        const Ragged cached = as_cached(spec, r, k, v);
+        VarlenRun dense = varlen_call(spec, cached, heads_kv);
+        runtime_->attention(dense.call, stream_->get());
+        stream_->synchronize();
+        const Outputs want = read_varlen(dense, cached, spec);
+        const bool rows_are_tokens = cache_spec.qk.fmt == Fmt::fp16;
+        for (size_t b = 0; b < seqs.size(); ++b) {
+          const test::ErrorMetrics same = test::compare(want.o[b], got.o[b]);
+          const HostTensor ref = test::reference_attention(cached.q[b], cached.k[b], cached.v[b], {true, 0.0}, nullptr, Layout::bshd);
+          const test::ErrorMetrics exact = test::compare(ref, got.o[b]);
+          std::printf("[ cache prefill ] %-70s over %-60s seq %zu: vs dense %s | vs float64 %s\n", ptext,
+                      to_string(cache_spec).c_str(), b, same.report().c_str(), exact.report().c_str());
+          EXPECT_EQ(same.nonfinite, 0);
+          if (rows_are_tokens) EXPECT_EQ(same.max_abs, 0.0) << "sequence " << b;
+          else EXPECT_GE(same.cosine, 0.99999) << "sequence " << b;
+          EXPECT_GE(exact.cosine, spec.quantized() ? 0.995 : 0.9999) << "sequence " << b;
+        }
+      }
 }
 
 }  // namespace

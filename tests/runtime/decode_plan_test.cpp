@@ -59,9 +59,10 @@ TEST(DecodeCompileOnly, KernelAndHelpersCompileWithoutAGpu) {
   EXPECT_FALSE(k.cubin.empty());
   EXPECT_EQ(k.spill_bytes, 0);
   const std::vector<CompiledKernel> helpers = rt.compile_helpers(s);
-  ASSERT_EQ(helpers.size(), 2u);
+  ASSERT_EQ(helpers.size(), 3u);
   EXPECT_EQ(helpers[0].kernel_name, "qattn_combine_f16_d128");
   EXPECT_EQ(helpers[1].kernel_name, "qattn_kvappend_i4grp_f16_d128_paged");
+  EXPECT_EQ(helpers[2].kernel_name, "qattn_kvgather_i4grp_f16_d128_paged");
   for (const CompiledKernel& h : helpers) EXPECT_EQ(h.spill_bytes, 0) << h.kernel_name;
   // The prefill entry points refuse a decode spec with the way to run it.
   try {

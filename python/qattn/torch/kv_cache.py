@@ -9,7 +9,8 @@ from ..errors import BadInput
 
 
 class KvCache:
-    """K and V of `batch` sequences x `heads_kv` heads, up to `capacity` tokens each, in format `fmt`
+    """K and V of `batch` sequences x `heads_kv` heads, up to `capacity` tokens each (contiguous: rounded
+    up to a multiple of 4), in format `fmt`
     (qattn.formats.DECODE_FORMATS: bf16, int8, fp8, int4, int4_group), read by `heads_q` query heads.
 
     page_size 0: contiguous. page_size > 0 (a multiple of 4): paged, `num_pages` pages (default: enough
@@ -25,6 +26,10 @@ class KvCache:
         for name, value in (("batch", batch), ("heads_kv", heads_kv), ("head_dim", head_dim), ("capacity", capacity)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise BadInput(f"{name} must be an int >= 1, got {value!r}")
+        if page_size and (isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 4 or page_size % 4):
+            raise BadInput(f"page_size must be 0 (contiguous) or a positive multiple of 4, got {page_size!r}")
+        if not page_size:
+            capacity = -(-capacity // 4) * 4   # the kernels copy rows four at a time
         heads_q = heads_kv if heads_q is None else heads_q
         self.fmt = formats.decode_format(fmt)
         self.batch, self.heads_kv, self.heads_q, self.head_dim = batch, heads_kv, heads_q, head_dim
@@ -91,6 +96,22 @@ class KvCache:
             k, v = (x.clone(memory_format=torch.contiguous_format) for x in (k, v))
         torch.ops.qattn.append_kv_slots(self.k, self.v, k, v, slot_mapping, self.block_table, self.k_scale,
                                         self.v_scale, self.capacity, self.page_size, self.num_slots, self.spec)
+
+    def prefill(self, q, cu_seqlens_q, max_seqlen_q, kv_lens, max_kv_len=None, is_causal=True, fmt="auto", scale=None):
+        """Prefill over the cache (chunked prefill, shared prefixes): q packed [total_q, heads_q, d] with
+        cu_seqlens_q (int32 CUDA [batch + 1]); sequence b attends to its first kv_lens[b] cached tokens
+        (int32 CUDA [batch]), its own among the last (append them first). is_causal aligns at each
+        sequence's end. fmt: the prefill format (qattn.formats), applied to the cache's rows read back
+        as 16-bit values. Returns out like q."""
+        if not isinstance(q, torch.Tensor) or q.dim() != 3:
+            raise BadInput("q must be a packed 3-d CUDA tensor [total_q, heads_q, d]")
+        cap = torch.cuda.get_device_capability(self.device)
+        spec = formats.prefill_spec(fmt, cap, self.head_dim, str(self.dtype).replace("torch.", ""), bool(is_causal),
+                                    self.heads_q, self.heads_kv) + " varlen"
+        bound = self.capacity if max_kv_len is None else int(max_kv_len)
+        return torch.ops.qattn.prefill_cache(q, cu_seqlens_q, kv_lens, self.k, self.v, self.block_table, self.k_scale,
+                                             self.v_scale, self.capacity, self.page_size, int(max_seqlen_q), bound,
+                                             self.spec, spec, formats.check_scale(scale))
 
     def decode(self, q, kv_lens, max_kv_len=None, scale=None, causal=True):
         """Attention of q ([b, heads_q, n, d], n new tokens per sequence, 1..64) over each sequence's

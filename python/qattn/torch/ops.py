@@ -9,6 +9,9 @@ them without a graph break and torch.export sees their output shapes.
                               capacity, page_size, spec) -> ()      (writes k_cache and v_cache)
     torch.ops.qattn.append_kv_slots(k_cache, v_cache, k, v, slot_mapping, block_table, k_head_scale,
                                     v_head_scale, capacity, page_size, num_slots, spec) -> ()
+    torch.ops.qattn.prefill_cache(q, cu_seqlens_q, kv_lens, k_cache, v_cache, block_table, k_head_scale,
+                                  v_head_scale, capacity, page_size, max_seqlen_q, max_kv_len, cache_spec,
+                                  spec, scale) -> out
     torch.ops.qattn.decode(q, k_cache, v_cache, kv_lens, block_table, k_head_scale, v_head_scale,
                            capacity, page_size, max_kv_len, spec, scale) -> out
 
@@ -99,6 +102,23 @@ def append_kv_slots(k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot
 def _(k_cache, v_cache, k, v, slot_mapping, block_table, k_head_scale, v_head_scale, capacity, page_size, num_slots,
       spec):
     return None
+
+
+@torch.library.custom_op("qattn::prefill_cache", mutates_args=())
+def prefill_cache(q: Tensor, cu_seqlens_q: Tensor, kv_lens: Tensor, k_cache: Tensor, v_cache: Tensor,
+                  block_table: Optional[Tensor], k_head_scale: Optional[Tensor], v_head_scale: Optional[Tensor],
+                  capacity: int, page_size: int, max_seqlen_q: int, max_kv_len: int, cache_spec: str, spec: str,
+                  scale: float) -> Tensor:
+    rt = _device.runtime(_device.device_index(q))
+    view = _cache_view(k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size)
+    return rt.attention_over_cache(q, cu_seqlens_q, max_seqlen_q, cache_spec, view, kv_lens, max_kv_len, spec,
+                                   softmax_scale=scale or None)
+
+
+@prefill_cache.register_fake
+def _(q, cu_seqlens_q, kv_lens, k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size,
+      max_seqlen_q, max_kv_len, cache_spec, spec, scale):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
 @torch.library.custom_op("qattn::decode", mutates_args=())

@@ -74,6 +74,38 @@ static void check_decode_args(qattn_runtime* rt) {
   CHECK_STATUS(qattn_decode_fallback_rows(rt, NULL, NULL), QATTN_BAD_INPUT, "rows_out is NULL");
 }
 
+/* Prefill over a cache: the call's own arguments, then the cache against the prefill spec. */
+static void check_attention_over_cache_args(qattn_runtime* rt) {
+  const char* prefill = "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 arch=sm_90a";
+  qattn_shape shape = {2, 8, 2, 16, 64};
+  qattn_tensor t = {FAKE(0x10000), 0, 128, 8 * 128};
+  const int* cu = (const int*)FAKE(0x20000);
+  const int* lens = (const int*)FAKE(0x30000);
+  qattn_kv_cache cache;
+  memset(&cache, 0, sizeof cache);
+  cache.k = FAKE(0x40000), cache.v = FAKE(0x50000);
+  cache.capacity = 64;
+  CHECK_STATUS(qattn_attention_over_cache(rt, prefill, shape, t, t, NULL, INT8_SPEC, &cache, lens, 0.f, NULL, NULL),
+               QATTN_BAD_INPUT, "cu_seqlens_q is NULL");
+  CHECK_STATUS(qattn_attention_over_cache(rt, prefill, shape, t, t, cu, INT8_SPEC, NULL, lens, 0.f, NULL, NULL),
+               QATTN_BAD_INPUT, "cache is NULL");
+  CHECK_STATUS(qattn_attention_over_cache(rt, prefill, shape, t, t, cu, INT8_SPEC, &cache, NULL, 0.f, NULL, NULL),
+               QATTN_BAD_INPUT, "kv_lens is NULL");
+  CHECK_STATUS(qattn_attention_over_cache(rt, prefill, shape, t, t, cu, prefill, &cache, lens, 0.f, NULL, NULL),
+               QATTN_BAD_INPUT, "decode spec");
+  CHECK_STATUS(qattn_attention_over_cache(rt, prefill, shape, t, t, cu,
+                                          "decode qk=int8:per_token pv=int8:per_token out=fp16 d=64 arch=sm_90a", &cache,
+                                          lens, 0.f, NULL, NULL),
+               QATTN_BAD_INPUT, "same d= and out=");
+  CHECK_STATUS(qattn_attention_over_cache(rt, prefill, shape, t, t, cu,
+                                          "decode qk=flashq:per_channel pv=flashq:per_channel out=fp16 d=128 arch=sm_90a",
+                                          &cache, lens, 0.f, NULL, NULL),
+               QATTN_BAD_INPUT, "flashq");
+  cache.capacity = 6;
+  CHECK_STATUS(qattn_attention_over_cache(rt, prefill, shape, t, t, cu, INT8_SPEC, &cache, lens, 0.f, NULL, NULL),
+               QATTN_BAD_INPUT, "multiple of 4");
+}
+
 static void check_append_args(qattn_runtime* rt) {
   qattn_append_args a;
   qattn_append_args_init(&a, sizeof a);
@@ -205,5 +237,6 @@ void check_decode_validation(qattn_runtime* rt) {
   check_format_calibration_args(rt);
   check_decode_args(rt);
   check_append_args(rt);
+  check_attention_over_cache_args(rt);
   check_compile(rt);
 }

@@ -1,0 +1,34 @@
+// A KV cache as the calls that read or write it see it (KvCacheView, include/qattn/decode.hpp): the
+// strides with their defaults filled in, the checks every such call makes before launching, and the
+// kernel-side reference (kv_layout.h).
+#pragma once
+#include <cstdint>
+
+#include "qattn/abi.h"
+#include "qattn/decode.hpp"
+#include "qattn/spec.hpp"
+
+namespace qattn::rt {
+
+constexpr long long kAlign = 16;   // the kernels copy 16-byte units
+
+inline bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kAlign == 0; }
+
+// The caches' strides with the defaults filled in (bytes).
+struct CacheGeometry {
+  long long row = 0, head_stride = 0, page_stride = 0;
+  int tokens = 0;   // tokens a sequence can hold
+};
+
+CacheGeometry geometry(const Spec& spec, const KvCacheView& c, int heads_kv);
+
+// Refuses (bad_input, naming `what`) a view the kernels cannot address: null pointers, a paged cache
+// without its table, a contiguous one without capacity, missing fp8 scales, misalignment, overlapping
+// strides, or fewer than tokens_needed tokens per sequence.
+void check_cache(const Spec& spec, const KvCacheView& c, int heads_kv, int tokens_needed, const char* what);
+
+inline KvCacheRef cache_ref(void* data, const CacheGeometry& g) {
+  return KvCacheRef{static_cast<unsigned char*>(data), g.page_stride, g.head_stride};
+}
+
+}  // namespace qattn::rt
