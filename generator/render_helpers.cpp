@@ -100,26 +100,31 @@ Source render_decode_combine(const Spec& spec) {
                        "qattn::DecodeCombineParams", 128, spec.arch);
 }
 
-// Quantizes new tokens into the cache (kv_layout.h).
-Source render_kv_append(const Spec& spec) {
-  HelperKernel h = of_spec(KernelFamily::kv_append, spec);
+namespace {
+
+// A kernel over one cache's rows, templated <cache format, granularity, 16-bit type, d, paged>.
+Source kv_row_kernel(KernelFamily family, const char* header, const char* body, const char* params, const Spec& spec) {
+  HelperKernel h = of_spec(family, spec);
   h.code = spec.qk;
   h.paged = spec.paged;
-  return render_helper(h, "qattn/decode/kv_append.cuh",
-                       std::string("qattn::decode::Append<") + fmt_enum(spec.qk.fmt) + ", " + gran_enum(spec.qk.gran) +
-                           ", " + fmt_enum(spec.out) + ", " + std::to_string(spec.head_dim) + ", " + flag(spec.paged) + ">",
-                       "qattn::KvAppendParams", 128, spec.arch);
+  return render_helper(h, header,
+                       std::string(body) + "<" + fmt_enum(spec.qk.fmt) + ", " + gran_enum(spec.qk.gran) + ", " +
+                           fmt_enum(spec.out) + ", " + std::to_string(spec.head_dim) + ", " + flag(spec.paged) + ">",
+                       params, 128, spec.arch);
+}
+
+}  // namespace
+
+// Quantizes new tokens into the cache (kv_layout.h).
+Source render_kv_append(const Spec& spec) {
+  return kv_row_kernel(KernelFamily::kv_append, "qattn/decode/kv_append.cuh", "qattn::decode::Append",
+                       "qattn::KvAppendParams", spec);
 }
 
 // Reads cache rows back as a packed 16-bit tensor (prefill over the cache).
 Source render_kv_gather(const Spec& spec) {
-  HelperKernel h = of_spec(KernelFamily::kv_gather, spec);
-  h.code = spec.qk;
-  h.paged = spec.paged;
-  return render_helper(h, "qattn/decode/kv_gather.cuh",
-                       std::string("qattn::decode::Gather<") + fmt_enum(spec.qk.fmt) + ", " + gran_enum(spec.qk.gran) +
-                           ", " + fmt_enum(spec.out) + ", " + std::to_string(spec.head_dim) + ", " + flag(spec.paged) + ">",
-                       "qattn::KvGatherParams", 128, spec.arch);
+  return kv_row_kernel(KernelFamily::kv_gather, "qattn/decode/kv_gather.cuh", "qattn::decode::Gather",
+                       "qattn::KvGatherParams", spec);
 }
 
 Source render_flashq_stats(const Spec& spec) { return flashq_source("stats", "Stats", spec, false); }

@@ -40,6 +40,19 @@ def _offsets(torch, name, value):
     return t, batch
 
 
+def _outputs(torch, spec, q, dq, heads_q, out, lse):
+    """(out, its qattn_tensor, lse) of a packed call: out allocated like q when None, both checked."""
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out, co, do = _packed(torch, spec, "out", out)
+    if do != dq or out.dtype != q.dtype:
+        raise BadInput(f"out is {_dtype_name(out)} {list(do)} but q is {_dtype_name(q)} {list(dq)}; they must match")
+    if lse is not None:
+        lse = _tensor(torch, "lse", lse)
+        checks.check_packed_lse(tuple(lse.shape), _dtype_name(lse), lse.is_contiguous(), dq[0], heads_q)
+    return out, co, lse
+
+
 def attention_varlen(runtime, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec, out,
                      softmax_scale, lse):
     from .runtime import _torch, _encode, _scale, _check_same_device
@@ -57,16 +70,8 @@ def attention_varlen(runtime, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q
     checks.check_same_batch(batch, batch_kv)
     q_len = checks.check_max_seqlen("max_seqlen_q", max_seqlen_q)
     kv_len = checks.check_max_seqlen("max_seqlen_kv", max_seqlen_kv)
-    if out is None:
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    out, co, do = _packed(torch, spec, "out", out)
-    if do != dq or out.dtype != q.dtype:
-        raise BadInput(f"out is {_dtype_name(out)} {list(do)} but q is {_dtype_name(q)} {list(dq)}; they must match")
-    lse_ptr = None
-    if lse is not None:
-        lse = _tensor(torch, "lse", lse)
-        checks.check_packed_lse(tuple(lse.shape), _dtype_name(lse), lse.is_contiguous(), dq[0], heads_q)
-        lse_ptr = lse.data_ptr()
+    out, co, lse = _outputs(torch, spec, q, dq, heads_q, out, lse)
+    lse_ptr = None if lse is None else lse.data_ptr()
     named = [("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_q), ("cu_seqlens_kv", cu_kv), ("out", out)]
     _check_same_device(runtime, named + ([("lse", lse)] if lse is not None else []))
     shape = _library.Shape(batch, heads_q, heads_kv, q_len, kv_len)
@@ -103,16 +108,8 @@ def attention_over_cache(runtime, q, cu_seqlens_q, max_seqlen_q, cache_spec, cac
         raise BadInput(f"kv_lens must be a contiguous int32 CUDA tensor [{batch}] (cu_seqlens_q has {batch + 1} entries)")
     q_len = checks.check_max_seqlen("max_seqlen_q", max_seqlen_q)
     kv_len = checks.check_max_seqlen("max_kv_len", max_kv_len)
-    if out is None:
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    out, co, do = _packed(torch, spec, "out", out)
-    if do != dq or out.dtype != q.dtype:
-        raise BadInput(f"out is {_dtype_name(out)} {list(do)} but q is {_dtype_name(q)} {list(dq)}; they must match")
-    lse_ptr = None
-    if lse is not None:
-        lse = _tensor(torch, "lse", lse)
-        checks.check_packed_lse(tuple(lse.shape), _dtype_name(lse), lse.is_contiguous(), dq[0], heads_q)
-        lse_ptr = lse.data_ptr()
+    out, co, lse = _outputs(torch, spec, q, dq, heads_q, out, lse)
+    lse_ptr = None if lse is None else lse.data_ptr()
     named = [("q", q), ("cu_seqlens_q", cu_q), ("kv_lens", lens), ("out", out)]
     _check_same_device(runtime, named + ([("lse", lse)] if lse is not None else []))
     shape = _library.Shape(batch, heads_q, heads_kv, q_len, kv_len)
