@@ -10,6 +10,7 @@ from ..runtime import Runtime
 _lock = threading.Lock()
 _runtimes = {}
 _capabilities = {}
+_retired = []
 
 
 def device_index(tensor):
@@ -31,12 +32,16 @@ def runtime(index):
 
 def set_runtime(rt, index=None):
     """Makes `rt` (a qattn.Runtime) the one the torch calls use on its device, e.g. one opened with a
-    shipped cache (`Runtime(shipped_cache_path=..., tune=False)`). Calls already made keep their
-    compiled kernels in the previous runtime, which stays alive."""
+    shipped cache (`Runtime(shipped_cache_path=..., tune=False)`). The previous runtime is kept alive for
+    the process's life: work already queued, and CUDA graphs captured through it, still use its
+    workspaces."""
     if not isinstance(rt, Runtime):
         raise TypeError(f"set_runtime takes a qattn.Runtime, not {type(rt).__name__}")
     index = rt.device if index is None else int(index)
     with _lock:
+        old = _runtimes.get(index)
+        if old is not None and old is not rt:
+            _retired.append(old)   # its workspaces may still be read by queued kernels or captured graphs
         _runtimes[index] = rt
     _forget_plans()
 

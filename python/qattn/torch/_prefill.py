@@ -69,9 +69,10 @@ def plan(q, k, v, spec, layout, key=None):
     p = _plans.get(key) if key is not None else None
     if p is None:
         p = _make_plan(q, k, v, spec, layout)
-        if len(_plans) >= MAX_PLANS:
-            _plans.clear()
-        _plans[key] = p
+        if key is not None:
+            if len(_plans) >= MAX_PLANS:
+                _plans.clear()
+            _plans[key] = p
     return p
 
 
