@@ -75,13 +75,13 @@ def main():
         add(f"torch.ops.qattn.attention ({fmt}: {spec.split(' d=')[0][8:]})",
             lambda spec=spec: torch.ops.qattn.attention(q, k, v, spec, "bshd", 0.0))
         add(f"qattn.Runtime.attention ({fmt})", lambda spec=spec: rt.attention(q, k, v, spec))
-    # Where the time goes (int8): the Python side alone (the C call stubbed), the cheapest C call, the
-    # kernel launch alone (Prepared.run: no quantization passes), and a CUDA graph replay of the call.
+    # Where the time goes (int8): the Python side alone (the C call stubbed), the plan's C call alone,
+    # the kernel launch alone (Prepared.run: no quantization passes), and a CUDA graph replay of the call.
     spec8 = formats.prefill_spec("int8", torch.cuda.get_device_capability(), args.d, "float16", True, args.h, args.hkv)
 
     class StubLibrary:
         @staticmethod
-        def qattn_attention(*_):
+        def qattn_attention_plan_run(*_):
             return 0
 
     lib = rt._lib
@@ -92,14 +92,13 @@ def main():
     finally:
         rt._lib = lib
     add("ctypes call of qattn_version (the floor of any C call)", lib.qattn_version)
-    from qattn import _library
     from qattn.torch import _prefill
     plan = _prefill.plan(q, k, v, spec8, "bshd")
     out8 = torch.empty_like(q)
-    args8 = (rt._handle, plan.spec_b, plan.shape, _library.Tensor(q.data_ptr(), *plan.q),
-             _library.Tensor(k.data_ptr(), *plan.k), _library.Tensor(v.data_ptr(), *plan.v),
-             _library.Tensor(out8.data_ptr(), *plan.out), 0.0, None, torch.cuda.current_stream().cuda_stream)
-    add("qattn_attention int8 C call alone (prebuilt arguments)", lambda: lib.qattn_attention(*args8))
+    ws8 = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+    args8 = (rt._handle, plan.handle, q.data_ptr(), k.data_ptr(), v.data_ptr(), out8.data_ptr(), None, None, None,
+             0.0, ws8.data_ptr(), torch.cuda.current_stream().cuda_stream)
+    add("qattn_attention_plan_run int8 C call alone (prebuilt arguments)", lambda: lib.qattn_attention_plan_run(*args8))
     prepared = rt.prepare(q, k, v, spec8)
     out = torch.empty_like(q)
     add("qattn.Prepared.run int8 (attention kernel only)", lambda: prepared.run(out))

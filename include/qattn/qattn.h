@@ -133,6 +133,31 @@ QATTN_API qattn_status qattn_run_prepared(qattn_runtime* runtime, qattn_prepared
 QATTN_API const char* qattn_prepared_kernel_name(const qattn_prepared* prepared);
 QATTN_API void qattn_prepared_destroy(qattn_prepared* prepared);
 
+/* Plan, then run (Runtime::plan_attention, include/qattn/runtime.hpp): the spec, the shape (varlen: the
+ * bounds) and the tensors' strides are fixed at plan time, the kernels loaded and the quantization
+ * passes and workspace decided; a run takes pointers only and compiles, tunes, allocates, synchronizes
+ * and creates nothing, so it may be captured in a CUDA graph, even as the first run. The tensors' data
+ * pointers are not read at plan time (may be NULL). Flags: QATTN_PLAN_VARLEN (packed inputs, each run
+ * passes offsets as qattn_attention_varlen), QATTN_PLAN_CALLER_WORKSPACE (the plan allocates none; every
+ * run passes a 256-byte aligned workspace of qattn_attention_plan_workspace_bytes). A plan's own
+ * workspace serves one run at a time: order its runs (one stream). Destroy plans before their runtime. */
+typedef struct qattn_attention_plan qattn_attention_plan;
+#define QATTN_PLAN_VARLEN 1u
+#define QATTN_PLAN_CALLER_WORKSPACE 2u
+QATTN_API qattn_status qattn_attention_plan_create(qattn_runtime* runtime, const char* spec, qattn_shape shape,
+                                                   qattn_tensor q, qattn_tensor k, qattn_tensor v, qattn_tensor o,
+                                                   unsigned flags, qattn_attention_plan** out);
+QATTN_API qattn_status qattn_attention_plan_workspace_bytes(const qattn_attention_plan* plan, int64_t* bytes_out);
+/* Name of the attention kernel the plan runs (valid while the plan lives). */
+QATTN_API const char* qattn_attention_plan_kernel_name(const qattn_attention_plan* plan);
+/* lse, cu_seqlens_q / cu_seqlens_kv (varlen plans only), softmax_scale (0: 1/sqrt(d)) as in
+ * qattn_attention_varlen; workspace NULL: the plan's own. */
+QATTN_API qattn_status qattn_attention_plan_run(qattn_runtime* runtime, const qattn_attention_plan* plan,
+                                                const void* q, const void* k, const void* v, void* o, float* lse,
+                                                const int* cu_seqlens_q, const int* cu_seqlens_kv,
+                                                float softmax_scale, void* workspace, void* stream);
+QATTN_API void qattn_attention_plan_destroy(qattn_attention_plan* plan);
+
 /* ---- Decode over a KV cache (the C++ side: include/qattn/decode.hpp, flashq.hpp, unified_max.hpp) ----
  * Decode specs: `decode qk=<fmt> pv=<fmt> out=<fp16|bf16> d=<64|128|256> [causal] [gqa=N] [splitk=N]
  * [softmax=exact|sas|unified_max] [paged] [flow=auto|mma|gemv] [arch=...]` with the same K and V format:

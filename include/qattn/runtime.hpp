@@ -127,6 +127,36 @@ class PreparedAttention {
   virtual const Problem& problem() const = 0;
 };
 
+// A prefill call decided once and run many times: for engines, CUDA graphs and the lowest host cost.
+// Runtime::plan_attention fixes the spec, the shape (variable-length: the bounds), the strides of q, k,
+// v and o, and loads the kernels (tuned winner, else per RuntimeOptions::tune); it decides the
+// quantization passes and the workspace layout. Runtime::run(plan, ...) then takes pointers only: it
+// compiles, tunes, allocates, synchronizes and creates nothing, so a run may be captured in a CUDA graph
+// at any time, including the first. Workspace: the plan's own (allocated at plan time) unless the run
+// passes one of workspace_bytes(); a plan's own workspace serves one run at a time (order its runs,
+// e.g. on one stream), a caller's workspace lets runs on several streams proceed together.
+class AttentionPlan {
+ public:
+  virtual ~AttentionPlan() = default;
+  virtual const Kernel& kernel() const = 0;
+  virtual const Problem& problem() const = 0;
+  virtual size_t workspace_bytes() const = 0;   // 0 for fp16/bf16 specs
+};
+
+// One run of a plan. Element type, strides and shape are the plan's; variable-length plans take this
+// run's offsets (their bounds are the plan's problem; the batch composition may change between runs).
+struct AttentionRun {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;             // optional, as AttentionCall::lse
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_kv = nullptr;
+  float softmax_scale = 0;          // 0: 1/sqrt(d)
+  void* workspace = nullptr;        // null: the plan's own; else workspace_bytes(), 256-byte aligned
+};
+
 // What Runtime::tune_decode measured and decided (include/qattn/inflection.hpp).
 struct DecodeTuning {
   InflectionTable dataflow;   // GEMV vs tensor-core crossings per KV length bucket
@@ -174,6 +204,11 @@ class Runtime {
   std::unique_ptr<PreparedAttention> prepare(const AttentionCall& call, void* stream);
   // ... then the attention kernel alone, writing o (element type spec.out).
   void run(const PreparedAttention& prepared, TensorView o, float softmax_scale, float* lse, void* stream);
+  // A plan for calls like `call` (its data pointers are not read and may be null; spec.varlen, or the
+  // offsets, make it variable-length). own_workspace false: every run passes its workspace.
+  std::unique_ptr<AttentionPlan> plan_attention(const AttentionCall& call, bool own_workspace = true);
+  // Queues one run of `plan` on `stream`. Checks only what a plan could not: null and misaligned pointers.
+  void run(const AttentionPlan& plan, const AttentionRun& run, void* stream);
   // prepare() with an explicit tiling instead of the tuned one (the tuner's verification uses it).
   std::unique_ptr<PreparedAttention> prepare_with(const AttentionCall& call, const Tiling& tiling, void* stream);
 

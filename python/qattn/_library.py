@@ -96,7 +96,11 @@ class UnifiedMaxCalibration(ctypes.Structure):
 # Opaque handles stay c_void_p: ctypes then hands back plain ints (None for NULL), easy to store.
 _RT = ctypes.c_void_p
 _PREP = ctypes.c_void_p
+_PLAN = ctypes.c_void_p
 _STATUS = ctypes.c_int
+
+PLAN_VARLEN = 1              # QATTN_PLAN_VARLEN
+PLAN_CALLER_WORKSPACE = 2    # QATTN_PLAN_CALLER_WORKSPACE
 
 # name: (restype, argtypes), exactly as in qattn.h.
 PROTOTYPES = {
@@ -121,6 +125,14 @@ PROTOTYPES = {
     "qattn_run_prepared": (_STATUS, [_RT, _PREP, Tensor, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]),
     "qattn_prepared_kernel_name": (ctypes.c_char_p, [_PREP]),
     "qattn_prepared_destroy": (None, [_PREP]),
+    "qattn_attention_plan_create": (_STATUS, [_RT, ctypes.c_char_p, Shape, Tensor, Tensor, Tensor, Tensor, ctypes.c_uint,
+                                              ctypes.POINTER(_PLAN)]),
+    "qattn_attention_plan_workspace_bytes": (_STATUS, [_PLAN, ctypes.POINTER(ctypes.c_int64)]),
+    "qattn_attention_plan_kernel_name": (ctypes.c_char_p, [_PLAN]),
+    "qattn_attention_plan_run": (_STATUS, [_RT, _PLAN, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                           ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]),
+    "qattn_attention_plan_destroy": (None, [_PLAN]),
     "qattn_options_init": (_STATUS, [ctypes.POINTER(Options), ctypes.c_size_t]),
     "qattn_runtime_open": (_STATUS, [ctypes.POINTER(Options), ctypes.POINTER(_RT)]),
     "qattn_kv_row_bytes": (_STATUS, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),

@@ -210,4 +210,56 @@ const char* qattn_prepared_kernel_name(const qattn_prepared* prepared) {
 
 void qattn_prepared_destroy(qattn_prepared* prepared) { delete prepared; }
 
+qattn_status qattn_attention_plan_create(qattn_runtime* runtime, const char* spec, qattn_shape shape, qattn_tensor q,
+                                         qattn_tensor k, qattn_tensor v, qattn_tensor o, unsigned flags,
+                                         qattn_attention_plan** out) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    require_arg(out, "out");
+    *out = nullptr;
+    constexpr unsigned known = QATTN_PLAN_VARLEN | QATTN_PLAN_CALLER_WORKSPACE;
+    if (flags & ~known)
+      qattn::throw_bad_input("qattn_attention_plan_create: unknown flags " + std::to_string(flags & ~known) +
+                             "; accepted: QATTN_PLAN_VARLEN (1), QATTN_PLAN_CALLER_WORKSPACE (2)");
+    qattn::AttentionCall c = call_of(spec, shape, q, k, v);
+    c.o = view_of(o);
+    if (flags & QATTN_PLAN_VARLEN) c.spec.varlen = true;
+    auto p = std::make_unique<qattn_attention_plan>();
+    p->runtime = runtime;
+    p->plan = runtime->rt.plan_attention(c, (flags & QATTN_PLAN_CALLER_WORKSPACE) == 0);
+    *out = p.release();
+  });
+}
+
+qattn_status qattn_attention_plan_workspace_bytes(const qattn_attention_plan* plan, int64_t* bytes_out) {
+  return guarded([&] {
+    require_arg(plan, "plan");
+    require_arg(bytes_out, "bytes_out");
+    *bytes_out = static_cast<int64_t>(plan->plan->workspace_bytes());
+  });
+}
+
+const char* qattn_attention_plan_kernel_name(const qattn_attention_plan* plan) {
+  return plan ? plan->plan->kernel().name().c_str() : "";
+}
+
+qattn_status qattn_attention_plan_run(qattn_runtime* runtime, const qattn_attention_plan* plan, const void* q,
+                                      const void* k, const void* v, void* o, float* lse, const int* cu_seqlens_q,
+                                      const int* cu_seqlens_kv, float softmax_scale, void* workspace, void* stream) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    require_arg(plan, "plan");
+    if (plan->runtime != runtime)
+      qattn::throw_bad_input("qattn_attention_plan_run: the plan was made by another runtime; run it with that one");
+    qattn::AttentionRun r;
+    r.q = q, r.k = k, r.v = v, r.o = o, r.lse = lse;
+    r.cu_seqlens_q = cu_seqlens_q, r.cu_seqlens_kv = cu_seqlens_kv;
+    r.softmax_scale = softmax_scale;
+    r.workspace = workspace;
+    runtime->rt.run(*plan->plan, r, stream);
+  });
+}
+
+void qattn_attention_plan_destroy(qattn_attention_plan* plan) { delete plan; }
+
 }  // extern "C"

@@ -19,6 +19,11 @@ struct qattn_prepared {
   std::unique_ptr<qattn::PreparedAttention> prepared;
 };
 
+struct qattn_attention_plan {
+  const qattn_runtime* runtime = nullptr;   // the runtime that made it, the only one that may run it
+  std::unique_ptr<qattn::AttentionPlan> plan;
+};
+
 namespace qattn::capi {
 
 // The calling thread's last message (qattn_last_error).

@@ -17,9 +17,6 @@
 namespace qattn {
 namespace {
 
-constexpr size_t kAlign = 256;
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
 TensorRef ref_of(const TensorView& t) { return TensorRef{t.data, t.sb, t.sh, t.ss, 1}; }
 
 class Prepared final : public PreparedAttention {
@@ -33,9 +30,9 @@ class Prepared final : public PreparedAttention {
   // _tma kernels: the parameters with K's and V^T's tensor maps, encoded once (they depend only on K and
   // V, which a prepared call fixes); run() copies in the output, LSE and scale of each launch.
   std::optional<TmaAttentionParams> tma;
+  rt::AttentionStage stage;   // quantized: the passes queued, the workspace layout
   // K smoothing shifts the kernel's LSE by softmax_scale * q·mean_k; run() adds it back when asked.
   LseCorrectionParams lse_fix{};
-  std::shared_ptr<rt::Kernel> lse_add;
 };
 
 void validate_call(const AttentionCall& c, const Spec& spec) {
@@ -148,113 +145,23 @@ std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall
     return out;
   }
   // Quantized: Q and K as int8 rows [b, h, s, d]; V as int8 V^T per head, padded to kVPadTokens.
-  const int d = spec.head_dim;
-  const int resident = experiment.quant_one_pass ? quant::kOnePassMinBlocks * device().sm_count : 0;
-  std::array<rt::QuantSlot, 3> slots =
-      rt::quant_slots(spec, p, tiling.int4_mma, resident, options.k_mean_sample_tokens, tiling.q_fused, tiling.tma);
-  size_t bytes = 0;
-  for (rt::QuantSlot& s : slots) {
-    if (!s.active) continue;
-    const long long rows = static_cast<long long>(s.problem.batch) * s.problem.heads;
-    s.codes = bytes;
-    s.row_bytes = s.request.pack4 ? d / 2 : d;   // packed int4: two codes per byte
-    bytes = align_up(bytes + static_cast<size_t>(rows) * s.problem.seq_pad * s.row_bytes);
-    s.scales = bytes;
-    bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(s.plan.scale_floats));
-    s.mean = bytes;
-    bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(s.plan.mean_floats));
-    s.scratch = bytes;   // each operand its own: V's passes may run beside K's (concurrent_passes)
-    bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(s.plan.scratch_floats));
-  }
-  const bool lse_fix = slots[1].request.smooth && (!lent || call.lse != nullptr);
-  const size_t dot = bytes;
-  if (lse_fix) bytes = align_up(bytes + sizeof(float) * static_cast<size_t>(p.batch) * p.heads_q * p.q_len);
+  out->stage = stage_attention(spec, p, tiling, /*lse_fix=*/!lent || call.lse != nullptr);
+  const rt::AttentionStage& st = out->stage;
   char* base = nullptr;
   if (lent) {
-    base = stream_workspace(*lent, bytes, stream).as<char>();
+    base = stream_workspace(*lent, st.bytes, stream).as<char>();
   } else {
-    out->workspace = rt::DeviceBuffer(bytes, options.device);
+    out->workspace = rt::DeviceBuffer(st.bytes, options.device);
     base = out->workspace.as<char>();
   }
-  const TensorView inputs[3] = {call.q, call.k, call.v};
-  const CUstream cu_stream = static_cast<CUstream>(stream);
-  // concurrent_passes: the side streams' passes (pass_lanes) are queued first; the caller's stream then
-  // waits for them before anything that reads their output.
-  const std::array<int, 3> lane = rt::pass_lanes(slots, experiment.concurrent_passes);
-  const bool fork = lane[2] >= 0;
-  const int sides = lane[0] == 1 ? 2 : 1;   // side streams in use when forking (pass_lanes: V on 0, Q on 1)
-  std::unique_lock<std::mutex> fork_lock(fork_mutex, std::defer_lock);
-  Runtime::Impl::PassFork* pf = nullptr;
-  if (fork) {
-    fork_lock.lock();   // the events are per caller stream: one fork at a time records them
-    auto& slot = pass_forks[stream];
-    if (!slot) slot = std::make_unique<Runtime::Impl::PassFork>(options.device);
-    pf = slot.get();
-    pf->forked.record(cu_stream);
-    for (int l = 0; l < sides; ++l) pf->forked.make_wait(pf->side[l].get());
-  }
-  for (int i : fork ? std::array<int, 3>{2, 0, 1} : std::array<int, 3>{0, 1, 2}) {
-    rt::QuantSlot& s = slots[static_cast<size_t>(i)];
-    const int l = lane[static_cast<size_t>(i)];
-    const CUstream pass_stream = l < 0 ? cu_stream : pf->side[l].get();
-    if (!s.active) {   // pv=fp16: V as given; _qf: Q as given (checked above)
-      (i == 0 ? ap.q : ap.v) = ref_of(inputs[i]);
-      continue;
-    }
-    const long long heads = s.problem.heads, seq = s.problem.seq_pad;
-    const long long rb = s.row_bytes;
-    s.y = s.request.transpose ? TensorRef{base + s.codes, heads * d * seq, d * seq, 1, seq}
-                              : TensorRef{base + s.codes, heads * seq * rb, seq * rb, rb, 1};
-    QuantParams qp{};
-    qp.x = ref_of(inputs[i]);
-    qp.y = s.y;
-    qp.scale = gen::dense_scale_ref(s.request, s.problem, reinterpret_cast<float*>(base + s.scales));
-    qp.mean = s.plan.mean_floats ? reinterpret_cast<float*>(base + s.mean) : nullptr;
-    qp.amax_scratch = s.plan.scratch_floats ? reinterpret_cast<float*>(base + s.scratch) : nullptr;
-    qp.batch = s.problem.batch;
-    qp.heads = s.problem.heads;
-    qp.seq_len = s.problem.seq_len;
-    qp.seq_pad = s.problem.seq_pad;
-    qp.d = d;
-    qp.qmax = s.request.code == Fmt::fp8e4m3 ? 448.f : static_cast<float>(s.request.qmax);   // fp8: amax / 448; int4 Q/K: 7
-    qp.cu_seqlens = i == 0 ? call.cu_seqlens_q : call.cu_seqlens_kv;
-    const std::string err = gen::quant_params_error(s.request, qp);
-    if (!err.empty()) throw_bad_input("cannot quantize " + std::string("qkv").substr(static_cast<size_t>(i), 1) + ": " + err);
-    for (const gen::QuantLaunch& l : s.plan.launches) {
-      if (l.zero_scratch_floats > 0)
-        rt::fill_bytes_async(reinterpret_cast<CUdeviceptr>(qp.amax_scratch), 0,
-                             sizeof(float) * static_cast<size_t>(l.zero_scratch_floats), pass_stream, options.device);
-      auto fn = load_helper(gen::quant_pass_kernel(s.request, l),
-                            [&] { return gen::render_quant_pass(s.request, l, spec.arch); });
-      fn->launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes, pass_stream, qp);
-    }
-    if (i == 0) { ap.q = s.y; ap.q_scale = qp.scale; ap.q_mean = qp.mean; }   // mean: Q block means (smooth=q)
-    if (i == 1) { ap.k = s.y; ap.k_scale = qp.scale; }
-    if (i == 2) { ap.v = s.y; ap.v_scale = qp.scale; ap.v_mean = qp.mean; }   // mean: V smoothing, added back to O
-  }
-  if (pf) {   // the caller's stream goes on only when the side streams' passes are done
-    for (int l = 0; l < sides; ++l) {
-      pf->joined[l].record(pf->side[l].get());
-      pf->joined[l].make_wait(cu_stream);
-    }
-    fork_lock.unlock();
-  }
-  if (lse_fix) {
-    LseCorrectionParams& fix = out->lse_fix;
-    fix.q = ref_of(call.q);
-    fix.k_mean = reinterpret_cast<const float*>(base + slots[1].mean);
-    fix.dot = reinterpret_cast<float*>(base + dot);
-    fix.batch = p.batch;
-    fix.heads_q = p.heads_q;
-    fix.heads_kv = p.heads_kv;
-    fix.q_len = p.q_len;
-    fix.cu_q = call.cu_seqlens_q;
-    auto row_dot = load_source(gen::render_lse_rowdot(spec));
-    row_dot->launch(rt::Dim3{static_cast<unsigned>((p.q_len + 3) / 4), static_cast<unsigned>(p.heads_q),
-                             static_cast<unsigned>(p.batch)},
-                    rt::Dim3{128, 1, 1}, 0, cu_stream, fix);
-    out->lse_add = load_source(gen::render_lse_addscaled(spec.arch));
-  }
+  StageInputs in;
+  in.x = {ref_of(call.q), ref_of(call.k), ref_of(call.v)};
+  in.cu_q = call.cu_seqlens_q;
+  in.cu_kv = call.cu_seqlens_kv;
+  in.problem = p;
+  in.head_dim = spec.head_dim;
+  if (const std::string why = stage_input_problem(st, in, base); !why.empty()) throw_bad_input(why);
+  enqueue_stage(st, in, base, stream, ap, st.lse_fix ? &out->lse_fix : nullptr, st.fork ? &stream_fork(stream) : nullptr);
   if (tiling.tma) out->tma = out->kernel_->tma_params(ap);
   return out;
 }
@@ -276,14 +183,7 @@ void Runtime::Impl::run(const PreparedAttention& prepared_in, TensorView o, floa
   } else {
     prepared.kernel_->launch(p, prepared.problem(), stream);
   }
-  if (lse && prepared.lse_add) {
-    LseCorrectionParams fix = prepared.lse_fix;
-    fix.lse = lse;
-    fix.softmax_scale = p.softmax_scale;
-    const long long rows = static_cast<long long>(fix.batch) * fix.heads_q * fix.q_len;
-    prepared.lse_add->launch(rt::Dim3{static_cast<unsigned>((rows + 255) / 256), 1, 1}, rt::Dim3{256, 1, 1}, 0,
-                             static_cast<CUstream>(stream), fix);
-  }
+  if (lse && prepared.stage.lse_fix) add_lse_fix(prepared.stage, prepared.lse_fix, lse, p.softmax_scale, stream);
 }
 
 void Runtime::run(const PreparedAttention& prepared, TensorView o, float softmax_scale, float* lse, void* stream) {

@@ -60,21 +60,26 @@ std::vector<gen::Source> helper_sources(const Spec& spec, int k_mean_sample_toke
   if (spec.phase == Phase::decode)   // a cache's kernels: the combine, the append and the gather (prefill over it)
     return {gen::render_decode_combine(spec), gen::render_kv_append(spec), gen::render_kv_gather(spec)};
   if (!spec.quantized()) return out;
-  // The default form (rt::ExperimentOptions::quant_one_pass off): statistics passes where a head needs them,
-  // over every token (a short sequence), and K's over a sample where the sequence is longer than it.
+  // Statistics passes where a head needs them, over every token (a sequence longer than one wave holds),
+  // the one-pass form (a short one), and K's statistics over a sample where the sequence is longer than it.
   const Problem nominal{1, spec.gqa, 1, 128, 128};
   const bool int4_mma = int4_mma_by_default(spec);
   for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma, 0, k_mean_sample_tokens))
     for (const gen::QuantLaunch& l : s.plan.launches) out.push_back(gen::render_quant_pass(s.request, l, spec.arch));
-  if (k_mean_sample_tokens > 0) {   // K's passes that only a longer sequence adds (the sampled statistics)
-    std::set<std::string> names;
-    for (const gen::Source& src : out) names.insert(src.kernel_name);
-    const Problem beyond_sample{1, spec.gqa, 1, 1, k_mean_sample_tokens + 1};
-    const QuantSlot k = quant_slots(spec, beyond_sample, int4_mma, 0, k_mean_sample_tokens)[1];
-    for (const gen::QuantLaunch& l : k.plan.launches) {
-      gen::Source src = gen::render_quant_pass(k.request, l, spec.arch);
+  std::set<std::string> names;
+  for (const gen::Source& src : out) names.insert(src.kernel_name);
+  auto add_new = [&](const QuantSlot& s) {
+    if (!s.active) return;
+    for (const gen::QuantLaunch& l : s.plan.launches) {
+      gen::Source src = gen::render_quant_pass(s.request, l, spec.arch);
       if (names.insert(src.kernel_name).second) out.push_back(std::move(src));
     }
+  };
+  // The one-pass form short calls take (rt::one_pass_fits: every tile of an operand in one wave).
+  for (const QuantSlot& s : quant_slots(spec, nominal, int4_mma, 1 << 20, k_mean_sample_tokens)) add_new(s);
+  if (k_mean_sample_tokens > 0) {   // K's passes that only a longer sequence adds (the sampled statistics)
+    const Problem beyond_sample{1, spec.gqa, 1, 1, k_mean_sample_tokens + 1};
+    add_new(quant_slots(spec, beyond_sample, int4_mma, 0, k_mean_sample_tokens)[1]);
   }
   if (spec.smooth & kSmoothK) {
     out.push_back(gen::render_lse_rowdot(spec));

@@ -16,6 +16,7 @@
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/validate.hpp"
+#include "runtime/calls/attention_stage.hpp"
 #include "runtime/jit/binary_provider.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
@@ -103,6 +104,38 @@ struct Runtime::Impl {
   std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
                                                 void* stream, rt::DeviceBuffer* lent);
   void run(const PreparedAttention& prepared, TensorView o, float softmax_scale, float* lse, void* stream);
+  // The quantized call's passes, workspace layout and LSE correction (runtime/calls/attention_stage.hpp),
+  // decided for (spec resolved, problem, launch tiling); lse_fix: prepare the LSE correction when K is smoothed.
+  rt::AttentionStage stage_attention(const Spec& spec, const Problem& problem, const Tiling& tiling, bool lse_fix);
+  struct StageInputs {
+    std::array<TensorRef, 3> x{};   // q, k, v as the caller holds them
+    const int* cu_q = nullptr;
+    const int* cu_kv = nullptr;
+    Problem problem;
+    int head_dim = 0;
+  };
+  static QuantParams stage_quant_params(const rt::QuantSlot& slot, const TensorRef& x, char* base, int d,
+                                        const int* cu_seqlens);
+  // "" when the passes can read `in` and write the workspace at `base`, else the reason (one line).
+  static std::string stage_input_problem(const rt::AttentionStage& stage, const StageInputs& in, char* base);
+  // Side streams and their fork / join events, for a stage that forks (rt::AttentionStage::fork).
+  struct PassFork {
+    rt::Stream side[2];
+    rt::Event forked, joined[2];
+    std::mutex mutex;   // one fork at a time records the events
+    explicit PassFork(int device)
+        : side{rt::Stream(device), rt::Stream(device)},
+          forked(device, false),
+          joined{rt::Event(device, false), rt::Event(device, false)} {}
+  };
+  PassFork& stream_fork(void* stream);   // attention()'s and prepare()'s, per caller stream
+  // Queues the passes on `stream` (and on pf's side streams when the stage forks), fills ap's q, k, v
+  // and their scales and means, and with `fix` the LSE correction's row dots.
+  void enqueue_stage(const rt::AttentionStage& stage, const StageInputs& in, char* base, void* stream,
+                     AttentionParams& ap, LseCorrectionParams* fix, PassFork* pf);
+  // After the attention kernel: adds softmax_scale * q·mean_k to `lse` (fix from enqueue_stage).
+  static void add_lse_fix(const rt::AttentionStage& stage, LseCorrectionParams fix, float* lse, float softmax_scale,
+                          void* stream);
   void decode(const DecodeCall& call, void* stream);
   void append_kv(const AppendKvCall& call, void* stream);
   // Tiling, loaded kernel and split count of a decode call (decode_call.cpp).
@@ -172,15 +205,7 @@ struct Runtime::Impl {
   std::map<void*, rt::DeviceBuffer> gather_workspaces;
   std::mutex gather_mutex;
   // Quantized prefill: V's passes (and Q's, when K's run too) on side streams beside the caller's
-  // (rt::ExperimentOptions::concurrent_passes); per caller stream, two side streams and their fork / join events.
-  struct PassFork {
-    rt::Stream side[2];
-    rt::Event forked, joined[2];
-    explicit PassFork(int device)
-        : side{rt::Stream(device), rt::Stream(device)},
-          forked(device, false),
-          joined{rt::Event(device, false), rt::Event(device, false)} {}
-  };
+  // (rt::ExperimentOptions::concurrent_passes, large calls); per caller stream.
   std::mutex fork_mutex;
   std::map<void*, std::unique_ptr<PassFork>> pass_forks;
   // decode()'s tuned choices (decode_dispatch.cpp): the family's stored inflection and split tables,

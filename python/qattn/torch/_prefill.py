@@ -1,9 +1,13 @@
-"""The prefill call behind qattn.torch.attention and the qattn::attention op: validated once per call
-shape (a plan), then per call only the data pointers, the output allocation and one C call.
+"""The prefill call behind qattn.torch.attention and the qattn::attention op: validated and planned once
+per call shape (a qattn attention plan: kernels loaded, passes and workspace decided), then per call
+only the output and workspace allocations (torch's allocator, so that CUDA graphs and memory stats see
+them) and one C call with the data pointers.
 
 The checks are Runtime.attention's (python/qattn/runtime.py); the plan remembers their outcome for a
 key that holds everything they read: spec, layout, dtypes, devices, shapes and strides.
 """
+import ctypes
+
 import torch
 
 from .. import _library
@@ -17,17 +21,21 @@ _device.register_plan_cache(_plans)
 
 
 class _Plan:
-    __slots__ = ("runtime", "device", "index", "spec_b", "shape", "q", "k", "v", "out_shape", "out", "lse_shape")
+    __slots__ = ("runtime", "device", "index", "handle", "workspace_bytes", "out_shape", "lse_shape", "_destroy")
 
-    def __init__(self, runtime, device, spec_b, shape, strides, out_shape, out_strides, lse_shape):
+    def __init__(self, runtime, device, handle, workspace_bytes, out_shape, lse_shape):
         self.runtime = runtime
         self.device, self.index = device, device.index
-        self.spec_b = spec_b
-        self.shape = shape
-        self.q, self.k, self.v = strides
+        self.handle = handle
+        self.workspace_bytes = workspace_bytes
         self.out_shape = out_shape
-        self.out = out_strides
         self.lse_shape = lse_shape
+        self._destroy = runtime._lib.qattn_attention_plan_destroy
+
+    def __del__(self):
+        if self.handle is not None:
+            self._destroy(self.handle)
+            self.handle = None
 
 
 def _contiguous_strides(shape):
@@ -48,9 +56,17 @@ def _make_plan(q, k, v, spec, layout):
     out_shape = tuple(q.shape)
     _, out_strides = checks.decompose("out", out_shape, _contiguous_strides(out_shape), layout)
     batch, q_len, heads_q, _ = dq.dims
-    strides = tuple((d.c.sb, d.c.sh, d.c.ss) for d in (dq, dk, dv))
-    return _Plan(rt, torch.device("cuda", index), spec_b, shape, strides, out_shape, out_strides,
-                 (batch, heads_q, q_len))
+    handle, ws = ctypes.c_void_p(), ctypes.c_int64()
+    lib = rt._lib
+    with rt._call() as rt_handle:
+        check(lib, lib.qattn_attention_plan_create(rt_handle, spec_b, shape, dq.c, dk.c, dv.c,
+                                                   _library.Tensor(None, *out_strides),
+                                                   _library.PLAN_CALLER_WORKSPACE, ctypes.byref(handle)),
+              "qattn_attention_plan_create")
+    p = _Plan(rt, torch.device("cuda", index), handle.value, 0, out_shape, (batch, heads_q, q_len))
+    check(lib, lib.qattn_attention_plan_workspace_bytes(p.handle, ctypes.byref(ws)), "qattn_attention_plan_workspace_bytes")
+    p.workspace_bytes = ws.value
+    return p
 
 
 def plan_key(q, k, v):
@@ -90,16 +106,16 @@ def launch(p, q, k, v, scale, with_lse=False):
     rt = p.runtime
     out = torch.empty(p.out_shape, dtype=q.dtype, device=p.device)
     lse = torch.empty(p.lse_shape, dtype=torch.float32, device=p.device) if with_lse else None
+    ws = torch.empty(p.workspace_bytes, dtype=torch.uint8, device=p.device) if p.workspace_bytes else None
     handle = rt._handle
     if handle is None:
         raise BadInput("the qattn Runtime of this device was closed; give the torch calls another with "
                        "qattn.torch.set_runtime")
-    tensor = _library.Tensor
-    status = rt._lib.qattn_attention(handle, p.spec_b, p.shape, tensor(q.data_ptr(), *p.q), tensor(k.data_ptr(), *p.k),
-                                     tensor(v.data_ptr(), *p.v), tensor(out.data_ptr(), *p.out), scale,
-                                     None if lse is None else lse.data_ptr(), _stream(p.index))
+    status = rt._lib.qattn_attention_plan_run(handle, p.handle, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                              out.data_ptr(), None if lse is None else lse.data_ptr(), None, None,
+                                              scale, None if ws is None else ws.data_ptr(), _stream(p.index))
     if status:
-        check(rt._lib, status, "qattn_attention")
+        check(rt._lib, status, "qattn_attention_plan_run")
     return (out, lse) if with_lse else out
 
 

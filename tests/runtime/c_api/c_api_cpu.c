@@ -9,6 +9,7 @@
 void check_options(const char* dir);
 void check_decode_cpu(qattn_runtime* rt);
 void check_varlen_cpu(qattn_runtime* rt);
+void check_plan_cpu(qattn_runtime* rt);
 
 void run_cpu_checks(void) {
   char dir[] = "/tmp/qattn_c_api_XXXXXX";
@@ -27,6 +28,7 @@ void run_cpu_checks(void) {
     CHECK_STATUS(qattn_runtime_open(&o, &rt), QATTN_OK, NULL);
     if (rt) check_decode_cpu(rt);
     if (rt) check_varlen_cpu(rt);
+    if (rt) check_plan_cpu(rt);
     qattn_runtime_destroy(rt);
   }
   snprintf(path, sizeof path, "%s/c_api_user.db", dir);

@@ -4,7 +4,8 @@
  * keys with the same tiling (the runtime is untuned and a varlen kernel takes the default tiling of its
  * equal-length twin), and the quantizers scale per token and take per-channel statistics over the
  * sequence's own tokens. So outputs and LSE must match bit for bit. A float64 reference guards against
- * both sides being wrong alike, and poisoned rows past the packed outputs must stay untouched. */
+ * both sides being wrong alike, and poisoned rows past the packed outputs must stay untouched. A plan of
+ * the same call (qattn_attention_plan_create with QATTN_PLAN_VARLEN) must give the varlen call's bits. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,7 +125,12 @@ static void run_case(qattn_runtime* rt, const packed_data* p, const double* ref_
   devptr v = upload(p->v, 2 * (size_t)p->total_kv * V_HKV * V_D);
   devptr cu_q = upload(p->cu_q, sizeof p->cu_q), cu_kv = upload(p->cu_kv, sizeof p->cu_kv);
   devptr dov = dev_alloc(o_bytes), dos = dev_alloc(o_bytes), dlv = dev_alloc(lse_bytes), dls = dev_alloc(lse_bytes);
-  size_t i, differ = 0, lse_differ = 0;
+  devptr dop = dev_alloc(o_bytes), dlp = dev_alloc(lse_bytes);
+  uint16_t* o_plan = malloc(o_bytes);
+  float* lse_plan = malloc(lse_bytes);
+  qattn_attention_plan* plan = NULL;
+  const qattn_tensor unset_q = packed_tensor(0, 0, p->total_q, V_HQ), unset_kv = packed_tensor(0, 0, p->total_kv, V_HKV);
+  size_t i, differ = 0, lse_differ = 0, plan_differ = 0;
   int b, h, t;
   metrics m;
   double lse_err = 0;
@@ -133,6 +139,13 @@ static void run_case(qattn_runtime* rt, const packed_data* p, const double* ref_
           kLensKv[0], kLensKv[1], kLensKv[2]);
   dev_fill(dov, 0xff, o_bytes), dev_fill(dos, 0xff, o_bytes);   /* fp16 / fp32 NaN */
   dev_fill(dlv, 0xff, lse_bytes), dev_fill(dls, 0xff, lse_bytes);
+  dev_fill(dop, 0xff, o_bytes), dev_fill(dlp, 0xff, lse_bytes);
+  CHECK_STATUS(qattn_attention_plan_create(rt, vc->spec, bounds, unset_q, unset_kv, unset_kv, unset_q, QATTN_PLAN_VARLEN,
+                                           &plan),
+               QATTN_OK, NULL);
+  CHECK_STATUS(qattn_attention_plan_run(rt, plan, DEV(q), DEV(k), DEV(v), DEV(dop), (float*)DEV(dlp), (const int*)DEV(cu_q),
+                                        (const int*)DEV(cu_kv), 0.f, NULL, NULL),
+               QATTN_OK, NULL);
   CHECK_STATUS(qattn_attention_varlen(rt, vc->spec, bounds, packed_tensor(q, 0, p->total_q, V_HQ),
                                       packed_tensor(k, 0, p->total_kv, V_HKV), packed_tensor(v, 0, p->total_kv, V_HKV),
                                       packed_tensor(dov, 0, p->total_q, V_HQ), (const int*)DEV(cu_q),
@@ -150,6 +163,10 @@ static void run_case(qattn_runtime* rt, const packed_data* p, const double* ref_
   dev_sync();
   dev_download(o_var, dov, o_bytes), dev_download(o_seq, dos, o_bytes);
   dev_download(lse_var, dlv, lse_bytes), dev_download(lse_seq, dls, lse_bytes);
+  dev_download(o_plan, dop, o_bytes), dev_download(lse_plan, dlp, lse_bytes);
+  qattn_attention_plan_destroy(plan);
+  for (i = 0; i < o_elems; ++i) plan_differ += o_plan[i] != o_var[i];
+  for (i = 0; i < rows; ++i) plan_differ += memcmp(&lse_plan[i], &lse_var[i], sizeof(float)) != 0;
 
   for (i = 0; i < o_elems; ++i) differ += o_var[i] != o_seq[i];
   for (b = 0; b < V_BATCH; ++b)
@@ -167,16 +184,18 @@ static void run_case(qattn_runtime* rt, const packed_data* p, const double* ref_
   fprintf(stderr, "   varlen vs per-sequence: %zu of %zu outputs and %zu of %zu LSE differ in bits | vs float64: "
           "rel_l2 %.5f cos %.6f non-finite %lld, lse max err %.5f\n", differ, o_elems, lse_differ, rows, m.rel_l2,
           m.cosine, m.non_finite, lse_err);
+  fprintf(stderr, "   plan vs varlen call: %zu values differ in bits\n", plan_differ);
   CHECK(differ == 0);
   CHECK(lse_differ == 0);
+  CHECK(plan_differ == 0);
   CHECK(m.non_finite == 0 && m.rel_l2 <= vc->max_rel_l2);
   CHECK(lse_err <= vc->max_lse_err);
   CHECK(count_poison_lost(o_var + o_elems, o_bytes - 2 * o_elems) == 0);
   CHECK(count_poison_lost(lse_var + rows, lse_bytes - sizeof(float) * rows) == 0);
 
   dev_free(q), dev_free(k), dev_free(v), dev_free(cu_q), dev_free(cu_kv);
-  dev_free(dov), dev_free(dos), dev_free(dlv), dev_free(dls);
-  free(o_var), free(o_seq), free(lse_var), free(lse_seq), free(got), free(got_lse);
+  dev_free(dov), dev_free(dos), dev_free(dlv), dev_free(dls), dev_free(dop), dev_free(dlp);
+  free(o_var), free(o_seq), free(lse_var), free(lse_seq), free(got), free(got_lse), free(o_plan), free(lse_plan);
 }
 
 void check_varlen_gpu(qattn_runtime* rt) {

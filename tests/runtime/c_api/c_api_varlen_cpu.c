@@ -49,3 +49,30 @@ void check_varlen_cpu(qattn_runtime* rt) {
                "is varlen");
   CHECK(prepared == NULL);
 }
+
+/* The plan calls' refusals that need no device: arguments, flags, a null plan. */
+void check_plan_cpu(qattn_runtime* rt) {
+  const qattn_shape shape = {1, 8, 2, 130, 130};
+  const qattn_tensor q = {NULL, 130 * 8 * 128, 128, 8 * 128};
+  const qattn_tensor kv = {NULL, 130 * 2 * 128, 128, 2 * 128};
+  qattn_attention_plan* plan = FAKE(0x1);
+  int64_t bytes = -1;
+
+  CHECK_STATUS(qattn_attention_plan_create(NULL, PREFILL, shape, q, kv, kv, q, 0, &plan), QATTN_BAD_INPUT,
+               "runtime is NULL");
+  CHECK(plan == FAKE(0x1));
+  CHECK_STATUS(qattn_attention_plan_create(rt, PREFILL, shape, q, kv, kv, q, 0, NULL), QATTN_BAD_INPUT, "out is NULL");
+  CHECK_STATUS(qattn_attention_plan_create(rt, PREFILL, shape, q, kv, kv, q, 8u, &plan), QATTN_BAD_INPUT,
+               "unknown flags 8; accepted: QATTN_PLAN_VARLEN (1), QATTN_PLAN_CALLER_WORKSPACE (2)");
+  CHECK(plan == NULL);
+  CHECK_STATUS(qattn_attention_plan_create(rt, NULL, shape, q, kv, kv, q, 0, &plan), QATTN_BAD_INPUT, "spec is NULL");
+  CHECK_STATUS(qattn_attention_plan_create(rt, DECODE, shape, q, kv, kv, q, 0, &plan), QATTN_BAD_INPUT,
+               "takes prefill specs");
+  CHECK_STATUS(qattn_attention_plan_workspace_bytes(NULL, &bytes), QATTN_BAD_INPUT, "plan is NULL");
+  CHECK(bytes == -1);
+  CHECK_STATUS(qattn_attention_plan_run(rt, NULL, FAKE(0x10000), FAKE(0x10000), FAKE(0x10000), FAKE(0x10000), NULL, NULL,
+                                        NULL, 0.f, NULL, NULL),
+               QATTN_BAD_INPUT, "plan is NULL");
+  CHECK(qattn_attention_plan_kernel_name(NULL)[0] == '\0');
+  qattn_attention_plan_destroy(NULL);
+}

@@ -1,0 +1,156 @@
+// Runtime::plan_attention and Runtime::run(plan): attention() with every decision taken at plan time,
+// so that a run is the stage's launches and the kernel's, on pointers given then.
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+
+#include "qattn/error.hpp"
+#include "runtime/calls/attention_stage.hpp"
+#include "runtime/calls/call_layout.hpp"
+#include "runtime/device/device_buffer.hpp"
+#include "runtime/device/tma_maps.hpp"
+#include "runtime/registry/runtime_impl.hpp"
+
+namespace qattn {
+namespace {
+
+constexpr std::uintptr_t kWorkspaceAlign = 256;
+// Plan-time checks read data pointers' alignment: a stand-in aligned for every access.
+void* const kAlignedStandIn = reinterpret_cast<void*>(kWorkspaceAlign);
+
+TensorRef ref_of(const TensorView& t) { return TensorRef{t.data, t.sb, t.sh, t.ss, 1}; }
+
+class Plan final : public AttentionPlan {
+ public:
+  const Kernel& kernel() const override { return *kernel_; }
+  const Problem& problem() const override { return problem_; }
+  size_t workspace_bytes() const override { return stage.bytes; }
+
+  const Runtime::Impl* owner = nullptr;   // the runtime whose side streams and device it uses
+  std::shared_ptr<rt::LoadedKernel> kernel_;
+  Problem problem_;
+  Spec spec;
+  AttentionParams params{};   // dims, strides and band; no pointers
+  std::array<TensorRef, 3> inputs{};
+  TensorView o{};
+  rt::AttentionStage stage;
+  rt::DeviceBuffer own;
+  std::unique_ptr<Runtime::Impl::PassFork> fork;
+  // _tma: the tensor maps of the last K and V^T a run read (the workspace's, for quantized V), encoded
+  // again only when they move.
+  mutable std::mutex tma_mutex;
+  mutable std::optional<TmaAttentionParams> tma;
+};
+
+bool misaligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes != 0; }
+
+}  // namespace
+
+std::unique_ptr<AttentionPlan> Runtime::plan_attention(const AttentionCall& call_in, bool own_workspace) {
+  if (call_in.kv_cache)
+    throw_bad_input("plan_attention takes dense or packed q, k and v; prefill over a KV cache runs through attention()");
+  if (call_in.spec.phase != Phase::prefill)
+    throw_bad_input("plan_attention takes prefill specs; run '" + to_string(call_in.spec) +
+                    "' with Runtime::decode (include/qattn/decode.hpp)");
+  Spec asked = call_in.spec;
+  if (call_in.cu_seqlens_q || call_in.cu_seqlens_kv) asked.varlen = true;
+  const Spec spec = resolve(asked);
+  Impl::require_prefill(spec, call_in.problem);
+  AttentionCall call = call_in;
+  for (TensorView* t : {&call.q, &call.k, &call.v, &call.o}) {
+    if (spec.varlen) t->sb = 0;   // packed [tokens, heads, d]
+    t->data = kAlignedStandIn;
+  }
+  const Tiling tiling = launch_form(spec, kernel(spec, call.problem).tiling());
+  if (const std::string why = rt::input_layout_problem(spec, tiling, call.q, call.k, call.v); !why.empty())
+    throw_bad_input(why);
+  if (const std::string why = rt::output_layout_problem(spec, call.o); !why.empty()) throw_bad_input(why);
+
+  auto plan = std::make_unique<Plan>();
+  plan->owner = impl_.get();
+  plan->kernel_ = impl_->load(spec, tiling);
+  plan->problem_ = call.problem;
+  plan->spec = spec;
+  plan->inputs = {ref_of(call.q), ref_of(call.k), ref_of(call.v)};
+  plan->o = call.o;
+  const Problem& p = call.problem;
+  AttentionParams& ap = plan->params;
+  ap.batch = p.batch;
+  ap.heads_q = p.heads_q;
+  ap.heads_kv = p.heads_kv;
+  ap.q_len = p.q_len;
+  ap.kv_len = p.kv_len;
+  const int band = impl_->experiment.causal_band_heads;
+  ap.band_heads = band > 0 ? band : gen::attention_band_heads(spec, tiling, p, impl_->device().l2_bytes);
+  if (spec.quantized()) {
+    plan->stage = impl_->stage_attention(spec, p, tiling, /*lse_fix=*/true);
+    Impl::StageInputs in;
+    in.x = plan->inputs;
+    in.problem = p;
+    in.head_dim = spec.head_dim;
+    if (const std::string why = Impl::stage_input_problem(plan->stage, in, static_cast<char*>(kAlignedStandIn)); !why.empty())
+      throw_bad_input(why);
+    if (own_workspace && plan->stage.bytes > 0) plan->own = rt::DeviceBuffer(plan->stage.bytes, impl_->options.device);
+    if (plan->stage.fork) plan->fork = std::make_unique<Impl::PassFork>(impl_->options.device);
+  }
+  return plan;
+}
+
+void Runtime::run(const AttentionPlan& plan_in, const AttentionRun& r, void* stream) {
+  const auto& plan = dynamic_cast<const Plan&>(plan_in);
+  if (plan.owner != impl_.get()) throw_bad_input("attention plan run: the plan was made by another Runtime; run it with that one");
+  if (!r.q || !r.k || !r.v || !r.o) throw_bad_input("attention plan run: q, k, v and o must be device pointers, got a null one");
+  if (misaligned(r.q, 16) || misaligned(r.k, 16) || misaligned(r.v, 16))
+    throw_bad_input("attention plan run: q, k and v must be 16-byte aligned");
+  TensorView o = plan.o;
+  o.data = r.o;
+  if (const std::string why = rt::output_layout_problem(plan.spec, o); !why.empty()) throw_bad_input(why);
+  if (plan.spec.varlen != (r.cu_seqlens_q != nullptr) || (r.cu_seqlens_q == nullptr) != (r.cu_seqlens_kv == nullptr))
+    throw_bad_input(plan.spec.varlen ? "this plan is variable-length: pass cu_seqlens_q and cu_seqlens_kv (device int [batch + 1])"
+                                     : "this plan has equal lengths: pass no cu_seqlens");
+  AttentionParams ap = plan.params;
+  std::array<TensorRef, 3> x = plan.inputs;
+  x[0].ptr = const_cast<void*>(r.q);
+  x[1].ptr = const_cast<void*>(r.k);
+  x[2].ptr = const_cast<void*>(r.v);
+  LseCorrectionParams fix{};
+  const bool quantized = plan.spec.quantized();
+  if (quantized) {
+    char* base = r.workspace ? static_cast<char*>(r.workspace) : plan.own.as<char>();
+    if (!base && plan.stage.bytes > 0)
+      throw_bad_input("attention plan run: the plan has no workspace of its own; pass workspace (" +
+                      std::to_string(plan.stage.bytes) + " bytes)");
+    if (misaligned(base, kWorkspaceAlign)) throw_bad_input("attention plan run: workspace must be 256-byte aligned");
+    Impl::StageInputs in;
+    in.x = x;
+    in.cu_q = r.cu_seqlens_q;
+    in.cu_kv = r.cu_seqlens_kv;
+    in.problem = plan.problem_;
+    in.head_dim = plan.spec.head_dim;
+    impl_->enqueue_stage(plan.stage, in, base, stream, ap, r.lse && plan.stage.lse_fix ? &fix : nullptr, plan.fork.get());
+  } else {
+    ap.q = x[0], ap.k = x[1], ap.v = x[2];
+  }
+  ap.cu_q = r.cu_seqlens_q;
+  ap.cu_kv = r.cu_seqlens_kv;
+  ap.o = ref_of(o);
+  ap.lse = r.lse;
+  const int d = plan.spec.head_dim;
+  ap.softmax_scale = r.softmax_scale > 0 ? r.softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  if (plan.kernel_->tiling().tma) {
+    TmaAttentionParams tp;
+    {
+      std::lock_guard<std::mutex> lock(plan.tma_mutex);
+      if (!plan.tma || plan.tma->a.k.ptr != ap.k.ptr || plan.tma->a.v.ptr != ap.v.ptr) plan.tma = plan.kernel_->tma_params(ap);
+      tp = *plan.tma;
+    }
+    tp.a = ap;
+    plan.kernel_->launch(tp, plan.problem_, stream);
+  } else {
+    plan.kernel_->launch(ap, plan.problem_, stream);
+  }
+  if (r.lse && quantized && plan.stage.lse_fix) Impl::add_lse_fix(plan.stage, fix, r.lse, ap.softmax_scale, stream);
+}
+
+}  // namespace qattn
