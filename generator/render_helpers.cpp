@@ -45,15 +45,26 @@ std::string flashq_args(const Spec& spec, bool paged) {
          (paged ? std::string(", ") + flag(spec.paged) : std::string()) + ">";
 }
 
-// The stats writer is the same kernel for a paged cache (it writes no cache blocks), so its name has no _paged.
 Source flashq_source(const char* op, const char* type, const Spec& spec, bool paged) {
-  HelperKernel h = of_spec(KernelFamily::flashq, spec, op);
-  h.paged = paged && spec.paged;
-  return render_helper(h, kFlashqHeader, std::string("qattn::decode::flashq::") + type + flashq_args(spec, paged),
+  return render_helper(flashq_kernel(op, spec), kFlashqHeader, std::string("qattn::decode::flashq::") + type + flashq_args(spec, paged),
                        "qattn::FlashQPackParams", 128, spec.arch);
 }
 
 }  // namespace
+
+// The stats writer is the same kernel for a paged cache (it writes no cache blocks), so its name has no
+// _paged; lens is one kernel for every cache.
+HelperKernel flashq_kernel(const std::string& op, const Spec& spec) {
+  if (op == "lens") {
+    HelperKernel h;
+    h.family = KernelFamily::flashq;
+    h.op = op;
+    return h;
+  }
+  HelperKernel h = of_spec(KernelFamily::flashq, spec, op.c_str());
+  h.paged = op != "stats" && spec.paged;
+  return h;
+}
 
 HelperKernel quant_pass_kernel(const QuantRequest& r, const QuantLaunch& l) {
   HelperKernel h;
@@ -78,8 +89,26 @@ Source render_quant_pass(const QuantRequest& r, const QuantLaunch& l, Arch arch)
                        static_cast<unsigned>(l.min_blocks));
 }
 
+HelperKernel lse_rowdot_kernel(const Spec& spec) { return of_spec(KernelFamily::lse_correction, spec, "rowdot"); }
+
+HelperKernel lse_addscaled_kernel() {
+  HelperKernel h;
+  h.family = KernelFamily::lse_correction;
+  h.op = "addscaled";
+  return h;
+}
+
+HelperKernel decode_combine_kernel(const Spec& spec) { return of_spec(KernelFamily::decode_combine, spec); }
+
+HelperKernel kv_row_kernel(KernelFamily family, const Spec& spec) {
+  HelperKernel h = of_spec(family, spec);
+  h.code = spec.qk;
+  h.paged = spec.paged;
+  return h;
+}
+
 Source render_lse_rowdot(const Spec& spec) {
-  return render_helper(of_spec(KernelFamily::lse_correction, spec, "rowdot"), kLseHeader,
+  return render_helper(lse_rowdot_kernel(spec), kLseHeader,
                        std::string("qattn::lse_correction::RowDot<") +
                            (spec.out == Fmt::bf16 ? "qattn::Fmt::bf16" : "qattn::Fmt::fp16") + ", " +
                            std::to_string(spec.head_dim) + ">",
@@ -87,14 +116,11 @@ Source render_lse_rowdot(const Spec& spec) {
 }
 
 Source render_lse_addscaled(Arch arch) {
-  HelperKernel h;
-  h.family = KernelFamily::lse_correction;
-  h.op = "addscaled";
-  return render_helper(h, kLseHeader, "qattn::lse_correction::AddScaled", "qattn::LseCorrectionParams", 256, arch);
+  return render_helper(lse_addscaled_kernel(), kLseHeader, "qattn::lse_correction::AddScaled", "qattn::LseCorrectionParams", 256, arch);
 }
 
 Source render_decode_combine(const Spec& spec) {
-  return render_helper(of_spec(KernelFamily::decode_combine, spec), "qattn/decode/decode_combine.cuh",
+  return render_helper(decode_combine_kernel(spec), "qattn/decode/decode_combine.cuh",
                        std::string("qattn::decode::Combine<") + fmt_enum(spec.out) + ", " +
                            std::to_string(spec.head_dim) + ">",
                        "qattn::DecodeCombineParams", 128, spec.arch);
@@ -103,11 +129,8 @@ Source render_decode_combine(const Spec& spec) {
 namespace {
 
 // A kernel over one cache's rows, templated <cache format, granularity, 16-bit type, d, paged>.
-Source kv_row_kernel(KernelFamily family, const char* header, const char* body, const char* params, const Spec& spec) {
-  HelperKernel h = of_spec(family, spec);
-  h.code = spec.qk;
-  h.paged = spec.paged;
-  return render_helper(h, header,
+Source kv_row_source(KernelFamily family, const char* header, const char* body, const char* params, const Spec& spec) {
+  return render_helper(kv_row_kernel(family, spec), header,
                        std::string(body) + "<" + fmt_enum(spec.qk.fmt) + ", " + gran_enum(spec.qk.gran) + ", " +
                            fmt_enum(spec.out) + ", " + std::to_string(spec.head_dim) + ", " + flag(spec.paged) + ">",
                        params, 128, spec.arch);
@@ -117,13 +140,13 @@ Source kv_row_kernel(KernelFamily family, const char* header, const char* body, 
 
 // Quantizes new tokens into the cache (kv_layout.h).
 Source render_kv_append(const Spec& spec) {
-  return kv_row_kernel(KernelFamily::kv_append, "qattn/decode/kv_append.cuh", "qattn::decode::Append",
+  return kv_row_source(KernelFamily::kv_append, "qattn/decode/kv_append.cuh", "qattn::decode::Append",
                        "qattn::KvAppendParams", spec);
 }
 
 // Reads cache rows back as a packed 16-bit tensor (prefill over the cache).
 Source render_kv_gather(const Spec& spec) {
-  return kv_row_kernel(KernelFamily::kv_gather, "qattn/decode/kv_gather.cuh", "qattn::decode::Gather",
+  return kv_row_source(KernelFamily::kv_gather, "qattn/decode/kv_gather.cuh", "qattn::decode::Gather",
                        "qattn::KvGatherParams", spec);
 }
 
@@ -132,10 +155,7 @@ Source render_flashq_prefill(const Spec& spec) { return flashq_source("prefill",
 Source render_flashq_append(const Spec& spec) { return flashq_source("append", "Append", spec, true); }
 Source render_flashq_lens(const Spec& spec) {
   flashq_args(spec, false);
-  HelperKernel h;
-  h.family = KernelFamily::flashq;
-  h.op = "lens";
-  return render_helper(h, kFlashqHeader, "qattn::decode::flashq::Lens", "qattn::FlashQPackParams", 128, spec.arch);
+  return render_helper(flashq_kernel("lens", spec), kFlashqHeader, "qattn::decode::flashq::Lens", "qattn::FlashQPackParams", 128, spec.arch);
 }
 std::vector<Source> render_flashq_kernels(const Spec& spec) {
   return {render_flashq_stats(spec), render_flashq_prefill(spec), render_flashq_append(spec), render_flashq_lens(spec)};

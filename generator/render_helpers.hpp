@@ -29,6 +29,14 @@ Source render_kv_append(const Spec& spec);
 // (KvGatherParams, 4 tokens per 128-thread block, grid (ceil(max_len/4), heads_kv, batch)).
 Source render_kv_gather(const Spec& spec);
 
+// The name parts of the kernels above, for Runtime::Impl::load_helper (a loaded kernel is found by them
+// without rendering its source).
+HelperKernel lse_rowdot_kernel(const Spec& spec);
+HelperKernel lse_addscaled_kernel();
+HelperKernel decode_combine_kernel(const Spec& spec);
+HelperKernel kv_row_kernel(KernelFamily family, const Spec& spec);   // kv_append | kv_gather
+HelperKernel flashq_kernel(const std::string& op, const Spec& spec);   // op: stats | prefill | append | lens
+
 // FlashQ caches (spec qk=flashq:per_channel; templates/qattn/decode/flashq_pack.cuh, FlashQPackParams,
 // 128 threads): per-channel statistics and quantization of the prefill tokens (grid (ceil(n/64),
 // heads_kv, 2 batch)), the decode step's flush + append (grid (heads_kv, 2, batch)) and its length

@@ -80,8 +80,8 @@ rt::AttentionStage Runtime::Impl::stage_attention(const Spec& spec, const Proble
                                          [&] { return gen::render_quant_pass(s.request, l, spec.arch); }));
   }
   if (st.lse_fix) {
-    st.row_dot = load_source(gen::render_lse_rowdot(spec));
-    st.lse_add = load_source(gen::render_lse_addscaled(spec.arch));
+    st.row_dot = load_helper(gen::lse_rowdot_kernel(spec), [&] { return gen::render_lse_rowdot(spec); });
+    st.lse_add = load_helper(gen::lse_addscaled_kernel(), [&] { return gen::render_lse_addscaled(spec.arch); });
   }
   return st;
 }

@@ -57,13 +57,7 @@ AttentionCall Runtime::Impl::gather_kv(const AttentionCall& call, void* stream) 
   const bool capturing = check_capture(key, stream, [&] {
     return "attention over the cache '" + to_string(cache_spec) + "' (" + to_string(p) + ")";
   });
-  HelperKernel h;
-  h.family = KernelFamily::kv_gather;
-  h.in = cache_spec.out;
-  h.head_dim = cache_spec.head_dim;
-  h.code = cache_spec.qk;
-  h.paged = cache_spec.paged;
-  auto fn = load_helper(h, [&] { return gen::render_kv_gather(cache_spec); });
+  auto fn = load_helper(gen::kv_row_kernel(KernelFamily::kv_gather, cache_spec), [&] { return gen::render_kv_gather(cache_spec); });
 
   const int d = cache_spec.head_dim;
   const size_t tensor_bytes = align_up(static_cast<size_t>(p.batch) * p.kv_len * p.heads_kv * d * 2);

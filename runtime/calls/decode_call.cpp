@@ -318,7 +318,8 @@ void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
   for (DecodePart& part : parts) part.dp.splits = slots;
 
   // Every kernel loaded (maybe compiled) before the workspace lock is taken.
-  auto combine = slots > 1 ? load_source(gen::render_decode_combine(spec)) : nullptr;
+  auto combine = slots > 1 ? load_helper(gen::decode_combine_kernel(spec), [&] { return gen::render_decode_combine(spec); })
+                            : nullptr;
   const bool umax_on = umax && call.unified_max.enabled;
   if (umax_on)   // the exact kernels of the same tilings and splits, for the flagged rows
     for (DecodePart& part : parts) part.fallback = load(exact_softmax(part.spec), part.tiling);
@@ -410,7 +411,7 @@ void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
     return "append_kv(" + to_string(spec) + ", batch " + std::to_string(call.batch) + ", n_new " + std::to_string(call.n_new) + ")";
   });
   const CacheGeometry g = geometry(spec, call.cache, call.heads_kv);
-  auto fn = load_source(gen::render_kv_append(spec));
+  auto fn = load_helper(gen::kv_row_kernel(KernelFamily::kv_append, spec), [&] { return gen::render_kv_append(spec); });
   KvAppendParams ap{};
   ap.block_table = spec.paged ? call.cache.block_table : nullptr;
   ap.start = call.start;

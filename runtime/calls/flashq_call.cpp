@@ -190,7 +190,7 @@ FlashQPrefillInfo Runtime::flashq_prefill(const FlashQPrefillCall& call, void* s
     rt::DeviceBuffer ws(stats.size() * sizeof(float), dev);
     ws.upload_async(stats.data(), ws.size(), s);
     p.stats = ws.as<float>();
-    impl_->load_source(gen::render_flashq_stats(spec))->launch(grid, rt::Dim3{kThreads, 1, 1}, 0, s, p);
+    impl_->load_helper(gen::flashq_kernel("stats", spec), [&] { return gen::render_flashq_stats(spec); })->launch(grid, rt::Dim3{kThreads, 1, 1}, 0, s, p);
     ws.download_async(stats.data(), ws.size(), s);
     {
       rt::ContextGuard guard(dev);
@@ -229,7 +229,7 @@ FlashQPrefillInfo Runtime::flashq_prefill(const FlashQPrefillCall& call, void* s
   rt::copy_to_device_async(dptr(c.v_scale8), info.v_scale8.data(), info.v_scale8.size() * sizeof(float), s, dev);
   p.cache[0] = cache_ref(spec, c, heads, 0, info.k_page_stride);
   p.cache[1] = cache_ref(spec, c, heads, 1, info.v_page_stride);
-  impl_->load_source(gen::render_flashq_prefill(spec))->launch(grid, rt::Dim3{kThreads, 1, 1}, 0, s, p);
+  impl_->load_helper(gen::flashq_kernel("prefill", spec), [&] { return gen::render_flashq_prefill(spec); })->launch(grid, rt::Dim3{kThreads, 1, 1}, 0, s, p);
   return info;
 }
 
@@ -252,8 +252,8 @@ void Runtime::flashq_append(const FlashQAppendCall& call, void* stream) {
   p.cache[0] = cache_ref(spec, c, heads, 0, k_page);
   p.cache[1] = cache_ref(spec, c, heads, 1, v_page);
   const CUstream s = static_cast<CUstream>(stream);
-  auto append = impl_->load_source(gen::render_flashq_append(spec));
-  auto lens = impl_->load_source(gen::render_flashq_lens(spec));
+  auto append = impl_->load_helper(gen::flashq_kernel("append", spec), [&] { return gen::render_flashq_append(spec); });
+  auto lens = impl_->load_helper(gen::flashq_kernel("lens", spec), [&] { return gen::render_flashq_lens(spec); });
   append->launch(rt::Dim3{static_cast<unsigned>(heads), 2, static_cast<unsigned>(batch)}, rt::Dim3{kThreads, 1, 1}, 0, s, p);
   lens->launch(rt::Dim3{static_cast<unsigned>((batch + kThreads - 1) / kThreads), 1, 1}, rt::Dim3{kThreads, 1, 1}, 0, s, p);
 }
