@@ -60,11 +60,39 @@ class UnifiedMax(ctypes.Structure):
 
 
 class DecodeArgs(ctypes.Structure):
-    """qattn_decode_args (FlashQ caches are not wrapped here: flashq stays NULL)."""
+    """qattn_decode_args (flashq: a pointer to a FlashQCache for flashq specs, else NULL)."""
     _fields_ = [("struct_size", ctypes.c_size_t), ("spec", ctypes.c_char_p), ("shape", Shape), ("splits", ctypes.c_int),
                 ("q", Tensor), ("o", Tensor), ("cache", KvCache), ("kv_lens", ctypes.c_void_p),
                 ("flashq", ctypes.c_void_p), ("softmax_scale", ctypes.c_float), ("unified_max", UnifiedMax),
                 ("lse", ctypes.c_void_p), ("row_flags", ctypes.c_void_p), ("tiling", ctypes.c_char_p)]
+
+
+class FlashQCache(ctypes.Structure):
+    """qattn_flashq_cache (device pointers, except the host bit-width arrays k_bits / v_bits)."""
+    _fields_ = [("k_blocks", ctypes.c_void_p), ("v_blocks", ctypes.c_void_p), ("k_page_stride", ctypes.c_int64),
+                ("v_page_stride", ctypes.c_int64), ("max_blocks", ctypes.c_int), ("table_stride", ctypes.c_int),
+                ("block_table", ctypes.c_void_p), ("heads", ctypes.c_void_p), ("k_bits", ctypes.POINTER(ctypes.c_int)),
+                ("v_bits", ctypes.POINTER(ctypes.c_int)), ("k_buffer", ctypes.c_void_p), ("v_buffer", ctypes.c_void_p),
+                ("buffer_page_stride", ctypes.c_int64), ("buffer_head_stride", ctypes.c_int64),
+                ("compressed_lens", ctypes.c_void_p), ("buffer_lens", ctypes.c_void_p), ("k_scale8", ctypes.c_void_p),
+                ("v_scale8", ctypes.c_void_p)]
+
+
+class FlashQPrefillArgs(ctypes.Structure):
+    """qattn_flashq_prefill_args."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("spec", ctypes.c_char_p), ("batch", ctypes.c_int),
+                ("heads_kv", ctypes.c_int), ("n", ctypes.c_int), ("n_low", ctypes.c_int), ("k", ctypes.c_void_p),
+                ("v", ctypes.c_void_p), ("sb", ctypes.c_int64), ("sh", ctypes.c_int64), ("ss", ctypes.c_int64),
+                ("lens", ctypes.POINTER(ctypes.c_int)), ("cache", ctypes.POINTER(FlashQCache)),
+                ("k_scale8", ctypes.POINTER(ctypes.c_float)), ("v_scale8", ctypes.POINTER(ctypes.c_float))]
+
+
+class FlashQAppendArgs(ctypes.Structure):
+    """qattn_flashq_append_args."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("spec", ctypes.c_char_p), ("batch", ctypes.c_int),
+                ("heads_kv", ctypes.c_int), ("n_new", ctypes.c_int), ("reserved0", ctypes.c_int),
+                ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("sb", ctypes.c_int64), ("sh", ctypes.c_int64),
+                ("ss", ctypes.c_int64), ("cache", ctypes.POINTER(FlashQCache))]
 
 
 class TuneDecodeOptions(ctypes.Structure):
@@ -142,6 +170,13 @@ PROTOTYPES = {
     "qattn_decode_args_init": (_STATUS, [ctypes.POINTER(DecodeArgs), ctypes.c_size_t]),
     "qattn_append_kv": (_STATUS, [_RT, ctypes.POINTER(AppendArgs), ctypes.c_void_p]),
     "qattn_decode": (_STATUS, [_RT, ctypes.POINTER(DecodeArgs), ctypes.c_void_p]),
+    "qattn_flashq_page_bytes": (_STATUS, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                                          ctypes.POINTER(ctypes.c_int64)]),
+    "qattn_flashq_buffer_bytes": (_STATUS, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]),
+    "qattn_flashq_prefill_args_init": (_STATUS, [ctypes.POINTER(FlashQPrefillArgs), ctypes.c_size_t]),
+    "qattn_flashq_append_args_init": (_STATUS, [ctypes.POINTER(FlashQAppendArgs), ctypes.c_size_t]),
+    "qattn_flashq_prefill": (_STATUS, [_RT, ctypes.POINTER(FlashQPrefillArgs), ctypes.c_void_p]),
+    "qattn_flashq_append": (_STATUS, [_RT, ctypes.POINTER(FlashQAppendArgs), ctypes.c_void_p]),
     "qattn_tune_decode_options_init": (_STATUS, [ctypes.POINTER(TuneDecodeOptions), ctypes.c_size_t]),
     "qattn_tune_decode": (_STATUS, [_RT, ctypes.c_char_p, ctypes.POINTER(TuneDecodeOptions), ctypes.c_char_p,
                                     ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),

@@ -39,6 +39,20 @@ def test_structs_match_the_library_layout():
     a = _library.AppendArgs()
     assert lib.qattn_append_args_init(ctypes.byref(a), ctypes.sizeof(a)) == 0
     assert (a.batch, a.heads_kv, a.n_new, a.start) == (1, 1, 1, None)
+    fp = _library.FlashQPrefillArgs()
+    assert lib.qattn_flashq_prefill_args_init(ctypes.byref(fp), ctypes.sizeof(fp)) == 0
+    assert fp.struct_size == ctypes.sizeof(fp) and not fp.cache and not fp.lens
+    fa = _library.FlashQAppendArgs()
+    assert lib.qattn_flashq_append_args_init(ctypes.byref(fa), ctypes.sizeof(fa)) == 0
+    assert fa.struct_size == ctypes.sizeof(fa) and fa.n_new >= 0
+    # The C header's qattn_flashq_cache: 8 pointers-or-int64s, 2 ints, 4 pointers, 2 host pointers,
+    # 2 int64s and 4 pointers on a 64-bit ABI.
+    assert ctypes.sizeof(_library.FlashQCache) == 8 * 4 + 4 * 2 + 8 * 12
+    page = ctypes.c_int64()
+    assert lib.qattn_flashq_page_bytes(128, 2, None, ctypes.byref(page)) == 0 and page.value > 0
+    two_bit = (ctypes.c_int * 2)(2, 2)
+    small = ctypes.c_int64()
+    assert lib.qattn_flashq_page_bytes(128, 2, two_bit, ctypes.byref(small)) == 0 and 0 < small.value < page.value
     o = _library.Options()
     assert lib.qattn_options_init(ctypes.byref(o), ctypes.sizeof(o)) == 0
     assert (o.use_cache, o.read_only, o.tune, o.device, o.shipped_cache_path) == (1, 0, 1, 0, None)

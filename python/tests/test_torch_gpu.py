@@ -305,3 +305,62 @@ def test_cuda_graph_replays_prefill_append_and_decode_on_new_inputs(qt):
         eager = step()
         assert torch.equal(captured[0], eager[0])
         assert torch.equal(captured[1], eager[1]), position
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_flashq_cache_prefill_append_decode_matches_float64(qt, paged):
+    b, hq, hkv, d, n0, cap = 2, 8, 2, 128, 190, 256
+    cache = qt.FlashQCache(batch=b, heads_kv=hkv, head_dim=d, capacity=cap, heads_q=hq, dtype=torch.float16,
+                           paged=paged)
+    _, k, v = _inputs(b, 1, n0 + 3, hq, hkv, d, torch.float16, seed=33)
+    k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()   # [b, hkv, s, d]
+    cache.prefill(k[:, :, :n0], v[:, :, :n0], n_low=0)
+    assert cache.bits == ([4] * hkv, [4] * hkv)
+    for i in range(n0, n0 + 3):   # three decode steps' tokens: the buffer crosses a block boundary (192)
+        cache.append(k[:, :, i:i + 1], v[:, :, i:i + 1])
+    assert cache.compressed_lens.tolist() == [192] * b and cache.buffer_lens.tolist() == [n0 + 3 - 192] * b
+    q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.float16)
+    _poison(q.shape, q.dtype)
+    out = cache.decode(q)
+    err = _errors(out, _reference(q, k, v, False, "bhsd"))
+    print("flashq", "paged" if paged else "contiguous", err)
+    assert out.shape == q.shape and not out.isnan().any()
+    assert err["cos"] >= 0.93 and err["rel_l2"] <= 0.35, err   # 4-bit blocks: lossy; a wrong kernel is far off
+
+
+def test_flashq_decode_step_replays_in_a_cuda_graph(qt):
+    b, hq, hkv, d, cap = 1, 8, 2, 128, 512
+    cache = qt.FlashQCache(batch=b, heads_kv=hkv, head_dim=d, capacity=cap, heads_q=hq, dtype=torch.float16)
+    _, k, v = _inputs(b, 1, 100, hq, hkv, d, torch.float16, seed=34)
+    cache.prefill(k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous())
+    q1 = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.float16)
+    k1, v1 = (torch.randn(b, hkv, 1, d, device="cuda", dtype=torch.float16) for _ in range(2))
+
+    def step():
+        cache.append(k1, v1)
+        return cache.decode(q1, max_kv_len=cap)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()                                   # eager, on the capture stream
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        captured = step()
+    torch.cuda.synchronize()
+    # Replay and an eager step on twin caches: the same step from the same state gives the same bits.
+    state = [t.clone() for t in (cache.k_blocks, cache.v_blocks, cache.k_buffer, cache.v_buffer,
+                                 cache.compressed_lens, cache.buffer_lens)]
+    for t in (q1, k1, v1):
+        t.copy_(torch.randn_like(t))
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed = captured.clone()
+    for dst, src in zip((cache.k_blocks, cache.v_blocks, cache.k_buffer, cache.v_buffer, cache.compressed_lens,
+                         cache.buffer_lens), state):
+        dst.copy_(src)
+    eager = step()
+    torch.cuda.synchronize()
+    assert torch.equal(replayed, eager)
+    assert not replayed.isnan().any()

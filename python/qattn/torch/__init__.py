@@ -6,10 +6,13 @@ and a quantized KV cache. Importing this module needs torch; `import qattn` alon
     out = qt.sdpa(q, k, v, is_causal=True)                    # F.scaled_dot_product_attention's [b, h, s, d]
     cache = qt.KvCache("int8", batch=1, heads_kv=8, head_dim=128, capacity=4096, heads_q=32)
     cache.append(k_new, v_new, start=pos); out = cache.decode(q_new, kv_lens=pos + 1)
+    fq = qt.FlashQCache(batch=1, heads_kv=8, head_dim=128, capacity=4096, heads_q=32)   # INT4/INT2 blocks
+    fq.prefill(k, v); fq.append(k_new, v_new); out = fq.decode(q_new)
 """
 from . import ops   # registers torch.ops.qattn.* (first, so the calls below find them)
 from ._device import runtime, set_runtime
 from .attention import attention, attention_varlen, sdpa, tune
+from .flashq import FlashQCache
 from .kv_cache import KvCache
 
-__all__ = ["attention", "sdpa", "attention_varlen", "tune", "KvCache", "runtime", "set_runtime", "ops"]
+__all__ = ["attention", "sdpa", "attention_varlen", "tune", "KvCache", "FlashQCache", "runtime", "set_runtime", "ops"]
