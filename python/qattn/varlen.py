@@ -53,9 +53,10 @@ def _outputs(torch, spec, q, dq, heads_q, out, lse):
     return out, co, lse
 
 
-def attention_varlen(runtime, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec, out,
-                     softmax_scale, lse):
-    from .runtime import _torch, _encode, _scale, _check_same_device
+def describe(runtime, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec):
+    """The checked pieces of a variable-length call: (spec bytes with varlen, the packed qattn_tensors of
+    q, k, v, q's (tokens, heads, d), the qattn_shape, the offset tensors)."""
+    from .runtime import _torch, _encode, _check_same_device
     torch = _torch()
     _encode(spec, "spec")   # a str, or BadInput
     spec_b = _encode(checks.with_varlen(spec), "spec")
@@ -70,11 +71,21 @@ def attention_varlen(runtime, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q
     checks.check_same_batch(batch, batch_kv)
     q_len = checks.check_max_seqlen("max_seqlen_q", max_seqlen_q)
     kv_len = checks.check_max_seqlen("max_seqlen_kv", max_seqlen_kv)
+    _check_same_device(runtime, [("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_q), ("cu_seqlens_kv", cu_kv)])
+    shape = _library.Shape(batch, heads_q, heads_kv, q_len, kv_len)
+    return spec_b, (cq, ck, cv), dq, shape, (cu_q, cu_kv)
+
+
+def attention_varlen(runtime, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec, out,
+                     softmax_scale, lse):
+    from .runtime import _torch, _scale, _check_same_device
+    torch = _torch()
+    spec_b, (cq, ck, cv), dq, shape, (cu_q, cu_kv) = describe(runtime, q, k, v, cu_seqlens_q, cu_seqlens_kv,
+                                                               max_seqlen_q, max_seqlen_kv, spec)
+    heads_q = shape.heads_q
     out, co, lse = _outputs(torch, spec, q, dq, heads_q, out, lse)
     lse_ptr = None if lse is None else lse.data_ptr()
-    named = [("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_q), ("cu_seqlens_kv", cu_kv), ("out", out)]
-    _check_same_device(runtime, named + ([("lse", lse)] if lse is not None else []))
-    shape = _library.Shape(batch, heads_q, heads_kv, q_len, kv_len)
+    _check_same_device(runtime, [("out", out)] + ([("lse", lse)] if lse is not None else []))
     lib = runtime._lib
     stream = torch.cuda.current_stream(runtime.device).cuda_stream
     with runtime._call() as handle:

@@ -364,3 +364,25 @@ def test_flashq_decode_step_replays_in_a_cuda_graph(qt):
     torch.cuda.synchronize()
     assert torch.equal(replayed, eager)
     assert not replayed.isnan().any()
+
+
+def test_flashq_step_compiles_fullgraph_with_the_eager_bits(qt):
+    b, hq, hkv, d, cap = 1, 8, 2, 128, 512
+    _, k, v = _inputs(b, 1, 100, hq, hkv, d, torch.float16, seed=35)
+    k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+    caches = [qt.FlashQCache(batch=b, heads_kv=hkv, head_dim=d, capacity=cap, heads_q=hq) for _ in range(3)]
+    for c in caches:
+        c.prefill(k, v)
+    q1 = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.float16)
+    k1, v1 = (torch.randn(b, hkv, 1, d, device="cuda", dtype=torch.float16) for _ in range(2))
+
+    def step(cache, q1, k1, v1):
+        cache.append(k1, v1)
+        return cache.decode(q1, max_kv_len=cap)
+
+    eager = step(caches[0], q1, k1, v1)
+    explained = torch._dynamo.explain(step)(caches[1], q1, k1, v1)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    compiled = torch.compile(step, fullgraph=True)(caches[2], q1, k1, v1)
+    assert torch.equal(eager, compiled)
+    assert caches[2].buffer_lens.tolist() == caches[0].buffer_lens.tolist() == [100 - 64 + 1]

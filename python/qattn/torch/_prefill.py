@@ -69,6 +69,58 @@ def _make_plan(q, k, v, spec, layout):
     return p
 
 
+def _make_varlen_plan(q, k, v, cu_q, cu_kv, max_q, max_kv, spec):
+    from .. import varlen
+    index = _device.device_index(q)
+    rt = _device.runtime(index)
+    spec_b, (cq, ck, cv), dq, shape, _ = varlen.describe(rt, q, k, v, cu_q, cu_kv, max_q, max_kv, spec)
+    tokens, heads_q, d = dq
+    handle, ws = ctypes.c_void_p(), ctypes.c_int64()
+    lib = rt._lib
+    with rt._call() as rt_handle:
+        check(lib, lib.qattn_attention_plan_create(rt_handle, spec_b, shape, cq, ck, cv,
+                                                   _library.Tensor(None, 0, d, heads_q * d),
+                                                   _library.PLAN_VARLEN | _library.PLAN_CALLER_WORKSPACE,
+                                                   ctypes.byref(handle)),
+              "qattn_attention_plan_create")
+    p = _Plan(rt, torch.device("cuda", index), handle.value, 0, None, None)
+    check(lib, lib.qattn_attention_plan_workspace_bytes(p.handle, ctypes.byref(ws)), "qattn_attention_plan_workspace_bytes")
+    p.workspace_bytes = ws.value
+    return p
+
+
+def run_varlen(q, k, v, cu_q, cu_kv, max_q, max_kv, spec, scale):
+    """out of a variable-length call (packed [tokens, heads, d] tensors, int32 offsets [batch + 1] on the
+    device; max_q / max_kv bound the lengths), through a plan per (spec, bounds, shapes, strides)."""
+    try:
+        key = ("varlen", spec, int(max_q), int(max_kv), cu_q.shape, cu_q.dtype, cu_kv.dtype) + plan_key(q, k, v)
+    except (AttributeError, TypeError, ValueError):   # not tensors or ints: the checks say which
+        key = None
+    p = _plans.get(key) if key is not None else None
+    if p is None:
+        p = _make_varlen_plan(q, k, v, cu_q, cu_kv, max_q, max_kv, spec)
+        if key is not None:
+            if len(_plans) >= MAX_PLANS:
+                _plans.clear()
+            _plans[key] = p
+    if not (cu_q.is_cuda and cu_kv.is_cuda and cu_q.is_contiguous() and cu_kv.is_contiguous()
+            and cu_q.get_device() == cu_kv.get_device() == p.index):
+        raise BadInput("cu_seqlens_q and cu_seqlens_kv must be contiguous int32 CUDA tensors on q's device")
+    rt = p.runtime
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    ws = torch.empty(p.workspace_bytes, dtype=torch.uint8, device=p.device) if p.workspace_bytes else None
+    handle = rt._handle
+    if handle is None:
+        raise BadInput("the qattn Runtime of this device was closed; give the torch calls another with "
+                       "qattn.torch.set_runtime")
+    status = rt._lib.qattn_attention_plan_run(handle, p.handle, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                              out.data_ptr(), None, cu_q.data_ptr(), cu_kv.data_ptr(), scale,
+                                              None if ws is None else ws.data_ptr(), _stream(p.index))
+    if status:
+        check(rt._lib, status, "qattn_attention_plan_run")
+    return out
+
+
 def plan_key(q, k, v):
     """What a plan's checks read of the tensors (AttributeError for a non-tensor)."""
     return (q.dtype, k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), q.shape, q.stride(),

@@ -14,19 +14,23 @@ them without a graph break and torch.export sees their output shapes.
                                   spec, scale) -> out
     torch.ops.qattn.decode(q, k_cache, v_cache, kv_lens, block_table, k_head_scale, v_head_scale,
                            capacity, page_size, max_kv_len, spec, scale) -> out
+    torch.ops.qattn.flashq_append(cache, block_table, k, v, bits, page_stride, max_blocks, spec) -> ()
+    torch.ops.qattn.flashq_decode(q, cache, block_table, bits, page_stride, max_blocks, max_kv_len, spec,
+                                  scale) -> out
+        (cache: a FlashQ cache's tensors, qattn.torch.FlashQCache.tensors; bits: K's then V's widths)
 
 scale 0.0 means 1/sqrt(d). Outputs are new contiguous tensors: out in q's shape and dtype, lse float32
 [b, hq, s_q] ([total_q, hq] for varlen). The specs are qattn spec texts (qattn.formats builds them from
 format names); they are constants of a compiled graph.
 """
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from ..decode import KvCache as _CacheView
 from ..layout import LAYOUTS
-from . import _device, _prefill
+from . import _device, _prefill, flashq as _flashq
 
 
 def _lse_shape(q, layout):
@@ -60,9 +64,7 @@ def _(q, k, v, spec, layout, scale):
 @torch.library.custom_op("qattn::attention_varlen", mutates_args=())
 def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_kv: Tensor,
                      max_seqlen_q: int, max_seqlen_kv: int, spec: str, scale: float) -> Tensor:
-    rt = _device.runtime(_device.device_index(q))
-    return rt.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec,
-                               softmax_scale=scale or None)
+    return _prefill.run_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec, scale)
 
 
 @attention_varlen.register_fake
@@ -133,4 +135,26 @@ def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_lens: Tensor, block_t
 @decode.register_fake
 def _(q, k_cache, v_cache, kv_lens, block_table, k_head_scale, v_head_scale, capacity, page_size, max_kv_len,
       spec, scale):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("qattn::flashq_append", mutates_args=("cache",))
+def flashq_append(cache: List[Tensor], block_table: Optional[Tensor], k: Tensor, v: Tensor, bits: List[int],
+                  page_stride: int, max_blocks: int, spec: str) -> None:
+    _flashq.append(cache, block_table, k, v, bits, page_stride, max_blocks, spec)
+
+
+@flashq_append.register_fake
+def _(cache, block_table, k, v, bits, page_stride, max_blocks, spec):
+    return None
+
+
+@torch.library.custom_op("qattn::flashq_decode", mutates_args=())
+def flashq_decode(q: Tensor, cache: List[Tensor], block_table: Optional[Tensor], bits: List[int], page_stride: int,
+                  max_blocks: int, max_kv_len: int, spec: str, scale: float) -> Tensor:
+    return _flashq.decode(q, cache, block_table, bits, page_stride, max_blocks, max_kv_len, spec, scale)
+
+
+@flashq_decode.register_fake
+def _(q, cache, block_table, bits, page_stride, max_blocks, max_kv_len, spec, scale):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
