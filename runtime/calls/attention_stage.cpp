@@ -1,5 +1,8 @@
 #include "runtime/calls/attention_stage.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "qattn/error.hpp"
 #include "runtime/device/device_buffer.hpp"
 #include "runtime/registry/runtime_impl.hpp"
