@@ -15,8 +15,7 @@ pytestmark = needs_gpu
 
 # Cosine floors against float64: 16-bit kernels are exact up to rounding; the quantized formats' floors
 # are the ones their GPU suites use for this kind of data.
-COS_FLOOR = {"fp16": 0.9999, "int8": 0.995, "int8_fp16": 0.995, "int8_fp8": 0.99, "bf16": 0.9999, "fp8": 0.99,
-             "int4": 0.95, "int4_group": 0.97}
+COS_FLOOR = {"fp16": 0.9999, "int8": 0.995, "int8_fp16": 0.995, "int8_fp8": 0.99, "bf16": 0.9999, "fp8": 0.99}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -161,6 +160,18 @@ def test_varlen_op_equals_one_call_per_sequence(qt):
 CACHE_FORMATS = ["bf16", "int8", "fp8", "int4", "int4_group"]
 
 
+def _int4_rows(x, groups):
+    """x [..., d] as an int4 cache row holds it (templates/qattn/decode/kv_layout.h): per group of d /
+    groups channels, scale = fp16((max - min) / 15), shift = fp16(min), code = clamp(rint((x - shift) /
+    scale), 0, 15), value = code * scale + shift (float64)."""
+    g = x.double().unflatten(-1, (groups, -1))
+    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+    scale = ((hi - lo) / 15).half().double()
+    shift = lo.half().double()
+    code = torch.where(scale > 0, torch.round((g - shift) / torch.where(scale > 0, scale, 1)).clamp(0, 15), 0)
+    return (code * scale + shift).flatten(-2)
+
+
 @pytest.mark.parametrize("fmt", CACHE_FORMATS)
 @pytest.mark.parametrize("page_size", [0, 16])
 def test_kv_cache_append_then_decode_matches_float64(qt, fmt, page_size):
@@ -171,13 +182,24 @@ def test_kv_cache_append_then_decode_matches_float64(qt, fmt, page_size):
     k, v = k.transpose(1, 2), v.transpose(1, 2)                       # [b, hkv, s, d]
     cache.append(k[:, :, :n0], v[:, :, :n0], 0)                         # the prompt, at once
     cache.append(k[:, :, n0:], v[:, :, n0:], torch.full((b,), n0, dtype=torch.int32, device="cuda"))
-    q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16,
+                    generator=torch.Generator(device="cuda").manual_seed(22))
     _poison(q.shape, q.dtype)
     out = cache.decode(q, n0 + 1)
     err = _errors(out, _reference(q, k, v, False, "bhsd"))
-    print(fmt, page_size, err)
     assert out.shape == q.shape and not out.isnan().any()
-    assert err["cos"] >= COS_FLOOR[fmt], err
+    if fmt in ("int4", "int4_group"):
+        # INT4 rows are lossy enough on this data (a K channel bias, a sink key) that exact attention
+        # moves with the draw (cos 0.92-0.98 seen): the kernel is held to the format's own numerics,
+        # attention over the rows as the cache holds them, and to exact attention only loosely.
+        groups = 4 if fmt == "int4_group" else 1
+        sim = _errors(out, _reference(q, _int4_rows(k, groups), _int4_rows(v, groups), False, "bhsd"))
+        print(fmt, page_size, err, "against the format's rows:", sim)
+        assert sim["cos"] >= 0.999, sim
+        assert err["cos"] >= 0.9, err
+    else:
+        print(fmt, page_size, err)
+        assert err["cos"] >= COS_FLOOR[fmt], err
 
 
 @pytest.mark.parametrize("fmt", CACHE_FORMATS)
