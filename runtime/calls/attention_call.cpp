@@ -95,6 +95,18 @@ Tiling Runtime::Impl::launch_form(const Spec& spec, const Tiling& tiling) {
 
 Tiling Runtime::launch_form(const Spec& spec, const Tiling& tiling) { return impl_->launch_form(spec, tiling); }
 
+AttentionParams Runtime::Impl::shape_params(const Spec& spec, const Tiling& tiling, const Problem& p) {
+  AttentionParams ap{};
+  ap.batch = p.batch;
+  ap.heads_q = p.heads_q;
+  ap.heads_kv = p.heads_kv;
+  ap.q_len = p.q_len;
+  ap.kv_len = p.kv_len;
+  const int band = experiment.causal_band_heads;
+  ap.band_heads = band > 0 ? band : gen::attention_band_heads(spec, tiling, p, device().l2_bytes);
+  return ap;
+}
+
 std::unique_ptr<PreparedAttention> Runtime::prepare(const AttentionCall& call_in, void* stream) {
   const Spec spec = resolve(spec_of(call_in));
   const AttentionCall call = packed_call(call_in, spec);
@@ -129,13 +141,7 @@ std::unique_ptr<PreparedAttention> Runtime::Impl::prepare_in(const AttentionCall
   out->problem_ = p;
   out->kernel_ = load(spec, tiling);
   AttentionParams& ap = out->params;
-  ap.batch = p.batch;
-  ap.heads_q = p.heads_q;
-  ap.heads_kv = p.heads_kv;
-  ap.q_len = p.q_len;
-  ap.kv_len = p.kv_len;
-  const int band = experiment.causal_band_heads;
-  ap.band_heads = band > 0 ? band : gen::attention_band_heads(spec, tiling, p, device().l2_bytes);
+  ap = shape_params(spec, tiling, p);
   ap.cu_q = call.cu_seqlens_q;
   ap.cu_kv = call.cu_seqlens_kv;
   if (!spec.quantized()) {

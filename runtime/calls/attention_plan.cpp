@@ -75,14 +75,7 @@ std::unique_ptr<AttentionPlan> Runtime::plan_attention(const AttentionCall& call
   plan->inputs = {ref_of(call.q), ref_of(call.k), ref_of(call.v)};
   plan->o = call.o;
   const Problem& p = call.problem;
-  AttentionParams& ap = plan->params;
-  ap.batch = p.batch;
-  ap.heads_q = p.heads_q;
-  ap.heads_kv = p.heads_kv;
-  ap.q_len = p.q_len;
-  ap.kv_len = p.kv_len;
-  const int band = impl_->experiment.causal_band_heads;
-  ap.band_heads = band > 0 ? band : gen::attention_band_heads(spec, tiling, p, impl_->device().l2_bytes);
+  plan->params = impl_->shape_params(spec, tiling, p);
   if (spec.quantized()) {
     plan->stage = impl_->stage_attention(spec, p, tiling, /*lse_fix=*/true);
     Impl::StageInputs in;

@@ -104,6 +104,8 @@ struct Runtime::Impl {
   std::unique_ptr<PreparedAttention> prepare_in(const AttentionCall& call, const Spec& spec, const Tiling& tiling,
                                                 void* stream, rt::DeviceBuffer* lent);
   void run(const PreparedAttention& prepared, TensorView o, float softmax_scale, float* lse, void* stream);
+  // AttentionParams with the problem's dimensions and the causal band schedule filled in; no pointers.
+  AttentionParams shape_params(const Spec& spec, const Tiling& tiling, const Problem& problem);
   // The quantized call's passes, workspace layout and LSE correction (runtime/calls/attention_stage.hpp),
   // decided for (spec resolved, problem, launch tiling); lse_fix: prepare the LSE correction when K is smoothed.
   rt::AttentionStage stage_attention(const Spec& spec, const Problem& problem, const Tiling& tiling, bool lse_fix);

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 
+#include "qattn/runtime.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/driver.hpp"
 
@@ -40,6 +42,23 @@ class GpuTest : public ::testing::Test {
  private:
   CUcontext context_at_setup_ = nullptr;
   bool ready_ = false;
+};
+
+// A GPU test with an untuned runtime that keeps nothing on disk (the default tilings, compiled in the
+// process) and a stream of its own.
+class GpuRuntimeTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    RuntimeOptions options;
+    options.use_cache = false;
+    options.tune = false;
+    runtime_.emplace(options);
+    stream_.emplace();
+  }
+  std::optional<Runtime> runtime_;
+  std::optional<rt::Stream> stream_;
 };
 
 // A GPU test with a fresh scratch folder (for cache files), removed afterwards.

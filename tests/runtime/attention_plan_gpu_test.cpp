@@ -28,20 +28,7 @@ using test::HostTensor;
 using test::Layout;
 using test::values_differ;
 
-class AttentionPlanRun : public test::GpuTest {
- protected:
-  void SetUp() override {
-    test::GpuTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    RuntimeOptions options;
-    options.use_cache = false;
-    options.tune = false;
-    runtime_.emplace(options);
-    stream_.emplace();
-  }
-  std::optional<Runtime> runtime_;
-  std::optional<rt::Stream> stream_;
-};
+class AttentionPlanRun : public test::GpuRuntimeTest {};
 
 const char* const kSpecs[] = {
     "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal gqa=2 smooth=kv",

@@ -161,17 +161,8 @@ size_t lse_differ(const std::vector<float>& a, const std::vector<float>& b) {
   return n;
 }
 
-class VarlenAttention : public test::GpuTest {
+class VarlenAttention : public test::GpuRuntimeTest {
  protected:
-  void SetUp() override {
-    test::GpuTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    RuntimeOptions options;
-    options.use_cache = false;
-    options.tune = false;
-    runtime_.emplace(options);
-    stream_.emplace();
-  }
   // The tiling a varlen call of `spec` at the batch's bounds launches (its launch form), and the forms
   // of the same kernel that must give the same bits (TMA, warp-specialized), where the device has them.
   std::vector<Tiling> forms(const Spec& vspec, const Problem& p) {
@@ -183,8 +174,6 @@ class VarlenAttention : public test::GpuTest {
       }
     return out;
   }
-  std::optional<Runtime> runtime_;
-  std::optional<rt::Stream> stream_;
 };
 
 // Same quantization per sequence, so the same bits: 16-bit, token-local Q/K scales, per_channel V,

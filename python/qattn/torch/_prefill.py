@@ -106,18 +106,8 @@ def run_varlen(q, k, v, cu_q, cu_kv, max_q, max_kv, spec, scale):
     if not (cu_q.is_cuda and cu_kv.is_cuda and cu_q.is_contiguous() and cu_kv.is_contiguous()
             and cu_q.get_device() == cu_kv.get_device() == p.index):
         raise BadInput("cu_seqlens_q and cu_seqlens_kv must be contiguous int32 CUDA tensors on q's device")
-    rt = p.runtime
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    ws = torch.empty(p.workspace_bytes, dtype=torch.uint8, device=p.device) if p.workspace_bytes else None
-    handle = rt._handle
-    if handle is None:
-        raise BadInput("the qattn Runtime of this device was closed; give the torch calls another with "
-                       "qattn.torch.set_runtime")
-    status = rt._lib.qattn_attention_plan_run(handle, p.handle, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                              out.data_ptr(), None, cu_q.data_ptr(), cu_kv.data_ptr(), scale,
-                                              None if ws is None else ws.data_ptr(), _stream(p.index))
-    if status:
-        check(rt._lib, status, "qattn_attention_plan_run")
+    _run_plan(p, q, k, v, out, None, cu_q.data_ptr(), cu_kv.data_ptr(), scale)
     return out
 
 
@@ -155,20 +145,26 @@ def _stream(index):
 def launch(p, q, k, v, scale, with_lse=False):
     """Runs a plan on q, k, v (the tensors it was made for, or ones of the same key) on torch's current
     stream: out, or (out, lse) with with_lse."""
-    rt = p.runtime
     out = torch.empty(p.out_shape, dtype=q.dtype, device=p.device)
     lse = torch.empty(p.lse_shape, dtype=torch.float32, device=p.device) if with_lse else None
+    _run_plan(p, q, k, v, out, lse, None, None, scale)
+    return (out, lse) if with_lse else out
+
+
+def _run_plan(p, q, k, v, out, lse, cu_q, cu_kv, scale):
+    """One qattn_attention_plan_run with a workspace from torch's allocator (stream-ordered, so any
+    stream and CUDA-graph capture are safe)."""
+    rt = p.runtime
     ws = torch.empty(p.workspace_bytes, dtype=torch.uint8, device=p.device) if p.workspace_bytes else None
     handle = rt._handle
     if handle is None:
         raise BadInput("the qattn Runtime of this device was closed; give the torch calls another with "
                        "qattn.torch.set_runtime")
     status = rt._lib.qattn_attention_plan_run(handle, p.handle, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                              out.data_ptr(), None if lse is None else lse.data_ptr(), None, None,
+                                              out.data_ptr(), None if lse is None else lse.data_ptr(), cu_q, cu_kv,
                                               scale, None if ws is None else ws.data_ptr(), _stream(p.index))
     if status:
         check(rt._lib, status, "qattn_attention_plan_run")
-    return (out, lse) if with_lse else out
 
 
 def run(q, k, v, spec, layout, scale, with_lse=False):
