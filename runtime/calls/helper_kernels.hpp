@@ -19,7 +19,6 @@ struct QuantSlot {
   gen::QuantPlan plan;
   size_t codes = 0, scales = 0, mean = 0, scratch = 0;   // workspace offsets (scratch: the plan's own)
   int row_bytes = 0;   // bytes per row of codes (packed int4: d/2), filled in by the caller
-  TensorRef y{};
   bool active = true;   // false: the operand is used as given (V of pv=fp16): no passes, no workspace
 };
 
