@@ -28,12 +28,14 @@ struct ExperimentOptions {
   // Quantized prefill: V's quantization passes (and Q's, where Q has passes and K too) on side streams of
   // the runtime, concurrently with K's on the caller's stream, which waits for them (events) before the
   // attention kernel. The side streams wait for everything queued on the caller's stream first, so the
-  // caller sees one stream's ordering. Same output bits. QATTN_CONCURRENT_PASSES=0: off.
+  // caller sees one stream's ordering. Same output bits. Only from rt::kForkMinRows K/V rows
+  // (attention_stage.hpp). QATTN_CONCURRENT_PASSES=0: off.
   bool concurrent_passes = true;
   // K/V smoothing and per_channel V scales: quantize in one pass over the input (head-synchronised
   // blocks, templates/qattn/quant/head_sync.cuh) when a head fits, instead of a statistics pass and then
   // the quantizer. Not used where K's mean is sampled (RuntimeOptions::k_mean_sample_tokens): it would
-  // save no second full read. QATTN_QUANT_ONE_PASS=1: on.
+  // save no second full read. Off, the form is still taken where an operand fits one wave
+  // (rt::one_pass_fits). QATTN_QUANT_ONE_PASS=1: on wherever a head fits.
   bool quant_one_pass = false;
 
   // The defaults above with the environment's knobs applied.
