@@ -91,10 +91,19 @@ def decode_format(fmt):
     return name
 
 
+# FlashQ's cache (qattn.torch.FlashQCache): blocks with per-head bit widths, not a row format.
+FLASHQ_FORMAT = "qk=flashq:per_channel pv=flashq:per_channel"
+
+
 def decode_spec(fmt, head_dim, dtype_name, heads_q, heads_kv, paged):
     """The decode spec text of a KV cache in format `fmt` read by heads_q query heads."""
+    return cache_spec(DECODE_FORMATS[decode_format(fmt)], head_dim, dtype_name, heads_q, heads_kv, paged)
+
+
+def cache_spec(format_tokens, head_dim, dtype_name, heads_q, heads_kv, paged):
+    """The decode spec text of a cache whose format tokens are `format_tokens` ({t}: the 16-bit type)."""
     t = _type_of(dtype_name)
-    tokens = ["decode", DECODE_FORMATS[decode_format(fmt)].format(t=t), f"out={t}", f"d={head_dim}"]
+    tokens = ["decode", format_tokens.format(t=t), f"out={t}", f"d={head_dim}"]
     gqa = gqa_of(heads_q, heads_kv)
     if gqa > 1:
         tokens.append(f"gqa={gqa}")

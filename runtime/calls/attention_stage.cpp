@@ -71,7 +71,6 @@ rt::AttentionStage Runtime::Impl::stage_attention(const Spec& spec, const Proble
   st.fork = st.lane[2] >= 0;
   st.sides = st.lane[0] == 1 ? 2 : 1;   // pass_lanes: V on side stream 0, Q on 1
   if (!st.fork && zero_sum > 0 && zero_end - zero_first <= zero_sum + kMergeSlackBytes) {
-    st.merged_zero = true;
     st.zero_begin = zero_first;
     st.zero_bytes = zero_end - zero_first;
   }
@@ -139,7 +138,7 @@ void Runtime::Impl::enqueue_stage(const rt::AttentionStage& st, const StageInput
                                   AttentionParams& ap, LseCorrectionParams* fix, PassFork* pf) {
   const int d = in.head_dim;
   const CUstream cu_stream = static_cast<CUstream>(stream);
-  if (st.merged_zero)
+  if (st.zero_bytes > 0)
     rt::fill_bytes_async(reinterpret_cast<CUdeviceptr>(base + st.zero_begin), 0, st.zero_bytes, cu_stream, options.device);
   // Forking: the side streams' passes are queued first; the caller's stream then waits for them before
   // anything that reads their output.
@@ -161,7 +160,7 @@ void Runtime::Impl::enqueue_stage(const rt::AttentionStage& st, const StageInput
     const QuantParams qp = stage_quant_params(s, in.x[u], base, d, i == 0 ? in.cu_q : in.cu_kv);
     for (size_t j = 0; j < s.plan.launches.size(); ++j) {
       const gen::QuantLaunch& l = s.plan.launches[j];
-      if (l.zero_scratch_floats > 0 && !st.merged_zero)
+      if (l.zero_scratch_floats > 0 && st.zero_bytes == 0)
         rt::fill_bytes_async(reinterpret_cast<CUdeviceptr>(qp.amax_scratch), 0,
                              sizeof(float) * static_cast<size_t>(l.zero_scratch_floats), pass_stream, options.device);
       st.passes[u][j]->launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,

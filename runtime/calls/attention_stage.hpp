@@ -33,9 +33,8 @@ struct AttentionStage {
   int sides = 0;                // side streams in use when forking
   size_t bytes = 0;             // workspace bytes (256-byte aligned regions)
   // One memset instead of each launch's own (no fork): [zero_begin, zero_begin + zero_bytes) of the
-  // workspace; zero_bytes 0: none, or each launch zeroes its own scratch (fork).
+  // workspace; zero_bytes 0: each launch that needs zeroed scratch clears its own.
   size_t zero_begin = 0, zero_bytes = 0;
-  bool merged_zero = false;
   bool lse_fix = false;         // K smoothing: q·mean_k per row at `dot`, added to a requested LSE
   size_t dot = 0;
   std::shared_ptr<Kernel> row_dot, lse_add;

@@ -46,6 +46,32 @@ def _contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
+def _create(rt, index, spec_b, shape, cq, ck, cv, co, flags, out_shape=None, lse_shape=None):
+    """A _Plan over qattn_attention_plan_create with the caller's workspace (every run passes one)."""
+    handle, ws = ctypes.c_void_p(), ctypes.c_int64()
+    lib = rt._lib
+    with rt._call() as rt_handle:
+        check(lib, lib.qattn_attention_plan_create(rt_handle, spec_b, shape, cq, ck, cv, co,
+                                                   flags | _library.PLAN_CALLER_WORKSPACE, ctypes.byref(handle)),
+              "qattn_attention_plan_create")
+    p = _Plan(rt, torch.device("cuda", index), handle.value, 0, out_shape, lse_shape)
+    check(lib, lib.qattn_attention_plan_workspace_bytes(p.handle, ctypes.byref(ws)), "qattn_attention_plan_workspace_bytes")
+    p.workspace_bytes = ws.value
+    return p
+
+
+def _cached(key, make):
+    """The plan stored under `key` (None: never stored), else make() stored there."""
+    p = _plans.get(key) if key is not None else None
+    if p is None:
+        p = make()
+        if key is not None:
+            if len(_plans) >= MAX_PLANS:
+                _plans.clear()
+            _plans[key] = p
+    return p
+
+
 def _make_plan(q, k, v, spec, layout):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -56,37 +82,16 @@ def _make_plan(q, k, v, spec, layout):
     out_shape = tuple(q.shape)
     _, out_strides = checks.decompose("out", out_shape, _contiguous_strides(out_shape), layout)
     batch, q_len, heads_q, _ = dq.dims
-    handle, ws = ctypes.c_void_p(), ctypes.c_int64()
-    lib = rt._lib
-    with rt._call() as rt_handle:
-        check(lib, lib.qattn_attention_plan_create(rt_handle, spec_b, shape, dq.c, dk.c, dv.c,
-                                                   _library.Tensor(None, *out_strides),
-                                                   _library.PLAN_CALLER_WORKSPACE, ctypes.byref(handle)),
-              "qattn_attention_plan_create")
-    p = _Plan(rt, torch.device("cuda", index), handle.value, 0, out_shape, (batch, heads_q, q_len))
-    check(lib, lib.qattn_attention_plan_workspace_bytes(p.handle, ctypes.byref(ws)), "qattn_attention_plan_workspace_bytes")
-    p.workspace_bytes = ws.value
-    return p
+    return _create(rt, index, spec_b, shape, dq.c, dk.c, dv.c, _library.Tensor(None, *out_strides), 0, out_shape,
+                   (batch, heads_q, q_len))
 
 
 def _make_varlen_plan(q, k, v, cu_q, cu_kv, max_q, max_kv, spec):
     from .. import varlen
     index = _device.device_index(q)
     rt = _device.runtime(index)
-    spec_b, (cq, ck, cv), dq, shape, _ = varlen.describe(rt, q, k, v, cu_q, cu_kv, max_q, max_kv, spec)
-    tokens, heads_q, d = dq
-    handle, ws = ctypes.c_void_p(), ctypes.c_int64()
-    lib = rt._lib
-    with rt._call() as rt_handle:
-        check(lib, lib.qattn_attention_plan_create(rt_handle, spec_b, shape, cq, ck, cv,
-                                                   _library.Tensor(None, 0, d, heads_q * d),
-                                                   _library.PLAN_VARLEN | _library.PLAN_CALLER_WORKSPACE,
-                                                   ctypes.byref(handle)),
-              "qattn_attention_plan_create")
-    p = _Plan(rt, torch.device("cuda", index), handle.value, 0, None, None)
-    check(lib, lib.qattn_attention_plan_workspace_bytes(p.handle, ctypes.byref(ws)), "qattn_attention_plan_workspace_bytes")
-    p.workspace_bytes = ws.value
-    return p
+    spec_b, (cq, ck, cv), (_, heads_q, d), shape, _ = varlen.describe(rt, q, k, v, cu_q, cu_kv, max_q, max_kv, spec)
+    return _create(rt, index, spec_b, shape, cq, ck, cv, _library.Tensor(None, 0, d, heads_q * d), _library.PLAN_VARLEN)
 
 
 def run_varlen(q, k, v, cu_q, cu_kv, max_q, max_kv, spec, scale):
@@ -96,13 +101,7 @@ def run_varlen(q, k, v, cu_q, cu_kv, max_q, max_kv, spec, scale):
         key = ("varlen", spec, int(max_q), int(max_kv), cu_q.shape, cu_q.dtype, cu_kv.dtype) + plan_key(q, k, v)
     except (AttributeError, TypeError, ValueError):   # not tensors or ints: the checks say which
         key = None
-    p = _plans.get(key) if key is not None else None
-    if p is None:
-        p = _make_varlen_plan(q, k, v, cu_q, cu_kv, max_q, max_kv, spec)
-        if key is not None:
-            if len(_plans) >= MAX_PLANS:
-                _plans.clear()
-            _plans[key] = p
+    p = _cached(key, lambda: _make_varlen_plan(q, k, v, cu_q, cu_kv, max_q, max_kv, spec))
     if not (cu_q.is_cuda and cu_kv.is_cuda and cu_q.is_contiguous() and cu_kv.is_contiguous()
             and cu_q.get_device() == cu_kv.get_device() == p.index):
         raise BadInput("cu_seqlens_q and cu_seqlens_kv must be contiguous int32 CUDA tensors on q's device")
@@ -124,14 +123,7 @@ def plan(q, k, v, spec, layout, key=None):
             key = (spec, layout) + plan_key(q, k, v)
         except AttributeError:
             key = None
-    p = _plans.get(key) if key is not None else None
-    if p is None:
-        p = _make_plan(q, k, v, spec, layout)
-        if key is not None:
-            if len(_plans) >= MAX_PLANS:
-                _plans.clear()
-            _plans[key] = p
-    return p
+    return _cached(key, lambda: _make_plan(q, k, v, spec, layout))
 
 
 # The current stream's handle: torch's own fast accessor where it has one.

@@ -17,19 +17,6 @@ from . import _device
 BLOCK_TOKENS = 64
 
 
-def _flashq_spec(head_dim, dtype, heads_q, heads_kv, paged):
-    t = formats.SPEC_TYPE.get(str(dtype).replace("torch.", ""))
-    if t is None:
-        raise BadInput(f"dtype {dtype} is not a FlashQ cache's; accepted: torch.float16, torch.bfloat16")
-    tokens = ["decode qk=flashq:per_channel pv=flashq:per_channel", f"out={t}", f"d={head_dim}"]
-    gqa = formats.gqa_of(heads_q, heads_kv)
-    if gqa > 1:
-        tokens.append(f"gqa={gqa}")
-    if paged:
-        tokens.append("paged")
-    return " ".join(tokens)
-
-
 def _c_view(tensors, block_table, bits, page_stride, max_blocks):
     """(the qattn_flashq_cache of the cache's tensors, the host arrays it points to). tensors: k_blocks,
     v_blocks, k_buffer, v_buffer, heads, compressed_lens, buffer_lens, k_scale8, v_scale8; bits: the K
@@ -119,7 +106,8 @@ class FlashQCache:
         heads_q = heads_kv if heads_q is None else heads_q
         self.batch, self.heads_kv, self.heads_q, self.head_dim = batch, heads_kv, heads_q, head_dim
         self.capacity, self.dtype, self.device, self.paged = capacity, dtype, device, bool(paged)
-        self.spec = _flashq_spec(head_dim, dtype, heads_q, heads_kv, self.paged)
+        self.spec = formats.cache_spec(formats.FLASHQ_FORMAT, head_dim, str(dtype).replace("torch.", ""), heads_q,
+                                       heads_kv, self.paged)
         lib = _library.load()
         page, buffer = ctypes.c_int64(), ctypes.c_int64()
         check(lib, lib.qattn_flashq_page_bytes(head_dim, heads_kv, None, ctypes.byref(page)), "qattn_flashq_page_bytes")
@@ -197,7 +185,6 @@ class FlashQCache:
                     raise BadInput(f"{field} must hold {self.heads_kv} floats (one per KV head)")
                 keep.append((ctypes.c_float * self.heads_kv)(*[float(x) for x in value]))
                 setattr(args, field, keep[-1])
-        # The prefill writes the chosen widths into the host arrays of this view: read them back from there.
         # Bits all 0: the prefill chooses them and writes them into the view's host arrays.
         view, (k_bits, v_bits) = _c_view(self.tensors, self._table(), self._bits_list(), self.page_bytes,
                                          self.pages_per_seq)
