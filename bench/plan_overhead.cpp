@@ -1,7 +1,8 @@
 // qattn_bench_plan: host cost of one prefill call at a small shape, from C++, where Python adds nothing:
 // run(plan) against attention() (the one-shot path that decides everything per call), for an fp16 and
-// two quantized specs; and the pieces a run is made of: one kernel launch through the runtime's
-// wrapper and raw, one memset. Host time: the wall time of issuing R calls back to back (no sync inside
+// two quantized specs, with the plan's graph (the default) and with its launches enqueued one by one;
+// and the pieces a run is made of: each driver call of an enqueued quantized run, one kernel launch
+// through the runtime's wrapper and raw, one memset. Host time: the wall time of issuing R calls back to back (no sync inside
 // a round) over R, median of rounds; GPU time: events around the same R calls (the larger of the two is
 // what a caller waits for when the host is not the bound).
 //
@@ -23,6 +24,7 @@
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
 #include "runtime/device/driver.hpp"
+#include "runtime/registry/experiment_options.hpp"
 #include "runtime/registry/runtime_impl.hpp"
 #include "runtime/tuning/host_data.hpp"
 
@@ -103,6 +105,7 @@ int main(int argc, char** argv) try {
   };
   rt::DeviceBuffer dq = upload(o.h, 0, 4), dk = upload(o.hkv, 4, 0), dv = upload(o.hkv, 4, 0);
   rt::DeviceBuffer dout(static_cast<size_t>(o.b) * o.n * o.h * o.d * 2, kDevice);
+  rt::DeviceBuffer dout2(static_cast<size_t>(o.b) * o.n * o.h * o.d * 2, kDevice);
   nlohmann::json rows = nlohmann::json::array();
   auto report = [&](const std::string& what, const Timing& t) {
     std::printf("%-78s host %7.2f us   gpu %7.2f us\n", what.c_str(), t.host_us, t.gpu_us);
@@ -130,10 +133,65 @@ int main(int argc, char** argv) try {
     r.q = call.q.data, r.k = call.k.data, r.v = call.v.data, r.o = call.o.data;
     report("run(plan) " + name + " [" + plan->kernel().name() + "]",
            measure([&] { runtime.run(*plan, r, stream.get()); }, stream));
+    AttentionRun moving = r;   // a new output pointer every call: the graph's nodes are updated each time
+    bool flip = false;
+    report("run(plan), the output alternating between two buffers", measure([&] {
+             moving.o = (flip = !flip) ? dout2.as<void>() : dout.as<void>();
+             runtime.run(*plan, moving, stream.get());
+           }, stream));
+    rt::experiment_options(runtime).plan_graphs = false;
+    const auto direct = runtime.plan_attention(call);
+    rt::experiment_options(runtime).plan_graphs = true;
+    report("run(plan) with its launches enqueued one by one (QATTN_PLAN_GRAPHS=0)",
+           measure([&] { runtime.run(*direct, r, stream.get()); }, stream));
     if (call.spec.quantized()) {
       const auto prepared = runtime.prepare(call, stream.get());
       report("run(prepared), the attention kernel alone, " + name,
              measure([&] { runtime.run(*prepared, call.o, 0.f, nullptr, stream.get()); }, stream));
+      // What a run enqueues one by one without a graph, each driver call timed on its own.
+      Runtime::Impl& impl = RuntimeAccess::impl(runtime);
+      const Spec spec = runtime.resolve(call.spec);
+      const Tiling tiling = impl.launch_form(spec, plan->kernel().tiling());
+      const rt::AttentionStage st = impl.stage_attention(spec, call.problem, tiling, false);
+      rt::DeviceBuffer ws(st.bytes, kDevice);
+      Runtime::Impl::StageInputs in;
+      in.x = {TensorRef{call.q.data, call.q.sb, call.q.sh, call.q.ss, 1}, TensorRef{call.k.data, call.k.sb, call.k.sh, call.k.ss, 1},
+              TensorRef{call.v.data, call.v.sb, call.v.sh, call.v.ss, 1}};
+      in.problem = call.problem;
+      in.head_dim = o.d;
+      {
+        std::vector<std::vector<double>> each;
+        std::vector<std::string> what;
+        auto timed = [&](size_t slot, const std::string& label, const std::function<void()>& f) {
+          if (each.size() <= slot) each.resize(slot + 1), what.resize(slot + 1);
+          what[slot] = label;
+          const auto t0 = std::chrono::steady_clock::now();
+          f();
+          each[slot].push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+        };
+        for (int rep = 0; rep < kRounds * kPerRound; ++rep) {
+          if (rep % kPerRound == 0) stream.synchronize();
+          size_t slot = 0;
+          if (st.zero_bytes)
+            timed(slot++, "memset", [&] {
+              rt::fill_bytes_async(reinterpret_cast<CUdeviceptr>(ws.as<char>() + st.zero_begin), 0, st.zero_bytes,
+                                   stream.get(), kDevice);
+            });
+          for (size_t i = 0; i < 3; ++i)
+            for (size_t j = 0; j < st.passes[i].size(); ++j) {
+              const gen::QuantLaunch& l = st.slots[i].plan.launches[j];
+              const QuantParams qp = impl.stage_quant_params(st.slots[i], in.x[i], ws.as<char>(), o.d, nullptr);
+              timed(slot++, std::string("launch of pass ") + "qkv"[i] + " " + l.tag, [&] {
+                st.passes[i][j]->launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1},
+                                        l.smem_bytes, stream.get(), qp);
+              });
+            }
+          timed(slot++, "run(prepared): the attention kernel's launch",
+                [&] { runtime.run(*prepared, call.o, 0.f, nullptr, stream.get()); });
+        }
+        stream.synchronize();
+        for (size_t i = 0; i < each.size(); ++i) report("one call: " + what[i], Timing{::median(each[i]), 0});
+        }
     } else {
       // The fp16 plan is one launch: the same kernel through the runtime's wrapper and through the driver.
       const auto& k = dynamic_cast<const rt::LoadedKernel&>(plan->kernel());

@@ -60,6 +60,11 @@ int causal_band_heads() {
   return heads;
 }
 
+bool plan_graphs_off() {
+  static const bool off = equals("QATTN_PLAN_GRAPHS", "0");
+  return off;
+}
+
 bool quant_one_pass() {
   static const bool on = equals("QATTN_QUANT_ONE_PASS", "1");
   return on;

@@ -27,6 +27,7 @@ bool fuse_q_off();              // QATTN_FUSE_Q=0: no fused-Q (_qf) prefill kern
 bool tma_off();                 // QATTN_TMA=0: no TMA (_tma) prefill kernels
 bool concurrent_passes_off();   // QATTN_CONCURRENT_PASSES=0: quantization passes on the caller's stream only
 int causal_band_heads();        // QATTN_CAUSAL_BAND=<n>: heads per band of the causal wgmma schedule; 0 unset
+bool plan_graphs_off();         // QATTN_PLAN_GRAPHS=0: attention plans enqueue their launches one by one
 bool quant_one_pass();          // QATTN_QUANT_ONE_PASS=1: one-pass quantization where a head fits
 
 }  // namespace qattn::env

@@ -2,13 +2,18 @@
 // so that a run is the stage's launches and the kernel's, on pointers given then.
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "qattn/error.hpp"
 #include "runtime/calls/attention_stage.hpp"
 #include "runtime/calls/call_layout.hpp"
 #include "runtime/device/device_buffer.hpp"
+#include "runtime/device/driver.hpp"
+#include "runtime/device/launch_graph.hpp"
 #include "runtime/device/tma_maps.hpp"
 #include "runtime/registry/runtime_impl.hpp"
 
@@ -16,6 +21,9 @@ namespace qattn {
 namespace {
 
 constexpr std::uintptr_t kWorkspaceAlign = 256;
+// Streams a plan keeps a graph for (a graph's launches are ordered after one another, so concurrent
+// runs need one each); runs on further streams enqueue their launches directly.
+constexpr size_t kMaxGraphStreams = 8;
 // Plan-time checks read data pointers' alignment: a stand-in aligned for every access.
 void* const kAlignedStandIn = reinterpret_cast<void*>(kWorkspaceAlign);
 
@@ -41,6 +49,22 @@ class Plan final : public AttentionPlan {
   // again only when they move.
   mutable std::mutex tma_mutex;
   mutable std::optional<TmaAttentionParams> tma;
+  // Runs replayed as CUDA graphs (launch_graph.hpp): the record of the run being issued and a graph per
+  // stream. Off for a forking stage (its side streams and events are not recorded).
+  bool graphs = false;
+  mutable std::mutex graph_mutex;
+  mutable rt::LaunchRecorder recorder;
+  mutable std::vector<std::pair<void*, std::unique_ptr<rt::ReplayGraph>>> stream_graphs;
+
+  // The graph of `stream` (made on first use), or null: no graph for it (broken, or too many streams).
+  rt::ReplayGraph* graph_for(void* stream) const {
+    for (auto& [s, g] : stream_graphs)
+      if (s == stream) return g->broken() ? nullptr : g.get();
+    if (stream_graphs.size() >= kMaxGraphStreams) return nullptr;
+    stream_graphs.emplace_back(stream, std::make_unique<rt::ReplayGraph>(owner_device));
+    return stream_graphs.back().second.get();
+  }
+  int owner_device = 0;
 };
 
 bool misaligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes != 0; }
@@ -87,12 +111,15 @@ std::unique_ptr<AttentionPlan> Runtime::plan_attention(const AttentionCall& call
     if (own_workspace && plan->stage.bytes > 0) plan->own = rt::DeviceBuffer(plan->stage.bytes, impl_->options.device);
     if (plan->stage.fork) plan->fork = std::make_unique<Impl::PassFork>(impl_->options.device);
   }
+  plan->owner_device = impl_->options.device;
+  plan->graphs = impl_->experiment.plan_graphs && !plan->stage.fork && rt::ReplayGraph::available();
   return plan;
 }
 
-void Runtime::run(const AttentionPlan& plan_in, const AttentionRun& r, void* stream) {
-  const auto& plan = dynamic_cast<const Plan&>(plan_in);
-  if (plan.owner != impl_.get()) throw_bad_input("attention plan run: the plan was made by another Runtime; run it with that one");
+namespace {
+
+// The plan's launches for one run, as Runtime::run checks and issues them (or records them).
+void enqueue_run(Runtime::Impl& impl, const Plan& plan, const AttentionRun& r, void* stream) {
   if (!r.q || !r.k || !r.v || !r.o) throw_bad_input("attention plan run: q, k, v and o must be device pointers, got a null one");
   if (misaligned(r.q, 16) || misaligned(r.k, 16) || misaligned(r.v, 16))
     throw_bad_input("attention plan run: q, k and v must be 16-byte aligned");
@@ -115,13 +142,13 @@ void Runtime::run(const AttentionPlan& plan_in, const AttentionRun& r, void* str
       throw_bad_input("attention plan run: the plan has no workspace of its own; pass workspace (" +
                       std::to_string(plan.stage.bytes) + " bytes)");
     if (misaligned(base, kWorkspaceAlign)) throw_bad_input("attention plan run: workspace must be 256-byte aligned");
-    Impl::StageInputs in;
+    Runtime::Impl::StageInputs in;
     in.x = x;
     in.cu_q = r.cu_seqlens_q;
     in.cu_kv = r.cu_seqlens_kv;
     in.problem = plan.problem_;
     in.head_dim = plan.spec.head_dim;
-    impl_->enqueue_stage(plan.stage, in, base, stream, ap, r.lse && plan.stage.lse_fix ? &fix : nullptr, plan.fork.get());
+    impl.enqueue_stage(plan.stage, in, base, stream, ap, r.lse && plan.stage.lse_fix ? &fix : nullptr, plan.fork.get());
   } else {
     ap.q = x[0], ap.k = x[1], ap.v = x[2];
   }
@@ -143,7 +170,28 @@ void Runtime::run(const AttentionPlan& plan_in, const AttentionRun& r, void* str
   } else {
     plan.kernel_->launch(ap, plan.problem_, stream);
   }
-  if (r.lse && quantized && plan.stage.lse_fix) Impl::add_lse_fix(plan.stage, fix, r.lse, ap.softmax_scale, stream);
+  if (r.lse && quantized && plan.stage.lse_fix) Runtime::Impl::add_lse_fix(plan.stage, fix, r.lse, ap.softmax_scale, stream);
+}
+
+}  // namespace
+
+void Runtime::run(const AttentionPlan& plan_in, const AttentionRun& r, void* stream) {
+  const auto& plan = dynamic_cast<const Plan&>(plan_in);
+  if (plan.owner != impl_.get()) throw_bad_input("attention plan run: the plan was made by another Runtime; run it with that one");
+  const CUstream cu_stream = static_cast<CUstream>(stream);
+  // Inside a capture the launches go into the caller's graph as they are.
+  if (plan.graphs && !rt::stream_capturing(cu_stream)) {
+    std::lock_guard<std::mutex> lock(plan.graph_mutex);
+    if (rt::ReplayGraph* graph = plan.graph_for(stream)) {
+      {
+        rt::Recording recording(plan.recorder);
+        enqueue_run(*impl_, plan, r, stream);
+      }
+      if (!graph->launch(plan.recorder, cu_stream)) plan.recorder.enqueue(cu_stream, plan.owner_device);
+      return;
+    }
+  }
+  enqueue_run(*impl_, plan, r, stream);
 }
 
 }  // namespace qattn

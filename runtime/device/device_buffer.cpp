@@ -6,6 +6,7 @@
 
 #include "runtime/device/device.hpp"
 #include "runtime/device/driver.hpp"
+#include "runtime/device/launch_graph.hpp"
 
 namespace qattn::rt {
 
@@ -44,6 +45,10 @@ void fill_bytes(CUdeviceptr dst, unsigned char value, size_t bytes, int ordinal)
 }
 void fill_bytes_async(CUdeviceptr dst, unsigned char value, size_t bytes,
     CUstream stream, int ordinal) {
+  if (LaunchRecorder* recorder = active_recorder()) {   // a plan's run being recorded (launch_graph.hpp)
+    recorder->memset(dst, value, bytes);
+    return;
+  }
   ContextGuard guard(ordinal);
   QATTN_CU(cuMemsetD8Async, dst, value, bytes, stream);
 }

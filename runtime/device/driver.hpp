@@ -45,7 +45,8 @@ class DriverError : public std::runtime_error {
 #define QATTN_DRIVER_OPTIONAL_FUNCTIONS(X) \
   X(cuFuncGetParamInfo) X(cuKernelGetParamInfo) X(cuCtxCreate) X(cuCtxDestroy) X(cuTensorMapEncodeTiled)    \
   X(cuStreamIsCapturing) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)              \
-  X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy)
+  X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy) X(cuGraphCreate) X(cuGraphAddKernelNode)      \
+  X(cuGraphAddMemsetNode) X(cuGraphExecKernelNodeSetParams) X(cuGraphExecMemsetNodeSetParams)
 
 struct DriverApi {
 #define QATTN_DRIVER_MEMBER(fn) decltype(&::fn) fn = nullptr;

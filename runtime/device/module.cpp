@@ -7,6 +7,7 @@
 #include "env/env.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/driver.hpp"
+#include "runtime/device/launch_graph.hpp"
 
 namespace qattn::rt {
 namespace detail {
@@ -115,6 +116,10 @@ void Kernel::launch(Dim3 grid, Dim3 block, unsigned smem_bytes, CUstream stream,
   try {
     CUfunction f = nullptr;
     QATTN_CU(cuKernelGetFunction, &f, kernel_);
+    if (LaunchRecorder* recorder = active_recorder()) {   // a plan's run being recorded (launch_graph.hpp)
+      recorder->kernel(f, grid, block, smem_bytes, params, params_size);
+      return;
+    }
     void* args[] = {const_cast<void*>(params)};
     QATTN_CU(cuLaunchKernel, f, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem_bytes, stream,
              params ? args : nullptr, nullptr);

@@ -37,6 +37,11 @@ struct ExperimentOptions {
   // save no second full read. Off, the form is still taken where an operand fits one wave
   // (rt::one_pass_fits). QATTN_QUANT_ONE_PASS=1: on wherever a head fits.
   bool quant_one_pass = false;
+  // Attention plans: a run's launches are recorded and replayed as a CUDA graph kept by the plan (one per
+  // stream; runtime/device/launch_graph.hpp), updated in the nodes whose pointers changed, instead of
+  // enqueued one by one. Same launches, same output bits, less host time. Not inside a caller's stream
+  // capture, and not for a stage that forks. QATTN_PLAN_GRAPHS=0: off.
+  bool plan_graphs = true;
 
   // The defaults above with the environment's knobs applied.
   static ExperimentOptions from_environment();

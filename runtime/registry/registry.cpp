@@ -292,6 +292,7 @@ ExperimentOptions ExperimentOptions::from_environment() {
   o.causal_band_heads = env::causal_band_heads();
   o.concurrent_passes = !env::concurrent_passes_off();
   o.quant_one_pass = env::quant_one_pass();
+  o.plan_graphs = !env::plan_graphs_off();
   return o;
 }
 

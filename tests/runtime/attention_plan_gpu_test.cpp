@@ -1,7 +1,8 @@
 // Runtime::plan_attention and run(plan): a run gives attention()'s bits (output and LSE) with the plan's
 // own workspace and with the caller's, on short calls (the one-pass passes, no fork) and long ones (the
-// side streams); its first run can be captured in a CUDA graph, whose replay on new inputs equals an
-// eager run; and a run refuses what a plan cannot know (null, misaligned, another runtime's plan).
+// side streams); its runs, replayed as the plan's own CUDA graph, give the bits of runs enqueued one
+// launch at a time as pointers and streams change; its first run can be captured in a caller's CUDA
+// graph, whose replay on new inputs equals an eager run; and a run refuses what a plan cannot know (null, misaligned, another runtime's plan).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
 #include "runtime/device/driver.hpp"
+#include "runtime/registry/experiment_options.hpp"
 #include "tests/common/attention_case.hpp"
 #include "tests/common/attention_runs.hpp"
 #include "tests/common/device_tensor.hpp"
@@ -167,6 +169,68 @@ TEST_F(AttentionPlanRun, TheFirstRunCapturesAndReplaysOnNewInputs) {
     EXPECT_EQ(lse_differ(replayed.lse, eager.lse), 0u);
     d.cuGraphExecDestroy(exec);
     d.cuGraphDestroy(graph);
+  }
+}
+
+// A run replays the plan's CUDA graph (runtime/device/launch_graph.hpp), updating the nodes whose
+// pointers moved. Against a plan that enqueues its launches one by one: the same bits on every call,
+// with the inputs, output, LSE and workspace changing between calls, on two streams, and back to back.
+TEST_F(AttentionPlanRun, GraphRunsGiveTheBitsOfEnqueuedRunsAsPointersAndStreamsChange) {
+  for (const char* text : {kSpecs[0], kSpecs[2], kSpecs[3]}) {
+    const Spec spec = runtime_->resolve(parse_spec(text));
+    const Problem p{1, 8 * spec.gqa, 8, 200, 200};
+    const std::uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(std::string(text) + " " + test::seed_note(seed));
+    const test::AttentionCase cases[2] = {
+        test::attention_case(p, spec.head_dim, spec.causal, Layout::bshd, spec.out, seed),
+        test::attention_case(p, spec.head_dim, spec.causal, Layout::bshd, spec.out, seed + 1)};
+    test::Uploaded in[2] = {test::upload_call(spec, p, cases[0].q, cases[0].k, cases[0].v),
+                            test::upload_call(spec, p, cases[1].q, cases[1].k, cases[1].v)};
+    Sink sinks[2] = {Sink(cases[0].ref, p, spec.out), Sink(cases[1].ref, p, spec.out)};
+    AttentionCall call = in[0].call;
+    call.o = test::view_of(sinks[0].o, cases[0].ref);
+    const auto graphed = runtime_->plan_attention(call, /*own_workspace=*/false);
+    rt::experiment_options(*runtime_).plan_graphs = false;
+    const auto enqueued = runtime_->plan_attention(call, /*own_workspace=*/false);
+    rt::experiment_options(*runtime_).plan_graphs = true;
+    rt::DeviceBuffer ws(2 * (graphed->workspace_bytes() + 256));
+    rt::Stream other;
+    void* streams[2] = {stream_->get(), other.get()};
+    auto run = [&](const AttentionPlan& plan, int which, int stream, int slot) {
+      AttentionCall c = in[which].call;
+      c.o = test::view_of(sinks[which].o, cases[which].ref);
+      sinks[which].repoison();
+      const size_t offset = static_cast<size_t>(slot) * (graphed->workspace_bytes() + 256);
+      runtime_->run(plan, run_of(c, sinks[which], ws.as<char>() + offset), streams[stream]);
+      rt::check(rt::driver().cuStreamSynchronize(static_cast<CUstream>(streams[stream])), "cuStreamSynchronize");
+      return sinks[which].read(cases[which].ref, spec.out);
+    };
+    const Outputs want[2] = {run(*enqueued, 0, 0, 0), run(*enqueued, 1, 0, 0)};
+    for (int which = 0; which < 2; ++which) {
+      const test::ErrorMetrics m = test::compare(cases[which].ref, want[which].o);
+      EXPECT_GE(m.cosine, 0.999) << m.report();
+    }
+    const int calls[][3] = {{0, 0, 0}, {0, 0, 0}, {1, 0, 0}, {1, 0, 1}, {0, 1, 1}, {1, 1, 0}, {0, 0, 1}};
+    for (const auto& [which, stream, slot] : calls) {
+      const Outputs got = run(*graphed, which, stream, slot);
+      EXPECT_EQ(values_differ(got.o, want[which].o), 0u) << "inputs " << which << ", stream " << stream << ", workspace " << slot;
+      EXPECT_EQ(lse_differ(got.lse, want[which].lse), 0u) << "inputs " << which << ", stream " << stream;
+    }
+    // Back to back, no synchronization: each update lands while the graph's previous launch may still run.
+    for (int which = 0; which < 2; ++which) sinks[which].repoison();
+    for (int i = 0; i < 6; ++i) {
+      const int which = i % 2;
+      AttentionCall c = in[which].call;
+      c.o = test::view_of(sinks[which].o, cases[which].ref);
+      runtime_->run(*graphed, run_of(c, sinks[which], ws.as<char>() + which * (graphed->workspace_bytes() + 256)),
+                    stream_->get());
+    }
+    stream_->synchronize();
+    for (int which = 0; which < 2; ++which) {
+      const Outputs got = sinks[which].read(cases[which].ref, spec.out);
+      EXPECT_EQ(values_differ(got.o, want[which].o), 0u) << "back to back, inputs " << which;
+      EXPECT_EQ(lse_differ(got.lse, want[which].lse), 0u) << "back to back, inputs " << which;
+    }
   }
 }
 

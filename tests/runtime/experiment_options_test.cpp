@@ -22,6 +22,7 @@ TEST(ExperimentOptions, DefaultsAreTheMeasuredForms) {
   EXPECT_EQ(o.causal_band_heads, 0);
   EXPECT_TRUE(o.concurrent_passes);
   EXPECT_FALSE(o.quant_one_pass);
+  EXPECT_TRUE(o.plan_graphs);
 }
 
 // The knobs are read once per process: a fresh one (the "threadsafe" death-test style re-executes this
@@ -34,9 +35,11 @@ TEST(ExperimentOptions, EnvironmentKnobsReachEveryNewRuntime) {
     ::setenv("QATTN_CAUSAL_BAND", "5", 1);
     ::setenv("QATTN_CONCURRENT_PASSES", "0", 1);
     ::setenv("QATTN_QUANT_ONE_PASS", "1", 1);
+    ::setenv("QATTN_PLAN_GRAPHS", "0", 1);
     Runtime runtime(no_cache());
     const rt::ExperimentOptions& o = rt::experiment_options(runtime);
-    const bool ok = !o.fuse_q_quant && !o.tma_loads && o.causal_band_heads == 5 && !o.concurrent_passes && o.quant_one_pass;
+    const bool ok = !o.fuse_q_quant && !o.tma_loads && o.causal_band_heads == 5 && !o.concurrent_passes && o.quant_one_pass &&
+                    !o.plan_graphs;
     std::exit(ok ? 0 : 1);
   };
   EXPECT_EXIT(with_knobs(), ::testing::ExitedWithCode(0), "");
