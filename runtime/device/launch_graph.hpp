@@ -2,8 +2,8 @@
 //
 // A plan's run enqueues the same few driver operations every time (a memset, the quantization passes,
 // the attention kernel); only their pointers change. Each enqueue costs a few microseconds of host time,
-// a graph launch about one, and updating one node's parameters a fraction of one (docs/perf.md, "Plan
-// runs as graphs"). So a run is recorded instead of enqueued (Recording: while one is alive on a
+// a graph launch about one, and updating one node's parameters a fraction of one (docs/perf.md, "From
+// PyTorch"). So a run is recorded instead of enqueued (Recording: while one is alive on a
 // thread, Kernel::launch and fill_bytes_async append to its recorder), and a ReplayGraph launches the
 // record: built on first use, rebuilt when the sequence's shape (kinds, kernels, grids) changes, and
 // otherwise updated only in the nodes whose parameters differ from its last launch.
