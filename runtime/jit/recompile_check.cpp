@@ -188,6 +188,21 @@ RecompileReport recompile_check(const std::string& db_path, const RecompileOptio
     report.entries.push_back(std::move(e));
   }
   const std::vector<CompileOutcome> outcomes = compile_parallel(requests, options.jobs);
+  // A rebuild that differs from the stored image is built once more: NVRTC's output for some large
+  // kernels (FlashQ's GEMV decode) depends on the compiling process's memory layout, so two builds of
+  // one source can differ. When the two rebuilds differ from each other, a rebuild proves nothing
+  // either way and the row is not checkable; when they agree, the stored image is not this qattn's.
+  std::vector<std::size_t> again;   // request indices
+  std::vector<CompileRequest> again_requests;
+  for (std::size_t j = 0; j < pending.size(); ++j)
+    if (outcomes[j].ok() && outcomes[j].result.cubin != stored_image[j]->image) {
+      again.push_back(j);
+      again_requests.push_back(requests[j]);
+    }
+  const std::vector<CompileOutcome> second = compile_parallel(again_requests, options.jobs);
+  std::vector<bool> reproducible(pending.size(), true);
+  for (std::size_t a = 0; a < again.size(); ++a)
+    reproducible[again[a]] = second[a].ok() && second[a].result.cubin == outcomes[again[a]].result.cubin;
   for (std::size_t j = 0; j < pending.size(); ++j) {
     RecompileEntry& e = report.entries[pending[j]];
     const std::vector<unsigned char>& stored = stored_image[j]->image;
@@ -196,6 +211,10 @@ RecompileReport recompile_check(const std::string& db_path, const RecompileOptio
       e.status = RecompileEntry::Status::mismatched;
       const std::string message = o.error_message();
       e.detail = "rebuilding it failed: " + message.substr(0, std::min<std::size_t>(200, message.find('\n')));
+    } else if (o.result.cubin != stored && !reproducible[j]) {
+      e.status = RecompileEntry::Status::not_checkable;
+      e.detail = "not checkable by rebuilding: two builds of its source here differ from each other (" +
+                 digest_line(o.result.cubin) + "), as NVRTC's output for this kernel varies between compiles";
     } else if (o.result.cubin != stored) {
       e.status = RecompileEntry::Status::mismatched;
       e.detail = "stored image (" + digest_line(stored) + ") is not what this qattn builds (" +
