@@ -1,6 +1,7 @@
 #include "runtime/device/launch_graph.hpp"
 
 #include <cstring>
+#include <exception>
 
 #include "runtime/device/device.hpp"
 #include "runtime/device/driver.hpp"
@@ -115,7 +116,12 @@ bool ReplayGraph::available() {
          api.cuGraphExecDestroy && api.cuGraphDestroy;
 }
 
-ReplayGraph::~ReplayGraph() { release(); }
+ReplayGraph::~ReplayGraph() {
+  try {
+    release();
+  } catch (const std::exception&) {   // a driver already shut down (process exit): nothing left to free
+  }
+}
 
 void ReplayGraph::release() {
   if (!graph_ && !exec_) return;
