@@ -95,7 +95,8 @@ std::vector<std::pair<Spec, Tiling>> grid_points(const Args& args, const std::st
 int compile_grid(const Args& args) {
   const std::string grid = args.get("grid");
   if (grid != "default" && grid != "space") throw_bad_input("--grid " + grid + " is unknown; accepted: default, space");
-  if (grid == "default") refuse_options(args, {"sample", "seed"}, "applies to --grid space only");
+  if (grid == "default") refuse_options(args, {"sample", "seed", "repair"}, "applies to --grid space only");
+  if (args.has("repair") && args.has("json")) throw_bad_input("--repair prints table rows: leave out --json");
   if (args.has("seed") && !args.has("sample")) throw_bad_input("--seed picks the --sample draw: give --sample N too");
   const bool fail_on_spills = grid == "space";   // the spill sweep: a spilling default tiling is a defect
   const std::vector<std::pair<Spec, Tiling>> points = grid_points(args, grid);
@@ -124,6 +125,28 @@ int compile_grid(const Args& args) {
       }
     });
   for (auto& t : workers) t.join();
+  // --repair: for each spilling kernel, the first later candidate of its spec that does not spill, as a
+  // line of generator/spill_promotions.inc (a row of the table preferred() reads).
+  std::vector<std::string> repairs;
+  if (args.has("repair"))
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (rows[i].spills <= 0) continue;
+      const Spec& spec = points[i].first;
+      const std::string name = rows[i].name;
+      std::string found = "none of its candidates compiles without spilling";
+      for (const Tiling& t : gen::candidate_tilings(spec, default_limits(spec.arch))) {
+        if (t == points[i].second) continue;
+        try {
+          if (runtime.compile(spec, t).spill_bytes == 0) {
+            found = to_string(t);
+            break;
+          }
+        } catch (const std::exception&) {   // a candidate that does not compile is no default either
+        }
+      }
+      repairs.push_back("{\"" + name.substr(0, name.find("__")) + "\", \"" + found + "\"},   // " +
+                        to_string(points[i].second) + ": " + std::to_string(rows[i].spills) + " bytes");
+    }
   int failures = 0, spilled = 0;
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -146,12 +169,13 @@ int compile_grid(const Args& args) {
                   r.ms, note.c_str());
     }
     std::printf("%zu kernels, %d failed, %d spilled\n", rows.size(), failures, spilled);
+    for (const std::string& line : repairs) std::printf("repair: %s\n", line.c_str());
   }
   return failures || (fail_on_spills && spilled) ? 1 : 0;
 }
 
 int compile_one(const Args& args) {
-  refuse_options(args, {"filter", "jobs", "sample", "seed"}, "applies to --grid only");
+  refuse_options(args, {"filter", "jobs", "sample", "seed", "repair"}, "applies to --grid only");
   Spec spec = parse_spec(args.require("spec", "<spec text>, e.g. --spec 'prefill qk=fp16 pv=fp16 out=fp16 d=128'"));
   if (args.has("arch")) spec.arch = parse_arch(args.get("arch"));
   if (spec.arch == Arch::unset) throw_bad_input("compile needs an arch: --arch sm_80|sm_86|sm_89|sm_90|sm_90a or arch= in the spec");
@@ -216,7 +240,7 @@ const Verb& compile_verb() {
       "render and NVRTC-compile one spec, the default grid or the whole accepted space (no GPU needed)",
       {"compile --spec S [--arch A] [--tiling T] [--emit source|ptx|cubin [--out FILE]] [--db FILE | --no-cache] [--json]",
        "compile --grid default [--arch A,A,...] [--filter REGEX] [--jobs N] [--db FILE | --no-cache] [--json]",
-       "compile --grid space [--arch A,A,...] [--filter REGEX] [--sample N [--seed S]] [--jobs N] [--db FILE | --no-cache] [--json]"},
+       "compile --grid space [--arch A,A,...] [--filter REGEX] [--sample N [--seed S]] [--repair] [--jobs N] [--db FILE | --no-cache] [--json]"},
       "With --spec: renders the kernel of one spec and tiling, compiles it with NVRTC and stores the binary in "
       "the cache (a second compile of the same kernel is a cache hit). Prints one line: kernel name, registers, "
       "spilled bytes, shared memory, compile time. With --emit the source, PTX or cubin is written to --out (or "
@@ -238,6 +262,8 @@ const Verb& compile_verb() {
        {"jobs", "N", "with --grid: compile threads, 1..256 (default: one per CPU core)"},
        {"sample", "N", "with --grid space: only N kernels, drawn without replacement after --filter, 1..1000000"},
        {"seed", "S", "with --sample: the draw's seed, 0..2147483647 (default 1; the same seed draws the same kernels)"},
+       {"repair", "", "with --grid space: for each spilling kernel, compile its spec's later candidates and print the "
+                      "first that does not spill as a row of generator/spill_promotions.inc ('repair: ...')"},
        db_option(),
        no_cache_option(),
        json_option("the report (with --grid: an array of rows)")},

@@ -1,10 +1,13 @@
 #include "generator/search_space.hpp"
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "qattn/attention/prefill_fp16_shape.h"
 #include "qattn/error.hpp"
+#include "qattn/kernel_name.hpp"
 #include "generator/render.hpp"
 
 namespace qattn {
@@ -190,10 +193,48 @@ void demote_spilling_varlen(const Spec& s, std::vector<Tiling>& out) {
   }
 }
 
+// Moves `t` to the front when listed (it becomes the default; the others stay candidates).
+void promote(std::vector<Tiling>& list, const Tiling& t) {
+  const auto it = std::find(list.begin(), list.end(), t);
+  if (it != list.end()) std::rotate(list.begin(), it, it + 1);
+}
+
+// GEMV decode points whose listed first tiling spills 4-16 bytes at the register cap of its launch
+// bounds (168 or 128), found by `qattn compile --grid space` (bench/results/2026-11-28_spill_sweep_decode*):
+// the first listed tiling that does not spill goes first.
+void demote_spilling_gemv(const Spec& s, std::vector<Tiling>& out) {
+  const bool sm90 = s.arch == Arch::sm_90 || s.arch == Arch::sm_90a;
+  const bool sixteen = s.qk.fmt == Fmt::fp16 || s.qk.fmt == Fmt::bf16;
+  const bool umax = s.softmax == SoftmaxMode::unified_max;
+  if (sixteen && sm90 && s.head_dim == 64) demote(out, {{8, 16, 4, 4}});   // bm 8 (gqa 8), causal or sas
+  if (sixteen && sm90 && s.head_dim == 128 && umax) demote(out, {{2, 32, 4, 2}, {4, 32, 4, 2}});
+  if (sixteen && sm90 && s.head_dim == 256 && umax && s.causal) {
+    demote(out, {{1, 16, 4, 2}});
+    // Every bm 4 form spills at gqa 4 (4 bytes at 168 registers); bm 2 reads each KV row twice, not four times.
+    if (s.gqa == 4) promote(out, {2, 16, 4, 2});
+  }
+  // FlashQ at gqa 2 (bm 2) sits at its 168-register cap, and NVRTC's output for it varies from compile
+  // to compile (docs/design/cache.md): in 4 compiles each, both bm 2 forms spilled 4-16 bytes in some.
+  if (s.qk.fmt == Fmt::flashq && sm90 && ((umax && s.head_dim == 128) || (s.softmax == SoftmaxMode::sas && s.head_dim == 256)))
+    demote(out, {{2, 64, 4, 2}, {2, 64, 2, 2}});
+}
+
+// Points whose first tiling spills, found and repaired by the spill sweep (`qattn compile --grid space
+// --repair`, docs/cli.md): kernel-name stem (the name before "__") -> the tiling that goes first.
+void promote_repaired(const Spec& s, std::vector<Tiling>& out) {
+  if (s.arch == Arch::unset || out.empty()) return;
+  const std::string name = kernel_name(s, out.front());
+  const std::string_view stem = std::string_view(name).substr(0, name.find("__"));
+  for (const gen::SpillPromotion& p : gen::spill_promotions())
+    if (stem == p.stem) return promote(out, parse_tiling(p.tiling));
+}
+
 std::vector<Tiling> preferred(const Spec& s) {
   std::vector<Tiling> out = listed(s);
+  if (s.phase == Phase::decode && s.flow == Dataflow::gemv) demote_spilling_gemv(s, out);
   if (s.phase == Phase::prefill && s.quantized()) demote_spilling_quantized(s, out);
   if (s.varlen) demote_spilling_varlen(s, out);
+  promote_repaired(s, out);
   return out;
 }
 
@@ -206,6 +247,13 @@ void add_unique(std::vector<Tiling>& out, const Tiling& t) {
 }  // namespace
 
 namespace gen {
+
+const std::vector<SpillPromotion>& spill_promotions() {
+  static const std::vector<SpillPromotion> rows = {
+#include "generator/spill_promotions.inc"
+  };
+  return rows;
+}
 
 std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limits) {
   std::vector<Tiling> all = preferred(spec);

@@ -20,6 +20,14 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
 // whose query tiles are in x). Throws bad_input with grid_fits's reason when none does.
 Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling& chosen, const DeviceLimits& limits);
 
+// The rows of generator/spill_promotions.inc: a kernel-name stem (the name before "__") and the tiling
+// that goes first for the specs of that stem, because the listed first one spills.
+struct SpillPromotion {
+  const char* stem;
+  const char* tiling;
+};
+const std::vector<SpillPromotion>& spill_promotions();
+
 // The default grid: every supported (format, granularity, head dim, causal) point of the shipped kernel
 // families, for one arch.
 std::vector<Spec> default_grid(Arch arch);   // prefill points, then decode points (phase == decode)

@@ -4,10 +4,13 @@
 
 #include <cstring>
 #include <functional>
+#include <map>
 #include <set>
 
+#include "generator/search_space.hpp"
 #include "generator/spec_schema.hpp"
 #include "generator/spec_space.hpp"
+#include "qattn/kernel_name.hpp"
 #include "qattn/validate.hpp"
 
 namespace qattn {
@@ -109,6 +112,25 @@ TEST(SpecSpace, DistinctKernelsAndSeededSamples) {
   EXPECT_NE(na, nc);
   EXPECT_EQ(std::set<std::string>(na.begin(), na.end()).size(), 10u);   // without replacement
   EXPECT_EQ(gen::sample_points(kernels, kernels.size() + 5, 1).size(), kernels.size());
+}
+
+// generator/spill_promotions.inc (the spill sweep's repairs) is read: every accepted decode spec whose
+// kernel stem has a row takes the row's tiling as its default, and every row names specs that exist.
+TEST(SpecSpace, RepairedPointsDefaultToTheirRepair) {
+  std::map<std::string, std::string> rows;
+  for (const gen::SpillPromotion& p : gen::spill_promotions()) rows[p.stem] = p.tiling;
+  ASSERT_FALSE(rows.empty());
+  std::set<std::string> seen;
+  for (Arch arch : {Arch::sm_80, Arch::sm_89})
+    for (const Spec& s : gen::accepted_specs(Phase::decode, arch)) {
+      const Tiling t = default_tiling(s, default_limits(arch));
+      const std::string name = kernel_name(s, t);
+      const auto row = rows.find(name.substr(0, name.find("__")));
+      if (row == rows.end()) continue;
+      seen.insert(row->first);
+      EXPECT_EQ(to_string(t), row->second) << to_string(s);
+    }
+  for (const auto& [stem, tiling] : rows) EXPECT_TRUE(seen.count(stem)) << stem << " matches no accepted spec";
 }
 
 }  // namespace
