@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "env/env.hpp"
 #include "qattn/error.hpp"
 #include "runtime/calls/attention_stage.hpp"
 #include "runtime/calls/call_layout.hpp"
@@ -49,8 +50,10 @@ class Plan final : public AttentionPlan {
   // again only when they move.
   mutable std::mutex tma_mutex;
   mutable std::optional<TmaAttentionParams> tma;
+  int owner_device = 0;
   // Runs replayed as CUDA graphs (launch_graph.hpp): the record of the run being issued and a graph per
-  // stream. Off for a forking stage (its side streams and events are not recorded).
+  // stream. Off for a forking stage (its side streams and events are not recorded) and under
+  // QATTN_SYNC_LAUNCH (which names a faulting kernel by synchronizing after each launch).
   bool graphs = false;
   mutable std::mutex graph_mutex;
   mutable rt::LaunchRecorder recorder;
@@ -64,7 +67,6 @@ class Plan final : public AttentionPlan {
     stream_graphs.emplace_back(stream, std::make_unique<rt::ReplayGraph>(owner_device));
     return stream_graphs.back().second.get();
   }
-  int owner_device = 0;
 };
 
 bool misaligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes != 0; }
@@ -112,7 +114,7 @@ std::unique_ptr<AttentionPlan> Runtime::plan_attention(const AttentionCall& call
     if (plan->stage.fork) plan->fork = std::make_unique<Impl::PassFork>(impl_->options.device);
   }
   plan->owner_device = impl_->options.device;
-  plan->graphs = impl_->experiment.plan_graphs && !plan->stage.fork && rt::ReplayGraph::available();
+  plan->graphs = impl_->experiment.plan_graphs && !plan->stage.fork && !env::sync_launch() && rt::ReplayGraph::available();
   return plan;
 }
 
