@@ -140,7 +140,9 @@ QATTN_API void qattn_prepared_destroy(qattn_prepared* prepared);
  * pointers are not read at plan time (may be NULL). Flags: QATTN_PLAN_VARLEN (packed inputs, each run
  * passes offsets as qattn_attention_varlen), QATTN_PLAN_CALLER_WORKSPACE (the plan allocates none; every
  * run passes a 256-byte aligned workspace of qattn_attention_plan_workspace_bytes). A plan's own
- * workspace serves one run at a time: order its runs (one stream). Destroy plans before their runtime. */
+ * workspace serves one run at a time: order its runs (one stream). Runs may be issued from several
+ * threads (the plan serializes issuing them; outside a capture a run replays the plan's CUDA graph of its
+ * launches). Destroy plans before their runtime, and not while a run is being issued. */
 typedef struct qattn_attention_plan qattn_attention_plan;
 #define QATTN_PLAN_VARLEN 1u
 #define QATTN_PLAN_CALLER_WORKSPACE 2u
