@@ -144,8 +144,20 @@ int compile_grid(const Args& args) {
         } catch (const std::exception&) {   // a candidate that does not compile is no default either
         }
       }
-      repairs.push_back("{\"" + name.substr(0, name.find("__")) + "\", \"" + found + "\"},   // " +
-                        to_string(points[i].second) + ": " + std::to_string(rows[i].spills) + " bytes");
+      // A row for every accepted spec that shares the kernel under another name (e.g. gqa 16 with gqa 8's
+      // GEMV rows), so that each of them leaves it.
+      const std::string code = gen::kernel_code(spec, points[i].second);
+      std::vector<std::string> stems{name.substr(0, name.find("__"))};
+      for (const Spec& other : gen::accepted_specs(spec.phase, spec.arch)) {
+        const Tiling t = default_tiling(other, default_limits(other.arch));
+        if (!(t == points[i].second) || gen::kernel_code(other, t) != code) continue;
+        const std::string other_name = kernel_name(other, t);
+        const std::string stem = other_name.substr(0, other_name.find("__"));
+        if (std::find(stems.begin(), stems.end(), stem) == stems.end()) stems.push_back(stem);
+      }
+      for (const std::string& stem : stems)
+        repairs.push_back("{\"" + stem + "\", \"" + found + "\", \"" + to_string(points[i].second) + "\"},   // " +
+                          std::to_string(rows[i].spills) + " bytes");
     }
   int failures = 0, spilled = 0;
   nlohmann::json out = nlohmann::json::array();

@@ -20,11 +20,12 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
 // whose query tiles are in x). Throws bad_input with grid_fits's reason when none does.
 Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling& chosen, const DeviceLimits& limits);
 
-// The rows of generator/spill_promotions.inc: a kernel-name stem (the name before "__") and the tiling
-// that goes first for the specs of that stem, because the listed first one spills.
+// The rows of generator/spill_promotions.inc: a kernel-name stem (the name before "__"), the tiling that
+// goes first for the specs of that stem, and the listed first one, which spilled.
 struct SpillPromotion {
   const char* stem;
   const char* tiling;
+  const char* spilled;
 };
 const std::vector<SpillPromotion>& spill_promotions();
 

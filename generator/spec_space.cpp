@@ -22,17 +22,6 @@ std::vector<int> count_values(const schema::Field& f) {
   return all;
 }
 
-// What compiles: the translation unit without its comment line and with the kernel's name replaced,
-// plus the compile options and arch.
-std::string kernel_code(const Spec& spec, const Tiling& tiling) {
-  const Source src = render_attention(spec, tiling);
-  std::string code = src.text.substr(src.text.find('\n') + 1);
-  for (size_t at = code.find(src.kernel_name); at != std::string::npos; at = code.find(src.kernel_name, at))
-    code.replace(at, src.kernel_name.size(), "K");
-  for (const std::string& o : src.options) code += "\n" + o;
-  return code + "\n" + to_string(src.arch);
-}
-
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -41,6 +30,15 @@ uint64_t splitmix64(uint64_t& state) {
 }
 
 }  // namespace
+
+std::string kernel_code(const Spec& spec, const Tiling& tiling) {
+  const Source src = render_attention(spec, tiling);
+  std::string code = src.text.substr(src.text.find('\n') + 1);
+  for (size_t at = code.find(src.kernel_name); at != std::string::npos; at = code.find(src.kernel_name, at))
+    code.replace(at, src.kernel_name.size(), "K");
+  for (const std::string& o : src.options) code += "\n" + o;
+  return code + "\n" + to_string(src.arch);
+}
 
 std::vector<Spec> accepted_specs(Phase phase, Arch arch) {
   const auto& fields = schema::fields();

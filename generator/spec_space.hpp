@@ -31,6 +31,10 @@ struct SpacePoint {
   std::string kernel;
 };
 
+// What compiles for (spec, tiling): the translation unit without its comment line and with the kernel's
+// name replaced, plus the compile options and arch. Equal for specs that share a binary.
+std::string kernel_code(const Spec& spec, const Tiling& tiling);
+
 // The default-tiling kernels of `specs`, one point per distinct kernel (the first spec that renders it):
 // specs whose translation units differ only in the kernel's name and its comment line (e.g. qk
 // granularities that share a kernel, gqa and rotation in prefill, which only the quantization passes

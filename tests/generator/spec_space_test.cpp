@@ -114,23 +114,38 @@ TEST(SpecSpace, DistinctKernelsAndSeededSamples) {
   EXPECT_EQ(gen::sample_points(kernels, kernels.size() + 5, 1).size(), kernels.size());
 }
 
-// generator/spill_promotions.inc (the spill sweep's repairs) is read: every accepted decode spec whose
-// kernel stem has a row takes the row's tiling as its default, and every row names specs that exist.
-TEST(SpecSpace, RepairedPointsDefaultToTheirRepair) {
-  std::map<std::string, std::string> rows;
-  for (const gen::SpillPromotion& p : gen::spill_promotions()) rows[p.stem] = p.tiling;
+// generator/spill_promotions.inc (the spill sweep's repairs) is read, and complete: every row names
+// accepted specs, which default to the row's tiling; and no accepted sm_80 / sm_89 decode spec defaults
+// to a kernel a row says spilled, under any name (specs that share a kernel, e.g. gqa 16 with gqa 8's
+// GEMV rows, need a row each; `qattn compile --grid space --repair` prints them).
+TEST(SpecSpace, RepairedKernelsAreNoSpecsDefault) {
+  std::map<std::string, const gen::SpillPromotion*> rows;
+  for (const gen::SpillPromotion& p : gen::spill_promotions()) rows[p.stem] = &p;
   ASSERT_FALSE(rows.empty());
   std::set<std::string> seen;
-  for (Arch arch : {Arch::sm_80, Arch::sm_89})
-    for (const Spec& s : gen::accepted_specs(Phase::decode, arch)) {
-      const Tiling t = default_tiling(s, default_limits(arch));
-      const std::string name = kernel_name(s, t);
+  for (Arch arch : {Arch::sm_80, Arch::sm_89}) {
+    const std::vector<Spec> specs = gen::accepted_specs(Phase::decode, arch);
+    std::map<std::string, std::string> spilled;   // kernel code -> the row's tiling
+    std::vector<Tiling> defaults;
+    for (const Spec& s : specs) {
+      defaults.push_back(default_tiling(s, default_limits(arch)));
+      const std::string name = kernel_name(s, defaults.back());
       const auto row = rows.find(name.substr(0, name.find("__")));
       if (row == rows.end()) continue;
       seen.insert(row->first);
-      EXPECT_EQ(to_string(t), row->second) << to_string(s);
+      EXPECT_EQ(to_string(defaults.back()), row->second->tiling) << to_string(s);
+      spilled[gen::kernel_code(s, parse_tiling(row->second->spilled))] = row->second->tiling;
     }
-  for (const auto& [stem, tiling] : rows) EXPECT_TRUE(seen.count(stem)) << stem << " matches no accepted spec";
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const auto hit = spilled.find(gen::kernel_code(specs[i], defaults[i]));
+      if (hit == spilled.end()) continue;
+      const std::string name = kernel_name(specs[i], defaults[i]);
+      ADD_FAILURE() << to_string(specs[i]) << " defaults to a kernel that spilled; its row: {\""
+                    << name.substr(0, name.find("__")) << "\", \"" << hit->second << "\", \"" << to_string(defaults[i])
+                    << "\"},";
+    }
+  }
+  for (const auto& [stem, row] : rows) EXPECT_TRUE(seen.count(stem)) << stem << " matches no accepted spec";
 }
 
 }  // namespace
