@@ -164,6 +164,13 @@ TEST(CliErrors, CompileRefusesOptionsOfTheOtherMode) {
   EXPECT_EQ(o.code, 2) << o.err;
   o = run_cli(spec + " --sample 2");
   EXPECT_EQ(o.code, 2) << o.err;
+  o = run_cli("compile --grid default --repair --no-cache");
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("--repair applies to --grid space only"), std::string::npos) << o.err;
+  o = run_cli("compile --grid space --repair --json --filter '^none$' --no-cache");
+  EXPECT_EQ(o.code, 2) << o.err;
+  o = run_cli(spec + " --repair");
+  EXPECT_EQ(o.code, 2) << o.err;
 }
 
 TEST(CliErrors, UnknownVerbsAndCacheActionsAreBadInput) {
