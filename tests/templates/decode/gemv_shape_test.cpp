@@ -8,6 +8,7 @@
 
 #include "qattn/decode/decode_gemv_shape.h"
 #include "generator/search_space.hpp"
+#include "qattn/kernel_name.hpp"
 #include "qattn/validate.hpp"
 
 namespace qattn {
@@ -143,8 +144,13 @@ TEST(GemvShape, CandidatesAreValidGemvTilingsWithTheGqaRowsFirst) {
             bms.insert(t.block_m);
           }
           EXPECT_EQ(bms, (std::set<int>{1, 2, 4, 8})) << "every bm is a candidate";
-          const int want = gqa <= 1 ? 1 : gqa <= 2 ? 2 : gqa <= 4 ? 4 : 8;
-          EXPECT_EQ(default_tiling(s, limits).block_m, want);
+          // The GQA rows, unless the spill sweep's repair (generator/spill_promotions.inc) moved them.
+          int want = gqa <= 1 ? 1 : gqa <= 2 ? 2 : gqa <= 4 ? 4 : 8;
+          const Tiling chosen = default_tiling(s, limits);
+          const std::string name = kernel_name(s, chosen);
+          for (const gen::SpillPromotion& p : gen::spill_promotions())
+            if (name.substr(0, name.find("__")) == p.stem) want = parse_tiling(p.tiling).block_m;
+          EXPECT_EQ(chosen.block_m, want);
         }
   // The mma tilings are not gemv ones and the other way round.
   Spec s = gemv_spec({Fmt::int8, Gran::per_token}, 128, 4, Arch::sm_90a);
