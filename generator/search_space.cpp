@@ -287,6 +287,18 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
   return valid;
 }
 
+Tiling decode_tiling(const Spec& spec, int rows, const DeviceLimits& limits) {
+  const std::vector<Tiling> c = candidate_tilings(spec, limits);
+  if (c.empty()) throw Error(ErrorKind::failure, "no decode tiling fits " + to_string(spec) + " within the device limits");
+  if (rows == spec.gqa) return c.front();
+  int want_bm = rows <= 16 ? 16 : 32;
+  if (spec.flow == Dataflow::gemv)
+    for (want_bm = 1; want_bm < rows && want_bm < 8;) want_bm *= 2;
+  for (const Tiling& t : c)
+    if (t.block_m == want_bm) return t;
+  return c.front();
+}
+
 Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling& chosen, const DeviceLimits& limits) {
   const Verdict fits = grid_fits(spec, chosen, problem);
   if (fits) return chosen;

@@ -20,6 +20,12 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
 // whose query tiles are in x). Throws bad_input with grid_fits's reason when none does.
 Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling& chosen, const DeviceLimits& limits);
 
+// The untuned tiling of a decode launch whose KV heads each carry `rows` query rows (gqa x q_len): the
+// default when the rows are the spec's own (q_len 1), so every spill repair and rule reaches decode;
+// else the first candidate whose bm holds the rows (mma: one m16 tile when they fit; gemv: the smallest
+// of 1/2/4/8 rows per CTA that holds them, since each extra row block reads the head's K and V again).
+Tiling decode_tiling(const Spec& spec, int rows, const DeviceLimits& limits);
+
 // The rows of generator/spill_promotions.inc: a kernel-name stem (the name before "__"), the tiling that
 // goes first for the specs of that stem, and the listed first one, which spilled.
 struct SpillPromotion {

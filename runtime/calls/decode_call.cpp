@@ -61,21 +61,9 @@ TensorRef dense_ref(void* data, long long sb, long long sh, long long ss, int he
 int rows_per_kv_head(const Spec& spec, const Problem& p) { return spec.gqa * p.q_len; }
 
 Tiling decode_tiling(const Spec& spec, const Tiling& requested, const Problem& problem, const DeviceLimits& limits) {
-  if (requested.block_m != 0) {
-    require(validate(spec, requested, limits));
-    return requested;
-  }
-  // mma: one m16 tile when the rows fit; gemv: the smallest of 1/2/4/8 rows per CTA that holds them (each
-  // extra row block reads the head's K and V again).
-  const int rows = rows_per_kv_head(spec, problem);
-  int want_bm = rows <= 16 ? 16 : 32;
-  if (spec.flow == Dataflow::gemv)
-    for (want_bm = 1; want_bm < rows && want_bm < 8;) want_bm *= 2;
-  const std::vector<Tiling> c = gen::candidate_tilings(spec, limits);
-  for (const Tiling& t : c)
-    if (t.block_m == want_bm) return t;
-  if (c.empty()) throw Error(ErrorKind::failure, "no decode tiling fits " + to_string(spec) + " within the device limits");
-  return c.front();
+  if (requested.block_m == 0) return gen::decode_tiling(spec, rows_per_kv_head(spec, problem), limits);
+  require(validate(spec, requested, limits));
+  return requested;
 }
 
 // Tokens of one warp chunk: a flashq block, else block_n rows (split_tokens is a multiple of it).

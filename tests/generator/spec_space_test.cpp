@@ -2,6 +2,7 @@
 // and format family of each phase, pruning that loses nothing, and a seeded sample that repeats.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -146,6 +147,26 @@ TEST(SpecSpace, RepairedKernelsAreNoSpecsDefault) {
     }
   }
   for (const auto& [stem, row] : rows) EXPECT_TRUE(seen.count(stem)) << stem << " matches no accepted spec";
+}
+
+// What a decode call launches untuned: the default (so every repair and rule, including those that move
+// bm) when the rows are the spec's, and a tiling whose bm holds more rows (q_len > 1) otherwise.
+TEST(SpecSpace, DecodeCallsLaunchTheDefaultAtOneQueryToken) {
+  int moved = 0;
+  for (Arch arch : {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90, Arch::sm_90a}) {
+    const DeviceLimits limits = default_limits(arch);
+    for (const Spec& s : gen::accepted_specs(Phase::decode, arch)) {
+      const Tiling def = default_tiling(s, limits);
+      const Tiling one = gen::decode_tiling(s, s.gqa, limits);
+      EXPECT_EQ(to_string(one), to_string(def)) << to_string(s);
+      if (s.flow == Dataflow::gemv && def.block_m < s.gqa) ++moved;
+      const Tiling four = gen::decode_tiling(s, 4 * s.gqa, limits);
+      EXPECT_TRUE(validate(s, four, limits)) << to_string(s);
+      if (s.flow == Dataflow::gemv && four.block_m != def.block_m)
+        EXPECT_GE(four.block_m, std::min(4 * s.gqa, 8)) << to_string(s);
+    }
+  }
+  EXPECT_GT(moved, 0) << "no repair moved bm below the GQA rows: the test no longer covers that case";
 }
 
 }  // namespace
