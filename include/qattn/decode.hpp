@@ -10,6 +10,9 @@
 // int4:per_group, fp8e4m3:per_head or flashq:per_channel (include/qattn/flashq.hpp). Queries and
 // outputs have element type `out`.
 #pragma once
+#include <cstddef>
+#include <string>
+
 #include "qattn/abi.h"
 #include "qattn/export.h"
 #include "qattn/flashq.hpp"
@@ -80,6 +83,49 @@ struct DecodeCall {
   // recomputed exactly, 0 for every row when unified_max is disabled). Null: a per-stream workspace
   // (Runtime::decode_fallback_rows reads either).
   int* row_flags = nullptr;
+};
+
+// Plan, then run (Runtime::plan_decode): a decode call decided once (spec, shape, q/o strides, cache
+// geometry, tiling, split count, unified-max window) and run many times on pointers only. A run
+// compiles, tunes, allocates, synchronizes and creates nothing, so it may be captured in a CUDA graph at
+// any time, including the first; outside a capture it replays the plan's own CUDA graph of its launches.
+// Lengths: the split count is fixed from problem.kv_len, so make the plan for the longest cache a run may
+// hold (its capacity) and let kv_lens (or a flashq cache's lengths) vary below it; runs then give the bits
+// of decode() with the same problem. Make a new plan when that bound grows.
+class DecodePlan {
+ public:
+  virtual ~DecodePlan() = default;
+  virtual const std::string& kernel_name() const = 0;   // the split-K kernel over the cache (flashq: its blocks)
+  virtual const Problem& problem() const = 0;
+  virtual int splits() const = 0;                       // partial slots per row (flashq: blocks' + the buffer's)
+  // Split partials and unified_max's row flags: the plan's own unless a run passes a workspace of this
+  // size (256-byte aligned); 0 for one split without unified_max.
+  virtual size_t workspace_bytes() const = 0;
+};
+
+// One run of a decode plan: the device pointers of DecodeCall (the rest is the plan's).
+struct DecodeRun {
+  const void* q = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;                  // optional
+  // Row formats (every format but flashq): KvCacheView's pointers and the lengths.
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  const int* block_table = nullptr;      // paged caches (flashq's too)
+  const float* k_head_scale = nullptr;   // fp8e4m3:per_head
+  const float* v_head_scale = nullptr;
+  const int* kv_lens = nullptr;
+  // flashq: FlashQCacheView's device pointers.
+  void* k_blocks = nullptr;
+  void* v_blocks = nullptr;
+  void* k_buffer = nullptr;
+  void* v_buffer = nullptr;
+  const int* flashq_heads = nullptr;
+  const int* compressed_lens = nullptr;
+  const int* buffer_lens = nullptr;
+  int* row_flags = nullptr;              // unified_max: null = in the workspace
+  float softmax_scale = 0;               // 0: 1/sqrt(d)
+  void* workspace = nullptr;             // null: the plan's own
 };
 
 // Appends n_new tokens per sequence (fp16/bf16 of type spec.out, [batch, heads_kv, n_new, d] with the

@@ -278,6 +278,27 @@ QATTN_API qattn_status qattn_decode(qattn_runtime* runtime, const qattn_decode_a
  * ("mma" or "gemv") and split count; any output may be NULL. */
 QATTN_API qattn_status qattn_decode_route(qattn_runtime* runtime, const qattn_decode_args* args, char* name_out,
                                           size_t name_len, char* flow_out, size_t flow_len, int* splits_out);
+/* Plan, then run, for decode (Runtime::plan_decode, include/qattn/decode.hpp): `args` as for qattn_decode,
+ * its device pointers not read; the spec, shape, strides, cache geometry, tiling, split count and
+ * unified-max window are fixed. shape.kv_len fixes the split count: plan for the longest cache a run may
+ * hold and let kv_lens vary below it (runs then give qattn_decode's bits for that shape); plan again when
+ * it grows. A run reads only the device pointers of `args` (q.data, o.data, the cache's k, v,
+ * block_table and head scales, kv_lens, the flashq cache's device pointers, lse, row_flags) and
+ * softmax_scale; it compiles, tunes, allocates, synchronizes and creates nothing, so it may be captured
+ * in a CUDA graph, even as the first run. Flag: QATTN_PLAN_CALLER_WORKSPACE (every run passes a 256-byte
+ * aligned workspace of qattn_decode_plan_workspace_bytes). Threads and destruction as attention plans.
+ * qattn_decode_fallback_rows does not see plan runs: pass row_flags to read unified_max's flags. */
+typedef struct qattn_decode_plan qattn_decode_plan;
+QATTN_API qattn_status qattn_decode_plan_create(qattn_runtime* runtime, const qattn_decode_args* args, unsigned flags,
+                                                qattn_decode_plan** out);
+QATTN_API qattn_status qattn_decode_plan_workspace_bytes(const qattn_decode_plan* plan, int64_t* bytes_out);
+/* The split-K kernel's name (valid while the plan lives) and the partial slots per row. */
+QATTN_API const char* qattn_decode_plan_kernel_name(const qattn_decode_plan* plan);
+QATTN_API int qattn_decode_plan_splits(const qattn_decode_plan* plan);
+/* workspace NULL: the plan's own. */
+QATTN_API qattn_status qattn_decode_plan_run(qattn_runtime* runtime, const qattn_decode_plan* plan,
+                                             const qattn_decode_args* args, void* workspace, void* stream);
+QATTN_API void qattn_decode_plan_destroy(qattn_decode_plan* plan);
 /* Rows the last softmax=unified_max decode on `stream` recomputed exactly (waits for the stream). */
 QATTN_API qattn_status qattn_decode_fallback_rows(qattn_runtime* runtime, void* stream, int64_t* rows_out);
 

@@ -219,6 +219,11 @@ class Runtime {
   // as attention() (docs/reliability.md "CUDA graphs"); kv_lens, start and the tokens may change between
   // replays.
   void decode(const DecodeCall& call, void* stream);
+  // A plan for decode calls like `call` (its device pointers are not read and may be null; see DecodePlan
+  // in decode.hpp). own_workspace false: every run passes its workspace.
+  std::unique_ptr<DecodePlan> plan_decode(const DecodeCall& call, bool own_workspace = true);
+  // Queues one run of `plan` on `stream`. Checks only what a plan could not: null and misaligned pointers.
+  void run(const DecodePlan& plan, const DecodeRun& run, void* stream);
   // Quantizes new tokens into the KV cache (both K and V) on `stream`.
   void append_kv(const AppendKvCall& call, void* stream);
   // The split count decode() uses for `call` (call.splits, else spec.split_k, else the tuned split

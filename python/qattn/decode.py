@@ -1,5 +1,6 @@
 """Decode over a KV cache from Python: the cache description (KvCache), its sizes, and the bodies of
-Runtime.append_kv / Runtime.decode over the C API (qattn_append_kv, qattn_decode).
+Runtime.append_kv / Runtime.decode over the C API (qattn_append_kv, qattn_decode); decode_args is also
+what qattn.torch's decode plans are made from.
 
 The cache's bytes are the caller's (a torch uint8 tensor, or any CUDA tensor, or a raw device address):
 qattn writes and reads them in the layout of templates/qattn/decode/kv_layout.h.
@@ -160,6 +161,20 @@ def _append(runtime, args, torch):
 def decode(runtime, spec, q, cache, kv_lens, out, lse, softmax_scale, splits, unified_max, tiling, max_kv_len=None):
     from .runtime import _torch
     torch = _torch()
+    args, out = decode_args(runtime, spec, q, cache, kv_lens, out, lse, softmax_scale, splits, unified_max, tiling,
+                            max_kv_len)
+    lib = runtime._lib
+    stream = torch.cuda.current_stream(runtime.device).cuda_stream
+    with runtime._call() as handle:
+        check(lib, lib.qattn_decode(handle, ctypes.byref(args), stream), "qattn_decode")
+    return out
+
+
+def decode_args(runtime, spec, q, cache, kv_lens, out, lse, softmax_scale, splits, unified_max, tiling,
+                max_kv_len=None):
+    """The checked qattn_decode_args of a decode call, and its output (`out`, or a new tensor like q)."""
+    from .runtime import _torch
+    torch = _torch()
     lib = runtime._lib
     args = _library.DecodeArgs()
     check(lib, lib.qattn_decode_args_init(ctypes.byref(args), ctypes.sizeof(args)), "qattn_decode_args_init")
@@ -190,10 +205,7 @@ def decode(runtime, spec, q, cache, kv_lens, out, lse, softmax_scale, splits, un
     if unified_max is not None:
         phi, lo, hi = unified_max
         args.unified_max = _library.UnifiedMax(float(phi), float(lo), float(hi), 1)
-    stream = torch.cuda.current_stream(runtime.device).cuda_stream
-    with runtime._call() as handle:
-        check(lib, lib.qattn_decode(handle, ctypes.byref(args), stream), "qattn_decode")
-    return out
+    return args, out
 
 
 def _positive(name, value):

@@ -202,6 +202,44 @@ def test_kv_cache_append_then_decode_matches_float64(qt, fmt, page_size):
         assert err["cos"] >= COS_FLOOR[fmt], err
 
 
+@pytest.mark.parametrize("fmt,page_size", [("int8", 16), ("fp8", 0), ("int4_group", 16)])
+def test_decode_op_runs_a_plan_with_the_bits_of_runtime_decode_and_captures_on_its_first_call(qt, fmt, page_size):
+    """The qattn::decode op runs a decode plan (made for max_kv_len); Runtime.decode runs the C call
+    qattn_decode. Same bits at other lengths below the bound, and a CUDA graph captures the op's first
+    call for a new shape (no eager run first) and replays it at new lengths with the eager bits."""
+    import qattn
+    from qattn.decode import KvCache as View
+    b, hq, hkv, d, cap = 3, 16, 4, 128, 1024
+    cache = qt.KvCache(fmt, batch=b, heads_kv=hkv, head_dim=d, capacity=cap, heads_q=hq, dtype=torch.float16,
+                       page_size=page_size)
+    _, k, v = _inputs(b, 1, cap, hq, hkv, d, torch.float16, seed=31)
+    cache.append(k.transpose(1, 2), v.transpose(1, 2), 0)
+    q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.float16, generator=torch.Generator(device="cuda").manual_seed(32))
+    rt = qt.runtime(q.device.index)
+    view = View(cache.k, cache.v, capacity=0 if page_size else cap, page_size=page_size, block_table=cache.block_table,
+                k_head_scale=cache.k_scale, v_head_scale=cache.v_scale)
+    for lens in ([1, 513, 1024], [700, 2, 64]):
+        kv_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        planned = cache.decode(q, kv_lens, max_kv_len=cap)
+        direct = rt.decode(cache.spec, q, view, kv_lens, max_kv_len=cap)
+        torch.cuda.synchronize()
+        assert not planned.isnan().any()
+        assert torch.equal(planned, direct), lens
+    q2 = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.float16).transpose(1, 2)   # strides no call had
+    kv_lens = torch.tensor([5, 600, 1000], dtype=torch.int32, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        captured = cache.decode(q2, kv_lens, max_kv_len=cap)
+    for lens in ([9, 1024, 3], [512, 513, 514]):
+        kv_lens.copy_(torch.tensor(lens, dtype=torch.int32))
+        q2.copy_(torch.randn_like(q2))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, cache.decode(q2, kv_lens, max_kv_len=cap)), lens
+
+
 @pytest.mark.parametrize("fmt", CACHE_FORMATS)
 @pytest.mark.parametrize("page_size", [0, 16])
 def test_append_by_slot_mapping_writes_the_bytes_of_append_by_position(qt, fmt, page_size):

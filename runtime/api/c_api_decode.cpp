@@ -2,6 +2,7 @@
 // into DecodeCall / AppendKvCall, the KV cache sizes. The C++ calls validate the calls themselves; what
 // is checked here is what this layer reads (the structs, host arrays and strings) before it gets there.
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "qattn/decode.hpp"
@@ -63,6 +64,35 @@ DecodeCall decode_call_of(const qattn_decode_args* given) {
   c.unified_max = UnifiedMax{a.unified_max.phi, a.unified_max.lo, a.unified_max.hi, a.unified_max.enabled != 0};
   c.row_flags = a.row_flags;
   return c;
+}
+
+// The device pointers of `given` (a decode plan's run): no spec text is parsed, no host array read.
+DecodeRun decode_run_of(const qattn_decode_args* given, void* workspace) {
+  const qattn_decode_args a = read_versioned(given, default_decode_args(), kDecodeFirstSize, "args");
+  DecodeRun r;
+  r.q = a.q.data;
+  r.o = a.o.data;
+  r.lse = a.lse;
+  r.k_cache = a.cache.k;
+  r.v_cache = a.cache.v;
+  r.block_table = a.cache.block_table;
+  r.k_head_scale = a.cache.k_head_scale;
+  r.v_head_scale = a.cache.v_head_scale;
+  r.kv_lens = a.kv_lens;
+  if (const qattn_flashq_cache* f = a.flashq) {
+    r.block_table = f->block_table;
+    r.k_blocks = f->k_blocks;
+    r.v_blocks = f->v_blocks;
+    r.k_buffer = f->k_buffer;
+    r.v_buffer = f->v_buffer;
+    r.flashq_heads = f->heads;
+    r.compressed_lens = f->compressed_lens;
+    r.buffer_lens = f->buffer_lens;
+  }
+  r.row_flags = a.row_flags;
+  r.softmax_scale = a.softmax_scale;
+  r.workspace = workspace;
+  return r;
 }
 
 }  // namespace
@@ -164,6 +194,47 @@ qattn_status qattn_decode(qattn_runtime* runtime, const qattn_decode_args* args,
     runtime->rt.decode(decode_call_of(args), stream);
   });
 }
+
+qattn_status qattn_decode_plan_create(qattn_runtime* runtime, const qattn_decode_args* args, unsigned flags,
+                                      qattn_decode_plan** out) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    require_arg(out, "out");
+    *out = nullptr;
+    if (flags & ~QATTN_PLAN_CALLER_WORKSPACE)
+      qattn::throw_bad_input("qattn_decode_plan_create: unknown flags " + std::to_string(flags & ~QATTN_PLAN_CALLER_WORKSPACE) +
+                             "; accepted: QATTN_PLAN_CALLER_WORKSPACE (2)");
+    auto p = std::make_unique<qattn_decode_plan>();
+    p->runtime = runtime;
+    p->plan = runtime->rt.plan_decode(decode_call_of(args), (flags & QATTN_PLAN_CALLER_WORKSPACE) == 0);
+    *out = p.release();
+  });
+}
+
+qattn_status qattn_decode_plan_workspace_bytes(const qattn_decode_plan* plan, int64_t* bytes_out) {
+  return guarded([&] {
+    require_arg(plan, "plan");
+    require_arg(bytes_out, "bytes_out");
+    *bytes_out = static_cast<int64_t>(plan->plan->workspace_bytes());
+  });
+}
+
+const char* qattn_decode_plan_kernel_name(const qattn_decode_plan* plan) { return plan ? plan->plan->kernel_name().c_str() : ""; }
+
+int qattn_decode_plan_splits(const qattn_decode_plan* plan) { return plan ? plan->plan->splits() : 0; }
+
+qattn_status qattn_decode_plan_run(qattn_runtime* runtime, const qattn_decode_plan* plan, const qattn_decode_args* args,
+                                   void* workspace, void* stream) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    require_arg(plan, "plan");
+    if (plan->runtime != runtime)
+      qattn::throw_bad_input("qattn_decode_plan_run: the plan was made by another runtime; run it with that one");
+    runtime->rt.run(*plan->plan, decode_run_of(args, workspace), stream);
+  });
+}
+
+void qattn_decode_plan_destroy(qattn_decode_plan* plan) { delete plan; }
 
 qattn_status qattn_decode_route(qattn_runtime* runtime, const qattn_decode_args* args, char* name_out, size_t name_len,
                                 char* flow_out, size_t flow_len, int* splits_out) {

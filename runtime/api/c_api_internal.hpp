@@ -24,6 +24,11 @@ struct qattn_attention_plan {
   std::unique_ptr<qattn::AttentionPlan> plan;
 };
 
+struct qattn_decode_plan {
+  const qattn_runtime* runtime = nullptr;   // the runtime that made it, the only one that may run it
+  std::unique_ptr<qattn::DecodePlan> plan;
+};
+
 namespace qattn::capi {
 
 // The calling thread's last message (qattn_last_error).

@@ -22,9 +22,6 @@ namespace qattn {
 namespace {
 
 constexpr std::uintptr_t kWorkspaceAlign = 256;
-// Streams a plan keeps a graph for (a graph's launches are ordered after one another, so concurrent
-// runs need one each); runs on further streams enqueue their launches directly.
-constexpr size_t kMaxGraphStreams = 8;
 // Plan-time checks read data pointers' alignment: a stand-in aligned for every access.
 void* const kAlignedStandIn = reinterpret_cast<void*>(kWorkspaceAlign);
 
@@ -50,23 +47,10 @@ class Plan final : public AttentionPlan {
   // again only when they move.
   mutable std::mutex tma_mutex;
   mutable std::optional<TmaAttentionParams> tma;
-  int owner_device = 0;
-  // Runs replayed as CUDA graphs (launch_graph.hpp): the record of the run being issued and a graph per
-  // stream. Off for a forking stage (its side streams and events are not recorded) and under
-  // QATTN_SYNC_LAUNCH (which names a faulting kernel by synchronizing after each launch).
-  bool graphs = false;
-  mutable std::mutex graph_mutex;
-  mutable rt::LaunchRecorder recorder;
-  mutable std::vector<std::pair<void*, std::unique_ptr<rt::ReplayGraph>>> stream_graphs;
-
-  // The graph of `stream` (made on first use), or null: no graph for it (broken, or too many streams).
-  rt::ReplayGraph* graph_for(void* stream) const {
-    for (auto& [s, g] : stream_graphs)
-      if (s == stream) return g->broken() ? nullptr : g.get();
-    if (stream_graphs.size() >= kMaxGraphStreams) return nullptr;
-    stream_graphs.emplace_back(stream, std::make_unique<rt::ReplayGraph>(owner_device));
-    return stream_graphs.back().second.get();
-  }
+  // Runs replayed as CUDA graphs (launch_graph.hpp). Off for a forking stage (its side streams and
+  // events are not recorded) and under QATTN_SYNC_LAUNCH (which names a faulting kernel by synchronizing
+  // after each launch).
+  mutable std::unique_ptr<rt::PlanGraphs> graphs;
 };
 
 bool misaligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes != 0; }
@@ -113,8 +97,8 @@ std::unique_ptr<AttentionPlan> Runtime::plan_attention(const AttentionCall& call
     if (own_workspace && plan->stage.bytes > 0) plan->own = rt::DeviceBuffer(plan->stage.bytes, impl_->options.device);
     if (plan->stage.fork) plan->fork = std::make_unique<Impl::PassFork>(impl_->options.device);
   }
-  plan->owner_device = impl_->options.device;
-  plan->graphs = impl_->experiment.plan_graphs && !plan->stage.fork && !env::sync_launch() && rt::ReplayGraph::available();
+  plan->graphs = std::make_unique<rt::PlanGraphs>(
+      impl_->options.device, impl_->experiment.plan_graphs && !plan->stage.fork && !env::sync_launch());
   return plan;
 }
 
@@ -180,20 +164,7 @@ void enqueue_run(Runtime::Impl& impl, const Plan& plan, const AttentionRun& r, v
 void Runtime::run(const AttentionPlan& plan_in, const AttentionRun& r, void* stream) {
   const auto& plan = dynamic_cast<const Plan&>(plan_in);
   if (plan.owner != impl_.get()) throw_bad_input("attention plan run: the plan was made by another Runtime; run it with that one");
-  const CUstream cu_stream = static_cast<CUstream>(stream);
-  // Inside a capture the launches go into the caller's graph as they are.
-  if (plan.graphs && !rt::stream_capturing(cu_stream)) {
-    std::lock_guard<std::mutex> lock(plan.graph_mutex);
-    if (rt::ReplayGraph* graph = plan.graph_for(stream)) {
-      {
-        rt::Recording recording(plan.recorder);
-        enqueue_run(*impl_, plan, r, stream);
-      }
-      if (!graph->launch(plan.recorder, cu_stream)) plan.recorder.enqueue(cu_stream, plan.owner_device);
-      return;
-    }
-  }
-  enqueue_run(*impl_, plan, r, stream);
+  plan.graphs->run(static_cast<CUstream>(stream), [&] { enqueue_run(*impl_, plan, r, stream); });
 }
 
 }  // namespace qattn

@@ -14,6 +14,7 @@
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
 #include "runtime/device/driver.hpp"
+#include "runtime/calls/decode_launch.hpp"
 #include "runtime/calls/kv_cache_view.hpp"
 #include "runtime/registry/runtime_impl.hpp"
 
@@ -119,15 +120,15 @@ long long kv_cache_bytes(const Spec& spec, int batch, int heads_kv, int capacity
 
 // The tiling, the loaded kernel and the split plan of a call (the split count: the call's, else the
 // spec's, else plan_decode_splits over this device's resident CTAs).
-struct Runtime::Impl::DecodePlan {
+struct Runtime::Impl::DecodeKernelChoice {
   Tiling tiling;
   std::shared_ptr<rt::LoadedKernel> kernel;
   DecodeSplits splits;
 };
 
-Runtime::Impl::DecodePlan Runtime::Impl::plan_decode(const Spec& spec, const Problem& p, const Tiling& requested,
+Runtime::Impl::DecodeKernelChoice Runtime::Impl::choose_decode(const Spec& spec, const Problem& p, const Tiling& requested,
                                                       int requested_splits) {
-  DecodePlan plan;
+  DecodeKernelChoice plan;
   const DeviceLimits lim = limits();
   plan.tiling = decode_tiling(spec, requested, p, lim);
   plan.kernel = load(spec, plan.tiling);
@@ -169,17 +170,6 @@ Spec buffer_spec(Spec spec) {
   return spec;
 }
 
-// One kernel launch of a decode call over one part of its cache: a row cache whole, or a flashq cache's
-// blocks or its INT8 buffer. A part writes partial slots [dp.split_base, + grid_x) of dp.splits.
-struct DecodePart {
-  Spec spec;
-  Tiling tiling;
-  std::shared_ptr<rt::LoadedKernel> kernel;
-  DecodeParams dp;
-  int grid_x = 1;
-  std::shared_ptr<rt::LoadedKernel> fallback;   // unified_max: the exact kernel for the flagged rows
-};
-
 }  // namespace
 
 int Runtime::decode_splits(const DecodeCall& call) { return decode_route(call).splits; }
@@ -187,7 +177,7 @@ int Runtime::decode_splits(const DecodeCall& call) { return decode_route(call).s
 Runtime::DecodeRouteInfo Runtime::decode_route(const DecodeCall& call) {
   const Runtime::Impl::DecodeRoute route = impl_->route_decode(resolve(call.spec), call.problem, call.tiling, call.splits);
   const Spec spec = blocks_spec(first_kernel_spec(route.spec, call));
-  const Runtime::Impl::DecodePlan plan = impl_->plan_decode(spec, call.problem, route.tiling, route.splits);
+  const Runtime::Impl::DecodeKernelChoice plan = impl_->choose_decode(spec, call.problem, route.tiling, route.splits);
   return DecodeRouteInfo{plan.kernel->name(), spec.flow, plan.tiling, plan.splits.splits};
 }
 
@@ -212,163 +202,128 @@ long long Runtime::decode_fallback_rows(void* stream) {
   return count_fallback_rows(host.data(), host.size());
 }
 
-void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
-  const bool umax = call.spec.softmax == SoftmaxMode::unified_max;
-  // The call's own checks come before resolve(): no GPU is needed to refuse a malformed call.
-  if (umax) check_unified_max(call.spec, call.unified_max);
+void Runtime::Impl::check_decode_call(const DecodeCall& call, const char* what, bool pointers) {
+  if (call.spec.softmax == SoftmaxMode::unified_max) check_unified_max(call.spec, call.unified_max);
   if (call.spec.phase != Phase::decode)
-    throw_bad_input("decode() takes a decode spec (got '" + to_string(call.spec) + "'); use attention() for prefill");
+    throw_bad_input(std::string(what) + " takes a decode spec (got '" + to_string(call.spec) + "'); use attention() for prefill");
   const Problem& p = call.problem;
   require(validate(call.spec, p));
   const bool flashq = call.spec.qk.fmt == Fmt::flashq;
-  if (!call.q || !call.o || (!flashq && !call.kv_lens))
-    throw_bad_input("decode: q, o and kv_lens must be device pointers (one is null)");
-  if (flashq) check_flashq_view(call.spec, call.flashq, p.heads_kv, "decode");
-  else check_cache(call.spec, call.cache, p.heads_kv, p.kv_len, "decode");
-  if (call.splits < 0) throw_bad_input("decode: splits must be >= 0 (0: the runtime chooses)");
-  const Spec requested = resolve(call.spec);
-  // CUDA graphs, as attention(): a capture records launches only, so the same call (spec, shape, split
-  // count and tiling asked for) must have run eagerly on this stream first.
-  EagerKey key = eager_key(requested, p, stream);
-  const long long asked[5] = {call.splits, call.tiling.block_m, call.tiling.block_n, call.tiling.warps, call.tiling.stages};
-  std::copy(std::begin(asked), std::end(asked), std::begin(key.call));
-  const bool capturing = check_capture(key, stream, [&] { return "decode(" + to_string(requested) + ", " + to_string(p) + ")"; });
-  // flow=auto and an unset split count: the tuned tables' choice (decode_dispatch.cpp).
-  const Runtime::Impl::DecodeRoute route = route_decode(requested, p, call.tiling, call.splits);
-  const Spec& spec = route.spec;
+  if (pointers && (!call.q || !call.o || (!flashq && !call.kv_lens)))
+    throw_bad_input(std::string(what) + ": q, o and kv_lens must be device pointers (one is null)");
+  if (flashq) check_flashq_view(call.spec, call.flashq, p.heads_kv, what);
+  else check_cache(call.spec, call.cache, p.heads_kv, p.kv_len, what);
+  if (call.splits < 0) throw_bad_input(std::string(what) + ": splits must be >= 0 (0: the runtime chooses)");
+}
 
-  const int d = spec.head_dim;
-  const Spec first = first_kernel_spec(spec, call);
+rt::DecodeLaunch Runtime::Impl::make_decode_launch(const DecodeCall& call) {
+  const Problem& p = call.problem;
+  const bool umax = call.spec.softmax == SoftmaxMode::unified_max;
+  const bool flashq = call.spec.qk.fmt == Fmt::flashq;
+  // flow=auto and an unset split count: the tuned tables' choice (decode_dispatch.cpp).
+  const Runtime::Impl::DecodeRoute route = route_decode(resolve(call.spec), p, call.tiling, call.splits);
+  rt::DecodeLaunch l;
+  l.spec = route.spec;
+  l.problem = p;
+  l.device = options.device;
+  l.unified_max = umax;
+  l.rows = static_cast<long long>(p.batch) * p.heads_q * p.q_len;
+  const int d = l.spec.head_dim;
+  const Spec first = first_kernel_spec(l.spec, call);
   DecodeParams common{};
-  common.q = dense_ref(call.q, call.q_sb, call.q_sh, call.q_ss, p.heads_q, p.q_len, d);
-  common.o = dense_ref(call.o, call.o_sb, call.o_sh, call.o_ss, p.heads_q, p.q_len, d);
-  common.lse = call.lse;
+  common.q = dense_ref(nullptr, call.q_sb, call.q_sh, call.q_ss, p.heads_q, p.q_len, d);
+  common.o = dense_ref(nullptr, call.o_sb, call.o_sh, call.o_ss, p.heads_q, p.q_len, d);
   common.batch = p.batch;
   common.heads_q = p.heads_q;
   common.heads_kv = p.heads_kv;
   common.q_len = p.q_len;
-  common.softmax_scale = call.softmax_scale > 0 ? call.softmax_scale : static_cast<float>(1.0 / std::sqrt(double(d)));
-
-  std::vector<DecodePart> parts;
-  int slots = 0, tail_slot = 0;
-  const int* combine_lens = call.kv_lens;
-  {
-    // The cache itself (row formats) or the flashq blocks: split over the CTAs.
-    const Spec part_spec = blocks_spec(first);
-    const Runtime::Impl::DecodePlan plan = plan_decode(part_spec, p, route.tiling, route.splits);
-    DecodePart part{part_spec, plan.tiling, plan.kernel, common, plan.splits.splits, nullptr};
-    DecodeParams& dp = part.dp;
-    dp.split_tokens = plan.splits.split_tokens;
-    if (flashq) {
-      const FlashQCacheView& c = call.flashq;
-      dp.k = KvCacheRef{static_cast<unsigned char*>(c.k_blocks), flashq_page_stride(c, d, 0), 0};
-      dp.v = KvCacheRef{static_cast<unsigned char*>(c.v_blocks), flashq_page_stride(c, d, 1), 0};
-      dp.block_table = spec.paged ? c.block_table : nullptr;
-      dp.table_stride = spec.paged ? c.table_stride : c.max_blocks;
-      dp.kv_lens = c.compressed_lens;
-      dp.fq_heads = c.heads;
-      combine_lens = c.compressed_lens;
-    } else {
-      const CacheGeometry g = geometry(spec, call.cache, p.heads_kv);
-      dp.k = cache_ref(call.cache.k, g);
-      dp.v = cache_ref(call.cache.v, g);
-      dp.block_table = spec.paged ? call.cache.block_table : nullptr;
-      dp.kv_lens = call.kv_lens;
-      dp.k_head_scale = call.cache.k_head_scale;
-      dp.v_head_scale = call.cache.v_head_scale;
-      dp.page_size = call.cache.page_size;
-      dp.table_stride = call.cache.table_stride;
-    }
-    slots = part.grid_x;
-    parts.push_back(part);
+  if (umax) {
+    constexpr double kLog2e = 1.4426950408889634;   // the kernel's units: x * log2 e
+    common.um_phi2 = static_cast<float>(call.unified_max.phi * kLog2e);
+    common.um_lo2 = static_cast<float>(call.unified_max.lo * kLog2e);
+    common.um_hi2 = static_cast<float>(call.unified_max.hi * kLog2e);
   }
+  auto add_part = [&](const Spec& part_spec, const Problem& part_problem, const Tiling& tiling, int splits, bool buffer) {
+    const Runtime::Impl::DecodeKernelChoice choice = choose_decode(part_spec, part_problem, tiling, splits);
+    rt::DecodePart part;
+    part.spec = part_spec;
+    part.tiling = choice.tiling;
+    part.kernel = choice.kernel;
+    part.dp = common;
+    part.grid_x = buffer ? 1 : choice.splits.splits;
+    part.flashq_buffer = buffer;
+    part.dp.split_tokens = choice.splits.split_tokens;
+    const gen::LaunchShape shape = gen::decode_launch(part_spec, choice.tiling, p, part.grid_x);
+    part.grid = rt::Dim3{shape.grid[0], shape.grid[1], shape.grid[2]};
+    part.block = rt::Dim3{shape.block, 1, 1};
+    part.smem_bytes = shape.smem_bytes;
+    l.parts.push_back(std::move(part));
+  };
+  // The cache itself (row formats) or the flashq blocks: split over the CTAs.
+  add_part(blocks_spec(first), p, route.tiling, route.splits, false);
+  int slots = l.parts.front().grid_x, tail_slot = 0;
   if (flashq) {
     // The INT8 buffer (at most kFlashQBufferRows tokens, holding the new ones): one CTA per row block,
     // writing the last slot.
     const FlashQCacheView& c = call.flashq;
-    const Spec part_spec = buffer_spec(first);
     Problem bp = p;
     bp.kv_len = kv::kFlashQBufferRows;
-    const Runtime::Impl::DecodePlan plan = plan_decode(part_spec, bp, Tiling{0, 0, 0, 0}, 1);
-    DecodePart part{part_spec, plan.tiling, plan.kernel, common, 1, nullptr};
-    DecodeParams& dp = part.dp;
-    dp.split_tokens = plan.splits.split_tokens;
-    dp.split_base = slots;
-    const long long head = c.buffer_head_stride ? c.buffer_head_stride : flashq_buffer_head_stride(d);
-    const long long page = c.buffer_page_stride ? c.buffer_page_stride : p.heads_kv * head;
-    dp.k = KvCacheRef{static_cast<unsigned char*>(c.k_buffer), page, head};
-    dp.v = KvCacheRef{static_cast<unsigned char*>(c.v_buffer), page, head};
-    dp.kv_lens = c.buffer_lens;
-    parts.push_back(part);
+    add_part(buffer_spec(first), bp, Tiling{0, 0, 0, 0}, 1, true);
+    l.parts.back().dp.split_base = slots;
     tail_slot = 1;
     slots += 1;
+    l.fq_page[0] = flashq_page_stride(c, d, 0);
+    l.fq_page[1] = flashq_page_stride(c, d, 1);
+    l.fq_buffer_head = c.buffer_head_stride ? c.buffer_head_stride : flashq_buffer_head_stride(d);
+    l.fq_buffer_page = c.buffer_page_stride ? c.buffer_page_stride : p.heads_kv * l.fq_buffer_head;
+    l.parts.front().dp.table_stride = l.spec.paged ? c.table_stride : c.max_blocks;
+  } else {
+    l.geometry = geometry(l.spec, call.cache, p.heads_kv);
+    rt::DecodePart& part = l.parts.front();
+    part.dp.page_size = call.cache.page_size;
+    part.dp.table_stride = call.cache.table_stride;
   }
-  for (DecodePart& part : parts) part.dp.splits = slots;
-
-  // Every kernel loaded (maybe compiled) before the workspace lock is taken.
-  auto combine = slots > 1 ? load_helper(gen::decode_combine_kernel(spec), [&] { return gen::render_decode_combine(spec); })
-                            : nullptr;
-  const bool umax_on = umax && call.unified_max.enabled;
-  if (umax_on)   // the exact kernels of the same tilings and splits, for the flagged rows
-    for (DecodePart& part : parts) part.fallback = load(exact_softmax(part.spec), part.tiling);
-  const CUstream cu_stream = static_cast<CUstream>(stream);
-  std::lock_guard<std::mutex> lock(workspace_mutex);
-  const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.q_len;
+  l.slots = slots;
+  for (rt::DecodePart& part : l.parts) part.dp.splits = slots;
   if (slots > 1) {
-    // Partials: O [rows][slots][d] then the log2-sums [rows][slots], fp32.
-    const size_t floats = static_cast<size_t>(rows) * slots * (d + 1);
-    rt::DeviceBuffer& ws = stream_workspace(decode_workspaces[stream], floats * sizeof(float), stream, "decode()");
-    for (DecodePart& part : parts) {
-      part.dp.part_o = ws.as<float>();
-      part.dp.part_lse = part.dp.part_o + static_cast<size_t>(rows) * slots * d;
-    }
-  }
-  if (umax) {
-    // Row flags zeroed on the stream; the unified-max kernel ORs kUmOverflow / kUmSeen into them. A
-    // disabled unified max leaves them 0: every row took the exact path.
-    Runtime::Impl::DecodeFlags& f = decode_flags[stream];
-    int* flags = call.row_flags;
-    if (!flags) flags = stream_workspace(f.workspace, static_cast<size_t>(rows) * sizeof(int), stream, "decode()").as<int>();
-    f.last = flags;
-    f.rows = rows;
-    rt::fill_words_async(reinterpret_cast<CUdeviceptr>(flags), 0u, static_cast<size_t>(rows), cu_stream,
-                         options.device);
-    constexpr double kLog2e = 1.4426950408889634;   // the kernel's units: x * log2 e
-    for (DecodePart& part : parts) {
-      part.dp.row_flags = flags;
-      part.dp.um_phi2 = static_cast<float>(call.unified_max.phi * kLog2e);
-      part.dp.um_lo2 = static_cast<float>(call.unified_max.lo * kLog2e);
-      part.dp.um_hi2 = static_cast<float>(call.unified_max.hi * kLog2e);
-    }
-  }
-  auto launch = [&](const DecodePart& part, rt::LoadedKernel& kernel, const DecodeParams& dp) {
-    const gen::LaunchShape l = gen::decode_launch(part.spec, part.tiling, p, part.grid_x);
-    kernel.function().launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
-                             cu_stream, dp);
-  };
-  for (const DecodePart& part : parts) launch(part, *part.kernel, part.dp);
-  for (const DecodePart& part : parts)
-    if (part.fallback) {   // on the flagged rows only
-      DecodeParams fp = part.dp;
-      fp.fallback_only = 1;
-      launch(part, *part.fallback, fp);
-    }
-  if (combine) {
-    const DecodeParams& dp = parts.front().dp;
-    DecodeCombineParams cp{};
-    cp.o = dp.o;
-    cp.part_o = dp.part_o;
-    cp.part_lse = dp.part_lse;
-    cp.lse = dp.lse;
-    cp.kv_lens = combine_lens;
+    l.combine = load_helper(gen::decode_combine_kernel(l.spec), [&] { return gen::render_decode_combine(l.spec); });
+    DecodeCombineParams& cp = l.combine_params;
     cp.batch = p.batch;
     cp.heads_q = p.heads_q;
     cp.q_len = p.q_len;
     cp.splits = slots;
-    cp.split_tokens = dp.split_tokens;
+    cp.split_tokens = l.parts.front().dp.split_tokens;
     cp.tail_slot = tail_slot;
-    combine->launch(rt::Dim3{static_cast<unsigned>((rows + 3) / 4), 1, 1}, rt::Dim3{128, 1, 1}, 0, cu_stream, cp);
   }
+  if (umax && call.unified_max.enabled)   // the exact kernels of the same tilings and splits, for the flagged rows
+    for (rt::DecodePart& part : l.parts) part.fallback = load(exact_softmax(part.spec), part.tiling);
+  return l;
+}
+
+void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
+  // The call's own checks come before resolve(): no GPU is needed to refuse a malformed call.
+  check_decode_call(call, "decode", /*pointers=*/true);
+  // CUDA graphs, as attention(): a capture records launches only, so the same call (spec, shape, split
+  // count and tiling asked for) must have run eagerly on this stream first.
+  const Spec requested = resolve(call.spec);
+  EagerKey key = eager_key(requested, call.problem, stream);
+  const long long asked[5] = {call.splits, call.tiling.block_m, call.tiling.block_n, call.tiling.warps, call.tiling.stages};
+  std::copy(std::begin(asked), std::end(asked), std::begin(key.call));
+  const bool capturing = check_capture(key, stream, [&] { return "decode(" + to_string(requested) + ", " + to_string(call.problem) + ")"; });
+  rt::DecodeLaunch l = make_decode_launch(call);
+  rt::bind_decode_run(l, rt::run_of(call), "decode");
+  std::lock_guard<std::mutex> lock(workspace_mutex);
+  float* partials = nullptr;
+  if (l.slots > 1) partials = stream_workspace(decode_workspaces[stream], l.partial_bytes(), stream, "decode()").as<float>();
+  int* flags = nullptr;
+  if (l.unified_max) {
+    Runtime::Impl::DecodeFlags& f = decode_flags[stream];
+    flags = call.row_flags;
+    if (!flags) flags = stream_workspace(f.workspace, l.flag_bytes(), stream, "decode()").as<int>();
+    f.last = flags;
+    f.rows = l.rows;
+  }
+  rt::enqueue_decode(l, partials, flags, static_cast<CUstream>(stream));
   note_call(key, stream, capturing);
 }
 

@@ -199,4 +199,14 @@ bool ReplayGraph::launch(const LaunchRecorder& ops, CUstream stream) {
   return true;
 }
 
+bool PlanGraphs::capturing(CUstream stream) { return stream_capturing(stream); }
+
+ReplayGraph* PlanGraphs::graph_for(CUstream stream) {
+  for (auto& [s, g] : graphs_)
+    if (s == stream) return g->broken() ? nullptr : g.get();
+  if (graphs_.size() >= kMaxStreams) return nullptr;
+  graphs_.emplace_back(stream, std::make_unique<ReplayGraph>(device_));
+  return graphs_.back().second.get();
+}
+
 }  // namespace qattn::rt

@@ -11,6 +11,9 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "runtime/device/module.hpp"
@@ -95,6 +98,45 @@ class ReplayGraph {
   std::vector<CUgraphNode> nodes_;
   LaunchRecorder held_;            // what each node holds now
   bool broken_ = false;
+};
+
+// A plan's runs as graph replays: one ReplayGraph per stream (for up to kMaxStreams streams, since
+// launches of one graph are ordered after one another) and the record of the run being issued.
+class PlanGraphs {
+ public:
+  static constexpr size_t kMaxStreams = 8;
+  // enabled false: every run enqueues its launches directly.
+  PlanGraphs(int device, bool enabled) : device_(device), enabled_(enabled && ReplayGraph::available()) {}
+  bool enabled() const { return enabled_; }
+
+  // Issues `enqueue` (launches through Kernel::launch and fill_bytes_async) on `stream`: recorded and
+  // launched as this stream's graph; or directly inside the caller's own capture (graphs never nest),
+  // past kMaxStreams streams, after a graph failed, or when disabled. One run is issued at a time.
+  template <class Enqueue>
+  void run(CUstream stream, Enqueue&& enqueue) {
+    if (enabled_ && !capturing(stream)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (ReplayGraph* graph = graph_for(stream)) {
+        {
+          Recording recording(recorder_);
+          enqueue();
+        }
+        if (!graph->launch(recorder_, stream)) recorder_.enqueue(stream, device_);
+        return;
+      }
+    }
+    enqueue();
+  }
+
+ private:
+  static bool capturing(CUstream stream);
+  ReplayGraph* graph_for(CUstream stream);   // made on first use; null: none for it
+
+  int device_;
+  bool enabled_;
+  std::mutex mutex_;
+  LaunchRecorder recorder_;
+  std::vector<std::pair<CUstream, std::unique_ptr<ReplayGraph>>> graphs_;
 };
 
 }  // namespace qattn::rt

@@ -26,6 +26,8 @@
 namespace qattn {
 namespace rt {
 
+struct DecodeLaunch;
+
 // A kernel loaded on the runtime's device.
 class LoadedKernel final : public qattn::Kernel {
  public:
@@ -140,9 +142,15 @@ struct Runtime::Impl {
                           void* stream);
   void decode(const DecodeCall& call, void* stream);
   void append_kv(const AppendKvCall& call, void* stream);
-  // Tiling, loaded kernel and split count of a decode call (decode_call.cpp).
-  struct DecodePlan;
-  DecodePlan plan_decode(const Spec& spec, const Problem& problem, const Tiling& requested, int requested_splits);
+  // Tiling, loaded kernel and split count of one decode kernel launch (decode_call.cpp).
+  struct DecodeKernelChoice;
+  DecodeKernelChoice choose_decode(const Spec& spec, const Problem& problem, const Tiling& requested, int requested_splits);
+  // Refuses (bad_input naming `what`) a decode call that no kernel can run; needs no GPU. pointers: also
+  // q, o and kv_lens (a plan's call need not have them).
+  static void check_decode_call(const DecodeCall& call, const char* what, bool pointers);
+  // Routes a checked decode call and loads its kernels: everything but its pointers and workspace
+  // (runtime/calls/decode_launch.hpp).
+  rt::DecodeLaunch make_decode_launch(const DecodeCall& call);
 
   RuntimeOptions options;
   rt::ExperimentOptions experiment = rt::ExperimentOptions::from_environment();

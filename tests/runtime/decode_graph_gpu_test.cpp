@@ -16,8 +16,8 @@
 #include "runtime/device/device_buffer.hpp"
 #include "runtime/device/driver.hpp"
 #include "tests/common/gpu_test.hpp"
-#include "tests/common/kv_reference.hpp"
 #include "tests/common/random_data.hpp"
+#include "tests/runtime/filled_cache.hpp"
 
 namespace qattn {
 namespace {
@@ -26,17 +26,12 @@ class DecodeGraph : public test::GpuTest {};
 
 // The device state of a decode step: caches, positions, this step's token and query, outputs.
 struct Step {
-  rt::DeviceBuffer k_cache, v_cache, table, k_new, v_new, q, o, lse, start, lens;
+  rt::DeviceBuffer k_new, v_new, q, o, lse, start, lens;
   AppendKvCall append;
   DecodeCall decode;
 };
 
-std::vector<std::uint16_t> random_bits(size_t rows, int d, Fmt io, std::uint64_t seed, bool k_like) {
-  test::HostTensor t = test::random_tensor({1, 1, static_cast<int>(rows), d}, test::Layout::bhsd,
-                                           k_like ? test::k_like() : test::q_like(), seed);
-  test::round_to(t, io);
-  return test::encode(t, io);
-}
+using test::random_bits;
 
 TEST_F(DecodeGraph, AppendAndDecodeReplayTheNextTokenWithTheEagerBits) {
   if (!rt::driver().cuStreamBeginCapture || !rt::driver().cuGraphInstantiate)
@@ -61,42 +56,9 @@ TEST_F(DecodeGraph, AppendAndDecodeReplayTheNextTokenWithTheEagerBits) {
     SCOPED_TRACE(test::seed_note(seed));
     const Fmt io = spec.out;
 
-    test::HostKvCache layout =
-        c.page_size ? test::make_paged(spec.qk.fmt, spec.qk.gran, d, batch, heads_kv, c.page_size, capacity / c.page_size, seed)
-                    : test::make_contiguous(spec.qk.fmt, spec.qk.gran, d, batch, heads_kv, capacity);
+    test::FilledCache cache = test::filled_cache(runtime, spec, batch, heads_kv, capacity, c.page_size, 1500, seed);
+    const KvCacheView& view = cache.view;
     Step s;
-    s.k_cache = rt::DeviceBuffer::from(layout.bytes);
-    s.v_cache = rt::DeviceBuffer::from(layout.bytes);
-    s.table = rt::DeviceBuffer::from(c.page_size ? layout.block_table : std::vector<int>{0});
-    KvCacheView view;
-    view.k = s.k_cache.as<void>();
-    view.v = s.v_cache.as<void>();
-    view.head_stride = layout.head_stride;
-    view.page_stride = layout.page_stride;
-    if (c.page_size) {
-      view.page_size = c.page_size;
-      view.block_table = s.table.as<int>();
-      view.table_stride = layout.table_stride;
-    } else {
-      view.capacity = capacity;
-    }
-    // The prompt's K/V (the longest sequence's length for every sequence; only each one's own length counts).
-    {
-      rt::DeviceBuffer k = rt::DeviceBuffer::from(random_bits(static_cast<size_t>(batch) * heads_kv * 1500, d, io, seed, true));
-      rt::DeviceBuffer v = rt::DeviceBuffer::from(random_bits(static_cast<size_t>(batch) * heads_kv * 1500, d, io, seed + 1, false));
-      rt::DeviceBuffer zero = rt::DeviceBuffer::from(std::vector<int>(static_cast<size_t>(batch), 0));
-      AppendKvCall fill;
-      fill.spec = spec;
-      fill.batch = batch;
-      fill.heads_kv = heads_kv;
-      fill.n_new = 1500;
-      fill.k = k.as<void>();
-      fill.v = v.as<void>();
-      fill.cache = view;
-      fill.start = zero.as<int>();
-      runtime.append_kv(fill, nullptr);
-      rt::synchronize_device(0);
-    }
     const size_t token_elems = static_cast<size_t>(batch) * heads_kv * d;
     s.k_new = rt::DeviceBuffer::from(random_bits(static_cast<size_t>(batch) * heads_kv, d, io, seed + 2, true));
     s.v_new = rt::DeviceBuffer::from(random_bits(static_cast<size_t>(batch) * heads_kv, d, io, seed + 3, false));
@@ -163,7 +125,7 @@ TEST_F(DecodeGraph, AppendAndDecodeReplayTheNextTokenWithTheEagerBits) {
     s.q.upload(random_bits(static_cast<size_t>(batch) * heads_q, d, io, seed + 7, false).data(), s.q.size());
     s.start.upload(start_next.data(), start_next.size() * sizeof(int));
     s.lens.upload(lens_after.data(), lens_after.size() * sizeof(int));
-    const std::vector<unsigned char> k_before = s.k_cache.to_vector<unsigned char>(), v_before = s.v_cache.to_vector<unsigned char>();
+    const std::vector<unsigned char> k_before = cache.k.to_vector<unsigned char>(), v_before = cache.v.to_vector<unsigned char>();
     std::vector<std::uint16_t> o_poison(s.o.size() / 2);
     test::fill_nan(o_poison, io);
     std::vector<float> lse_poison(s.lse.size() / sizeof(float));
@@ -177,10 +139,10 @@ TEST_F(DecodeGraph, AppendAndDecodeReplayTheNextTokenWithTheEagerBits) {
     stream.synchronize();
     const std::vector<std::uint16_t> o_replay = s.o.to_vector<std::uint16_t>();
     const std::vector<float> lse_replay = s.lse.to_vector<float>();
-    const std::vector<unsigned char> k_replay = s.k_cache.to_vector<unsigned char>();
+    const std::vector<unsigned char> k_replay = cache.k.to_vector<unsigned char>();
     // The same step eagerly, from the same cache state.
-    s.k_cache.upload(k_before.data(), k_before.size());
-    s.v_cache.upload(v_before.data(), v_before.size());
+    cache.k.upload(k_before.data(), k_before.size());
+    cache.v.upload(v_before.data(), v_before.size());
     poison();
     step();
     stream.synchronize();
@@ -189,7 +151,7 @@ TEST_F(DecodeGraph, AppendAndDecodeReplayTheNextTokenWithTheEagerBits) {
     size_t differ = 0;
     for (size_t i = 0; i < o_eager.size(); ++i) differ += o_eager[i] != o_replay[i];
     for (size_t i = 0; i < lse_eager.size(); ++i) differ += !(lse_eager[i] == lse_replay[i]);
-    const bool cache_same = k_replay == s.k_cache.to_vector<unsigned char>();
+    const bool cache_same = k_replay == cache.k.to_vector<unsigned char>();
     size_t non_finite = 0;
     for (std::uint16_t bits : o_replay) non_finite += !std::isfinite(test::half_bits_to_double(bits, io));
     std::printf("[ decode graph ] %-76s replay vs eager: %zu values differ, appended cache %s, %zu non-finite\n", c.spec,

@@ -60,15 +60,15 @@ def _create(rt, index, spec_b, shape, cq, ck, cv, co, flags, out_shape=None, lse
     return p
 
 
-def _cached(key, make):
-    """The plan stored under `key` (None: never stored), else make() stored there."""
-    p = _plans.get(key) if key is not None else None
+def cached(key, make, plans=_plans):
+    """The plan stored in `plans` under `key` (None: never stored), else make() stored there."""
+    p = plans.get(key) if key is not None else None
     if p is None:
         p = make()
         if key is not None:
-            if len(_plans) >= MAX_PLANS:
-                _plans.clear()
-            _plans[key] = p
+            if len(plans) >= MAX_PLANS:
+                plans.clear()
+            plans[key] = p
     return p
 
 
@@ -101,7 +101,7 @@ def run_varlen(q, k, v, cu_q, cu_kv, max_q, max_kv, spec, scale):
         key = ("varlen", spec, int(max_q), int(max_kv), cu_q.shape, cu_q.dtype, cu_kv.dtype) + plan_key(q, k, v)
     except (AttributeError, TypeError, ValueError):   # not tensors or ints: the checks say which
         key = None
-    p = _cached(key, lambda: _make_varlen_plan(q, k, v, cu_q, cu_kv, max_q, max_kv, spec))
+    p = cached(key, lambda: _make_varlen_plan(q, k, v, cu_q, cu_kv, max_q, max_kv, spec))
     if not (cu_q.is_cuda and cu_kv.is_cuda and cu_q.is_contiguous() and cu_kv.is_contiguous()
             and cu_q.get_device() == cu_kv.get_device() == p.index):
         raise BadInput("cu_seqlens_q and cu_seqlens_kv must be contiguous int32 CUDA tensors on q's device")
@@ -123,14 +123,15 @@ def plan(q, k, v, spec, layout, key=None):
             key = (spec, layout) + plan_key(q, k, v)
         except AttributeError:
             key = None
-    return _cached(key, lambda: _make_plan(q, k, v, spec, layout))
+    return cached(key, lambda: _make_plan(q, k, v, spec, layout))
 
 
 # The current stream's handle: torch's own fast accessor where it has one.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-def _stream(index):
+def stream_of(index):
+    """torch's current stream on device `index`, as a handle."""
     return _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(index).cuda_stream
 
 
@@ -154,7 +155,7 @@ def _run_plan(p, q, k, v, out, lse, cu_q, cu_kv, scale):
                        "qattn.torch.set_runtime")
     status = rt._lib.qattn_attention_plan_run(handle, p.handle, q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                               out.data_ptr(), None if lse is None else lse.data_ptr(), cu_q, cu_kv,
-                                              scale, None if ws is None else ws.data_ptr(), _stream(p.index))
+                                              scale, None if ws is None else ws.data_ptr(), stream_of(p.index))
     if status:
         check(rt._lib, status, "qattn_attention_plan_run")
 

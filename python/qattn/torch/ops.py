@@ -30,7 +30,7 @@ from torch import Tensor
 
 from ..decode import KvCache as _CacheView
 from ..layout import LAYOUTS
-from . import _device, _prefill, flashq as _flashq
+from . import _decode, _device, _prefill, flashq as _flashq
 
 
 def _lse_shape(q, layout):
@@ -127,9 +127,9 @@ def _(q, cu_seqlens_q, kv_lens, k_cache, v_cache, block_table, k_head_scale, v_h
 def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_lens: Tensor, block_table: Optional[Tensor],
            k_head_scale: Optional[Tensor], v_head_scale: Optional[Tensor], capacity: int, page_size: int,
            max_kv_len: int, spec: str, scale: float) -> Tensor:
-    rt = _device.runtime(_device.device_index(q))
     view = _cache_view(k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size)
-    return rt.decode(spec, q, view, kv_lens, softmax_scale=scale or None, max_kv_len=max_kv_len)
+    return _decode.run(q, view, kv_lens, max_kv_len, spec, scale,
+                       (k_cache, v_cache, block_table, k_head_scale, v_head_scale))
 
 
 @decode.register_fake

@@ -74,6 +74,42 @@ static void check_decode_args(qattn_runtime* rt) {
   CHECK_STATUS(qattn_decode_fallback_rows(rt, NULL, NULL), QATTN_BAD_INPUT, "rows_out is NULL");
 }
 
+/* Decode plans: the handle arguments, then the call's own checks, which the plan makes before any GPU
+ * work; its device pointers are not read (a plan of NULL pointers is refused only for its spec). */
+static void check_decode_plan_args(qattn_runtime* rt) {
+  qattn_decode_args a = decode_args();
+  qattn_decode_plan* plan = (qattn_decode_plan*)FAKE(0x60000);
+  CHECK_STATUS(qattn_decode_plan_create(NULL, &a, 0, &plan), QATTN_BAD_INPUT, "runtime is NULL");
+  CHECK_STATUS(qattn_decode_plan_create(rt, &a, 0, NULL), QATTN_BAD_INPUT, "out is NULL");
+  CHECK_STATUS(qattn_decode_plan_create(rt, &a, QATTN_PLAN_VARLEN, &plan), QATTN_BAD_INPUT,
+               "unknown flags 1; accepted: QATTN_PLAN_CALLER_WORKSPACE (2)");
+  CHECK(plan == NULL);
+  a.spec = "prefill qk=fp16 pv=fp16 out=fp16 d=128 arch=sm_90a";
+  CHECK_STATUS(qattn_decode_plan_create(rt, &a, 0, &plan), QATTN_BAD_INPUT, "takes a decode spec");
+  a = decode_args();
+  a.q.data = NULL, a.o.data = NULL, a.cache.k = a.cache.v = NULL, a.kv_lens = NULL;
+  a.cache.capacity = 6;
+  CHECK_STATUS(qattn_decode_plan_create(rt, &a, 0, &plan), QATTN_BAD_INPUT, "multiple of 4");
+  a = decode_args();
+  a.splits = -1;
+  CHECK_STATUS(qattn_decode_plan_create(rt, &a, 0, &plan), QATTN_BAD_INPUT, "plan_decode: splits must be >= 0");
+  a = decode_args();
+  a.spec = "decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 gqa=4 softmax=unified_max arch=sm_90a";
+  a.unified_max.lo = 1, a.unified_max.hi = -1;
+  CHECK_STATUS(qattn_decode_plan_create(rt, &a, 0, &plan), QATTN_BAD_INPUT, NULL);
+  CHECK(plan == NULL);
+  a = decode_args();
+  CHECK_STATUS(qattn_decode_plan_run(NULL, NULL, &a, NULL, NULL), QATTN_BAD_INPUT, "runtime is NULL");
+  CHECK_STATUS(qattn_decode_plan_run(rt, NULL, &a, NULL, NULL), QATTN_BAD_INPUT, "plan is NULL");
+  {
+    int64_t bytes = 0;
+    CHECK_STATUS(qattn_decode_plan_workspace_bytes(NULL, &bytes), QATTN_BAD_INPUT, "plan is NULL");
+  }
+  CHECK(strcmp(qattn_decode_plan_kernel_name(NULL), "") == 0);
+  CHECK(qattn_decode_plan_splits(NULL) == 0);
+  qattn_decode_plan_destroy(NULL);
+}
+
 /* Prefill over a cache: the call's own arguments, then the cache against the prefill spec. */
 static void check_attention_over_cache_args(qattn_runtime* rt) {
   const char* prefill = "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 arch=sm_90a";
@@ -236,6 +272,7 @@ static void check_format_calibration_args(qattn_runtime* rt) {
 void check_decode_validation(qattn_runtime* rt) {
   check_format_calibration_args(rt);
   check_decode_args(rt);
+  check_decode_plan_args(rt);
   check_append_args(rt);
   check_attention_over_cache_args(rt);
   check_compile(rt);

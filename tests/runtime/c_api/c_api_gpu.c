@@ -67,6 +67,40 @@ static void judge(const char* what, const verdict_inputs* in) {
   if (in->got_lse) CHECK(lse_err <= 1.25 * lse_fmt + 0.02);
 }
 
+/* The same call through a decode plan made without its pointers, run on a caller's workspace into a
+ * fresh output: the kernel, the split count and the bits of qattn_decode (`want`). */
+static void check_plan_bits(qattn_runtime* rt, const qattn_decode_args* d, const char* name, int splits,
+                            const uint16_t* want, size_t out_elems) {
+  qattn_decode_plan* plan = NULL;
+  qattn_decode_args pd = *d;
+  int64_t ws_bytes = -1;
+  devptr ws = 0, o = dev_alloc(2 * out_elems);
+  uint16_t* got = malloc(2 * out_elems);
+  pd.q.data = NULL, pd.o.data = NULL, pd.cache.k = pd.cache.v = NULL, pd.cache.block_table = NULL;
+  pd.cache.k_head_scale = pd.cache.v_head_scale = NULL, pd.kv_lens = NULL, pd.lse = NULL;
+  CHECK_STATUS(qattn_decode_plan_create(rt, &pd, QATTN_PLAN_CALLER_WORKSPACE, &plan), QATTN_OK, NULL);
+  CHECK_STATUS(qattn_decode_plan_workspace_bytes(plan, &ws_bytes), QATTN_OK, NULL);
+  CHECK(ws_bytes >= 0 && (ws_bytes > 0) == (splits > 1 || strstr(d->spec, "unified_max") != NULL));
+  CHECK(qattn_decode_plan_splits(plan) == splits);
+  CHECK(strcmp(qattn_decode_plan_kernel_name(plan), name) == 0);
+  if (ws_bytes > 0) {
+    CHECK_STATUS(qattn_decode_plan_run(rt, plan, d, NULL, NULL), QATTN_BAD_INPUT, "pass workspace");
+    ws = dev_alloc((size_t)ws_bytes);
+  }
+  dev_fill(o, 0xff, 2 * out_elems);
+  pd = *d;
+  pd.o.data = DEV(o);
+  CHECK_STATUS(qattn_decode_plan_run(rt, plan, &pd, ws ? DEV(ws) : NULL, NULL), QATTN_OK, NULL);
+  dev_sync();
+  dev_download(got, o, 2 * out_elems);
+  CHECK(memcmp(got, want, 2 * out_elems) == 0);
+  fprintf(stderr, "   plan: %lld workspace bytes, %s bits as qattn_decode\n", (long long)ws_bytes,
+          memcmp(got, want, 2 * out_elems) == 0 ? "the same" : "OTHER");
+  qattn_decode_plan_destroy(plan);
+  dev_free(o), dev_free(ws);
+  free(got);
+}
+
 static void run_scenario(qattn_runtime* rt, const host_data* h, const double* k, const double* v, const scenario* s) {
   char spec[160], name[256] = "", flow[16] = "";
   const size_t rows = (size_t)T_BATCH * T_HQ * s->q_len, out_elems = rows * T_D;
@@ -158,6 +192,7 @@ static void run_scenario(qattn_runtime* rt, const host_data* h, const double* k,
   in.exact_lse = exact_lse, in.format_lse = format_lse, in.got_lse = got_lse;
   in.out_elems = out_elems, in.rows = rows;
   judge(s->fmt, &in);
+  check_plan_bits(rt, &d, name, route_splits, o_host, out_elems);
   if (s->calibrate) {
     int64_t fallback = -1;
     CHECK_STATUS(qattn_decode_fallback_rows(rt, NULL, &fallback), QATTN_OK, NULL);
