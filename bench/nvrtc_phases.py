@@ -31,25 +31,6 @@ def load_nvrtc():
     raise SystemExit("nvrtc_phases.py: libnvrtc not found; set LD_LIBRARY_PATH=/usr/local/cuda/lib64")
 
 
-def compile_once(nvrtc, source, options):
-    """CPU milliseconds of one nvrtcCompileProgram; raises on a compile error."""
-    prog = ctypes.c_void_p()
-    if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"kernel.cu", 0, None, None):
-        raise RuntimeError("nvrtcCreateProgram failed")
-    argv = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
-    t0 = time.process_time()
-    rc = nvrtc.nvrtcCompileProgram(prog, len(options), argv)
-    ms = 1e3 * (time.process_time() - t0)
-    if rc:
-        size = ctypes.c_size_t()
-        nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-        log = ctypes.create_string_buffer(size.value)
-        nvrtc.nvrtcGetProgramLog(prog, log)
-        raise RuntimeError("compile failed (%d): %s" % (rc, log.value.decode(errors="replace")[:2000]))
-    nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
-    return ms
-
-
 def ptxas_report(nvrtc, source, options):
     """(CPU ms, ptxas's last "Used ... registers" line, cubin bytes) of one compile."""
     prog = ctypes.c_void_p()
@@ -70,6 +51,11 @@ def ptxas_report(nvrtc, source, options):
     nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
     used = [line.split("info    : ", 1)[-1].strip() for line in text.splitlines() if "registers" in line]
     return ms, (used[-1] if used else "?"), size.value
+
+
+def compile_once(nvrtc, source, options):
+    """CPU milliseconds of one nvrtcCompileProgram; raises on a compile error."""
+    return ptxas_report(nvrtc, source, options)[0]
 
 
 def fast_compile_levels(nvrtc, source, base, repeats):
