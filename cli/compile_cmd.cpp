@@ -132,7 +132,6 @@ int compile_grid(const Args& args) {
     for (size_t i = 0; i < points.size(); ++i) {
       if (rows[i].spills <= 0) continue;
       const Spec& spec = points[i].first;
-      const std::string name = rows[i].name;
       std::string found = "none of its candidates compiles without spilling";
       for (const Tiling& t : gen::candidate_tilings(spec, default_limits(spec.arch))) {
         if (t == points[i].second) continue;
@@ -147,12 +146,11 @@ int compile_grid(const Args& args) {
       // A row for every accepted spec that shares the kernel under another name (e.g. gqa 16 with gqa 8's
       // GEMV rows), so that each of them leaves it.
       const std::string code = gen::kernel_code(spec, points[i].second);
-      std::vector<std::string> stems{name.substr(0, name.find("__"))};
+      std::vector<std::string> stems{spec_name(spec)};
       for (const Spec& other : gen::accepted_specs(spec.phase, spec.arch)) {
         const Tiling t = default_tiling(other, default_limits(other.arch));
         if (!(t == points[i].second) || gen::kernel_code(other, t) != code) continue;
-        const std::string other_name = kernel_name(other, t);
-        const std::string stem = other_name.substr(0, other_name.find("__"));
+        const std::string stem = spec_name(other);
         if (std::find(stems.begin(), stems.end(), stem) == stems.end()) stems.push_back(stem);
       }
       for (const std::string& stem : stems)

@@ -223,8 +223,7 @@ void demote_spilling_gemv(const Spec& s, std::vector<Tiling>& out) {
 // --repair`, docs/cli.md): kernel-name stem (the name before "__") -> the tiling that goes first.
 void promote_repaired(const Spec& s, std::vector<Tiling>& out) {
   if (s.arch == Arch::unset || out.empty()) return;
-  const std::string name = kernel_name(s, out.front());
-  const std::string_view stem = std::string_view(name).substr(0, name.find("__"));
+  const std::string stem = spec_name(s);
   for (const gen::SpillPromotion& p : gen::spill_promotions())
     if (stem == p.stem) return promote(out, parse_tiling(p.tiling));
 }

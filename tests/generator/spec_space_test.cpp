@@ -130,8 +130,7 @@ TEST(SpecSpace, RepairedKernelsAreNoSpecsDefault) {
     std::vector<Tiling> defaults;
     for (const Spec& s : specs) {
       defaults.push_back(default_tiling(s, default_limits(arch)));
-      const std::string name = kernel_name(s, defaults.back());
-      const auto row = rows.find(name.substr(0, name.find("__")));
+      const auto row = rows.find(spec_name(s));
       if (row == rows.end()) continue;
       seen.insert(row->first);
       EXPECT_EQ(to_string(defaults.back()), row->second->tiling) << to_string(s);
@@ -140,9 +139,8 @@ TEST(SpecSpace, RepairedKernelsAreNoSpecsDefault) {
     for (size_t i = 0; i < specs.size(); ++i) {
       const auto hit = spilled.find(gen::kernel_code(specs[i], defaults[i]));
       if (hit == spilled.end()) continue;
-      const std::string name = kernel_name(specs[i], defaults[i]);
       ADD_FAILURE() << to_string(specs[i]) << " defaults to a kernel that spilled; its row: {\""
-                    << name.substr(0, name.find("__")) << "\", \"" << hit->second << "\", \"" << to_string(defaults[i])
+                    << spec_name(specs[i]) << "\", \"" << hit->second << "\", \"" << to_string(defaults[i])
                     << "\"},";
     }
   }
@@ -162,8 +160,9 @@ TEST(SpecSpace, DecodeCallsLaunchTheDefaultAtOneQueryToken) {
       if (s.flow == Dataflow::gemv && def.block_m < s.gqa) ++moved;
       const Tiling four = gen::decode_tiling(s, 4 * s.gqa, limits);
       EXPECT_TRUE(validate(s, four, limits)) << to_string(s);
-      if (s.flow == Dataflow::gemv && four.block_m != def.block_m)
+      if (s.flow == Dataflow::gemv && four.block_m != def.block_m) {
         EXPECT_GE(four.block_m, std::min(4 * s.gqa, 8)) << to_string(s);
+      }
     }
   }
   EXPECT_GT(moved, 0) << "no repair moved bm below the GQA rows: the test no longer covers that case";
