@@ -116,7 +116,7 @@ TEST(SpecSpace, DistinctKernelsAndSeededSamples) {
 }
 
 // generator/spill_promotions.inc (the spill sweep's repairs) is read, and complete: every row names
-// accepted specs, which default to the row's tiling; and no accepted sm_80 / sm_89 decode spec defaults
+// accepted specs, which default to the row's tiling; and no accepted sm_80 / sm_86 / sm_89 decode spec defaults
 // to a kernel a row says spilled, under any name (specs that share a kernel, e.g. gqa 16 with gqa 8's
 // GEMV rows, need a row each; `qattn compile --grid space --repair` prints them).
 TEST(SpecSpace, RepairedKernelsAreNoSpecsDefault) {
@@ -124,7 +124,7 @@ TEST(SpecSpace, RepairedKernelsAreNoSpecsDefault) {
   for (const gen::SpillPromotion& p : gen::spill_promotions()) rows[p.stem] = &p;
   ASSERT_FALSE(rows.empty());
   std::set<std::string> seen;
-  for (Arch arch : {Arch::sm_80, Arch::sm_89}) {
+  for (Arch arch : {Arch::sm_80, Arch::sm_86, Arch::sm_89}) {
     const std::vector<Spec> specs = gen::accepted_specs(Phase::decode, arch);
     std::map<std::string, std::string> spilled;   // kernel code -> the row's tiling
     std::vector<Tiling> defaults;

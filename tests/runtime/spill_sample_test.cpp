@@ -20,12 +20,14 @@ constexpr size_t kPerStratum = 2;   // ~75 kernels: 1-2 s of NVRTC each, under 3
 // Default tilings that spilled before the choice in generator/search_space.cpp was changed for them.
 const char* const kOnceSpilled[] = {
     "prefill qk=fp16 pv=fp16 out=fp16 d=64 arch=sm_80",
-    // GEMV decode (bench/results/2026-11-28_spill_sweep_decode/): a repaired row of each arch and format
-    // family, and sm_90a's rules.
+    // GEMV decode (bench/results/2026-11-28_spill_sweep_decode/, 2026-12-06_spill_sweep_decode_sm86/): a
+    // repaired row of each arch and format family, and sm_90a's rules.
     "decode qk=fp16 pv=fp16 out=fp16 d=64 gqa=4 paged flow=gemv arch=sm_80",
     "decode qk=int4:per_token pv=int4:per_token out=bf16 d=128 gqa=2 softmax=sas paged flow=gemv arch=sm_80",
     "decode qk=fp16 pv=fp16 out=fp16 d=256 causal gqa=2 paged flow=gemv arch=sm_89",
     "decode qk=flashq:per_channel pv=flashq:per_channel out=fp16 d=256 flow=gemv arch=sm_89",
+    "decode qk=fp16 pv=fp16 out=fp16 d=256 causal gqa=2 paged flow=gemv arch=sm_86",
+    "decode qk=int4:per_group pv=int4:per_group out=fp16 d=256 gqa=8 paged flow=gemv arch=sm_86",
     "decode qk=fp16 pv=fp16 out=fp16 d=128 gqa=2 softmax=unified_max paged flow=gemv arch=sm_90a",
     "decode qk=fp16 pv=fp16 out=fp16 d=64 causal gqa=8 flow=gemv arch=sm_90a",
 };

@@ -128,7 +128,7 @@ Spec gemv_spec(const Operand& f, int d, int gqa, Arch arch) {
 }
 
 TEST(GemvShape, CandidatesAreValidGemvTilingsWithTheGqaRowsFirst) {
-  for (Arch arch : {Arch::sm_80, Arch::sm_89, Arch::sm_90a})
+  for (Arch arch : {Arch::sm_80, Arch::sm_86, Arch::sm_89, Arch::sm_90a})
     for (const Operand& f : kFormats)
       for (int d : kDims)
         for (int gqa : {1, 2, 3, 4, 8, 16}) {
