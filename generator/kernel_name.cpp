@@ -15,7 +15,7 @@ namespace {
 [[noreturn]] void bad_name(std::string_view name, const std::string& why) {
   throw_bad_input("bad kernel name '" + std::string(name) + "': " + why +
                   "; expected qattn_<prefill|decode>_<arch>_qk<fmt><gran>_pv<fmt><gran>_o<fmt>_d<n>[_<option>...]__<tiling> "
-                  "or a helper kernel qattn_<quant|lsefix|combine|kvappend|flashq>_... (grammar: include/qattn/kernel_name.hpp)");
+                  "or a helper kernel qattn_<quant|lsefix|combine|kvappend|kvgather|kvsmooth|flashq>_... (grammar: include/qattn/kernel_name.hpp)");
 }
 
 // ---- Helper kernels -------------------------------------------------------------------------------
@@ -25,6 +25,7 @@ const std::pair<KernelFamily, const char*> kFamilies[] = {{KernelFamily::quant, 
                                                           {KernelFamily::decode_combine, "combine"},
                                                           {KernelFamily::kv_append, "kvappend"},
                                                           {KernelFamily::kv_gather, "kvgather"},
+                                                          {KernelFamily::kv_smooth, "kvsmooth"},
                                                           {KernelFamily::flashq, "flashq"}};
 // Quantizer codes: int4 here means packed two per byte (unpacked int4 codes are int8 storage: "i8").
 const std::pair<Fmt, const char*> kQuantCodes[] = {{Fmt::int8, "i8"}, {Fmt::int4, "i4p"}, {Fmt::fp8e4m3, "e4m3"}};
@@ -129,6 +130,7 @@ HelperKernel read_helper(std::string_view name, const std::vector<std::string>& 
       h.paged = h.family == KernelFamily::flashq && r.flag("paged");
       break;
     case KernelFamily::decode_combine:
+    case KernelFamily::kv_smooth:
       h.in = r.element();
       h.head_dim = r.head_dim();
       break;
@@ -196,7 +198,8 @@ std::string helper_kernel_name(const HelperKernel& h) {
     case KernelFamily::flashq:
       if (h.head_dim > 0) n += "_" + in_and_dim(h) + (h.paged ? "_paged" : "");
       break;
-    case KernelFamily::decode_combine: n += "_" + in_and_dim(h); break;
+    case KernelFamily::decode_combine:
+    case KernelFamily::kv_smooth: n += "_" + in_and_dim(h); break;
     case KernelFamily::kv_append:
     case KernelFamily::kv_gather:
       n += "_" + gen::schema::operand_code(h.code) + "_" + in_and_dim(h) + (h.paged ? "_paged" : "");
@@ -204,7 +207,7 @@ std::string helper_kernel_name(const HelperKernel& h) {
     case KernelFamily::attention: break;
   }
   const bool has_op = h.family == KernelFamily::quant || h.family == KernelFamily::lse_correction ||
-                      h.family == KernelFamily::flashq;
+                      h.family == KernelFamily::flashq || h.family == KernelFamily::kv_smooth;
   if (has_op != !h.op.empty() || (has_op && !is_name_text(h.op)))
     throw_bad_input("helper kernel " + n + (has_op ? " needs an op of [A-Za-z0-9_] after '__'" : " takes no op"));
   return has_op ? n + "__" + h.op : n;

@@ -150,6 +150,20 @@ Source render_kv_gather(const Spec& spec) {
                        "qattn::KvGatherParams", spec);
 }
 
+HelperKernel kv_smooth_kernel(const Spec& spec, const std::string& op) {
+  if (op != "mean" && op != "lsefix")
+    throw_bad_input("a K smoothing kernel is 'mean' or 'lsefix', not '" + op + "'");
+  return of_spec(KernelFamily::kv_smooth, spec, op.c_str());
+}
+
+Source render_kv_smooth(const Spec& spec, const std::string& op) {
+  const bool mean = op == "mean";
+  return render_helper(kv_smooth_kernel(spec, op), "qattn/decode/kv_smooth.cuh",
+                       std::string(mean ? "qattn::decode::kv_smooth::Mean<" : "qattn::decode::kv_smooth::LseFix<") +
+                           fmt_enum(spec.out) + ", " + std::to_string(spec.head_dim) + ">",
+                       "qattn::KvSmoothParams", mean ? 256 : 128, spec.arch);
+}
+
 Source render_flashq_stats(const Spec& spec) { return flashq_source("stats", "Stats", spec, false); }
 Source render_flashq_prefill(const Spec& spec) { return flashq_source("prefill", "Prefill", spec, true); }
 Source render_flashq_append(const Spec& spec) { return flashq_source("append", "Append", spec, true); }

@@ -28,6 +28,12 @@ Source render_kv_append(const Spec& spec);
 // Prefill over a cache: the gather of a cache's rows into a packed [rows, heads_kv, d] 16-bit tensor
 // (KvGatherParams, 4 tokens per 128-thread block, grid (ceil(max_len/4), heads_kv, batch)).
 Source render_kv_gather(const Spec& spec);
+// A K-smoothed cache (templates/qattn/decode/kv_smooth.cuh, KvSmoothParams): op "mean" (256 threads, grid
+// (heads_kv)) sets the per-head mean from an append's K; op "lsefix" (128 threads, 4 query rows each,
+// grid (ceil(rows/4), heads_q, batch)) adds softmax_scale * q.mean to a decode call's LSE. spec: d= and
+// out= (the 16-bit type of K and Q). Throws bad_input for another op.
+Source render_kv_smooth(const Spec& spec, const std::string& op);
+HelperKernel kv_smooth_kernel(const Spec& spec, const std::string& op);
 
 // The name parts of the kernels above, for Runtime::Impl::load_helper (a loaded kernel is found by them
 // without rendering its source).

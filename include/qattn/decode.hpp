@@ -38,6 +38,15 @@ struct KvCacheView {
   // fp8e4m3:per_head: device fp32 [heads_kv] scales of the K and the V cache (element = scale * e4m3).
   const float* k_head_scale = nullptr;
   const float* v_head_scale = nullptr;
+  // K smoothing (quantized K formats: int8, int4, fp8e4m3; not flashq): device fp32 [heads_kv, d], one
+  // vector per KV head that the K cache's rows have been taken from: the cache stores k - k_mean[h].
+  // Every call that writes or reads the cache passes the same vector. Softmax does not see it (each
+  // score of a query moves by the same q.k_mean), so decode and prefill over the cache give the same
+  // output as without it, with K's channel bias out of the quantized rows; the LSE they return is that
+  // of the true keys. Set it once per cache, e.g. from its first append (AppendKvCall::init_k_mean), and
+  // keep it while the cache holds rows written with it. Null: rows hold k itself. With fp8e4m3:per_head,
+  // choose k_head_scale from k - k_mean.
+  float* k_mean = nullptr;
 };
 
 // How the runtime splits a decode call's cache (split_tokens is a multiple of block_n; no split is
@@ -114,6 +123,7 @@ struct DecodeRun {
   const int* block_table = nullptr;      // paged caches (flashq's too)
   const float* k_head_scale = nullptr;   // fp8e4m3:per_head
   const float* v_head_scale = nullptr;
+  const float* k_mean = nullptr;         // KvCacheView::k_mean; a plan made with it needs it on every run
   const int* kv_lens = nullptr;
   // flashq: FlashQCacheView's device pointers.
   void* k_blocks = nullptr;
@@ -145,6 +155,35 @@ struct AppendKvCall {
   // sequences * capacity).
   const long long* slot_mapping = nullptr;
   long long num_slots = 0;
+  // K smoothing: first set cache.k_mean (non-null) to the mean of this append's K tokens per KV head
+  // (over its first 4096 tokens in (sequence, token) order, skipped slots left out), then store every
+  // token minus it. For a cache's first write; later appends pass the same cache.k_mean with this false.
+  bool init_k_mean = false;
+};
+
+// Plan, then run, for append_kv (Runtime::plan_append): the spec, batch, heads, token count, strides,
+// cache geometry and write mode (start or slot mapping, num_slots, K smoothing and init_k_mean) decided
+// once; a run takes pointers only, compiles, allocates, synchronizes and creates nothing, so it may be
+// captured in a CUDA graph even as the first call, and outside a capture replays the plan's own graph.
+class AppendPlan {
+ public:
+  virtual ~AppendPlan() = default;
+  virtual const std::string& kernel_name() const = 0;
+};
+
+// One run of an append plan: the device pointers of AppendKvCall (give start or slot_mapping as the
+// plan was made; k_mean exactly when the plan's cache had one).
+struct AppendRun {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  const int* block_table = nullptr;
+  const float* k_head_scale = nullptr;
+  const float* v_head_scale = nullptr;
+  float* k_mean = nullptr;
+  const int* start = nullptr;
+  const long long* slot_mapping = nullptr;
 };
 
 }  // namespace qattn

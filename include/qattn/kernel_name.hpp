@@ -20,6 +20,8 @@
 //   qattn_lsefix_<in>_d<n>__rowdot, qattn_lsefix__addscaled     LSE correction after K smoothing
 //   qattn_combine_<in>_d<n>                                      decode: merges the split partials
 //   qattn_kvappend_<fmt><gran>_<in>_d<n>[_paged]                 decode: appends tokens to the cache
+//   qattn_kvgather_<fmt><gran>_<in>_d<n>[_paged]                 prefill over a cache: its rows as 16-bit
+//   qattn_kvsmooth_<in>_d<n>__<mean|lsefix>                      a cache's K smoothing: the mean, decode's LSE
 //   qattn_flashq_<in>_d<n>[_paged]__<stats|prefill|append>, qattn_flashq__lens   FlashQ cache writers
 //   e.g. qattn_quant_f16_i8tok_smooth_d128__quantize_rows, qattn_kvappend_i4tok_bf16_d128_paged
 // Bijective: parse_kernel_name(name) reads every name above back to the fields that made it, and
@@ -39,7 +41,7 @@ std::string kernel_name(const Spec& spec, const Tiling& tiling);   // spec.arch 
 std::string operand_code(const Operand& op);                        // "i8tok", "i4grp", "f16" ...
 std::string spec_name(const Spec& spec);                           // the part before "__"
 
-enum class KernelFamily { attention, quant, lse_correction, decode_combine, kv_append, flashq, kv_gather };
+enum class KernelFamily { attention, quant, lse_correction, decode_combine, kv_append, flashq, kv_gather, kv_smooth };
 
 // The fields of a helper kernel's name; each family uses those its line above shows.
 struct HelperKernel {
@@ -54,7 +56,7 @@ struct HelperKernel {
   int rotate = 0;          // quant: 0 none, 1 the Q side, 2 the K side (quant_config.h kRotate*)
   bool transpose = false;  // quant: V^T
   bool paged = false;      // kv_append, kv_gather, flashq
-  std::string op;          // the part after "__": quant pass tag, rowdot | addscaled, flashq writer
+  std::string op;          // the part after "__": quant pass tag, rowdot | addscaled, flashq writer, mean | lsefix
   bool operator==(const HelperKernel& o) const;
   bool operator!=(const HelperKernel& o) const { return !(*this == o); }
 };

@@ -195,6 +195,37 @@ QATTN_API qattn_status qattn_attention_over_cache(qattn_runtime* runtime, const 
                                                   const char* cache_spec, const qattn_kv_cache* cache,
                                                   const int* kv_lens, float softmax_scale, float* lse, void* stream);
 
+/* The same call as a versioned struct (qattn_cache_prefill_args_init, then qattn_cache_prefill), which
+ * also takes a K-smoothed cache's vector. */
+typedef struct qattn_cache_prefill_args {
+  size_t struct_size;       /* qattn_cache_prefill_args_init */
+  const char* spec;         /* host: the prefill spec */
+  const char* cache_spec;   /* host: the cache's decode spec */
+  qattn_shape shape;
+  qattn_tensor q;
+  qattn_tensor o;
+  const int* cu_seqlens_q;
+  qattn_kv_cache cache;
+  const int* kv_lens;
+  float* lse;
+  float softmax_scale;
+  int reserved0;
+  const float* k_mean;      /* a K-smoothed cache (qattn_append_args.k_mean): its vector; NULL: none */
+} qattn_cache_prefill_args;
+
+QATTN_API qattn_status qattn_cache_prefill_args_init(qattn_cache_prefill_args* args, size_t struct_size);
+QATTN_API qattn_status qattn_cache_prefill(qattn_runtime* runtime, const qattn_cache_prefill_args* args, void* stream);
+/* Plan, then run, for prefill over a cache (an attention plan; qattn_attention_plan_workspace_bytes,
+ * _kernel_name and _destroy apply): `args` fixes the specs, shape (the bounds: batch, the longest chunk
+ * q_len, the longest cache kv_len), strides and the cache's geometry; its device pointers are not read.
+ * A run reads only the device pointers of `args` (q.data, o.data, cu_seqlens_q, the cache's k, v,
+ * block_table, head scales, kv_lens, k_mean, lse) and gives qattn_cache_prefill's bits; the workspace
+ * (NULL: the plan's own) also holds the rows read back from the cache. Flags: QATTN_PLAN_CALLER_WORKSPACE. */
+QATTN_API qattn_status qattn_cache_prefill_plan_create(qattn_runtime* runtime, const qattn_cache_prefill_args* args,
+                                                       unsigned flags, qattn_attention_plan** out);
+QATTN_API qattn_status qattn_cache_prefill_plan_run(qattn_runtime* runtime, const qattn_attention_plan* plan,
+                                                    const qattn_cache_prefill_args* args, void* workspace, void* stream);
+
 /* Bytes of one cache row (one token of one KV head) of a decode spec's format (not flashq). */
 QATTN_API qattn_status qattn_kv_row_bytes(const char* spec, int64_t* bytes_out);
 /* Bytes of one contiguous K (or V) cache of capacity tokens for batch x heads_kv; a paged cache of
@@ -218,6 +249,12 @@ typedef struct qattn_append_args {
   const int* start;
   const int64_t* slot_mapping;   /* NULL (default): positions from start; else device int64 [n_new] */
   int64_t num_slots;
+  /* K smoothing (quantized K formats, KvCacheView::k_mean in include/qattn/decode.hpp): device fp32
+   * [heads_kv, d]; the K cache stores every token minus it, and every call on the cache passes it.
+   * init_k_mean 1: this append first sets it to the mean of its K tokens (a cache's first write). */
+  float* k_mean;
+  int init_k_mean;
+  int reserved1;
 } qattn_append_args;
 
 /* softmax=unified_max: phi and the window on x - phi, natural-log units of x = softmax_scale * q.k
@@ -266,12 +303,26 @@ typedef struct qattn_decode_args {
   float* lse;               /* NULL or fp32 [batch, heads_q, q_len], natural log */
   int* row_flags;           /* NULL or int [batch * heads_q * q_len]: unified_max's per-row flags */
   const char* tiling;       /* host; NULL: the runtime's choice, else e.g. "bm16_bn64_w4_s2" */
+  const float* k_mean;      /* a K-smoothed cache (qattn_append_args.k_mean): its vector; NULL: none */
 } qattn_decode_args;
 
 QATTN_API qattn_status qattn_append_args_init(qattn_append_args* args, size_t struct_size);
 QATTN_API qattn_status qattn_decode_args_init(qattn_decode_args* args, size_t struct_size);
 
 QATTN_API qattn_status qattn_append_kv(qattn_runtime* runtime, const qattn_append_args* args, void* stream);
+/* Plan, then run, for qattn_append_kv (Runtime::plan_append): `args` fixes the spec, batch, heads_kv,
+ * n_new, strides, the cache's geometry, the write mode (slot mapping when args.slot_mapping is non-NULL,
+ * else start), num_slots and K smoothing (k_mean non-NULL, init_k_mean); its device pointers are not
+ * read. A run reads only the device pointers of `args` (k, v, the cache's k, v, block_table, head
+ * scales, k_mean, start or slot_mapping) and writes qattn_append_kv's bytes; it may be captured in a
+ * CUDA graph even as the first call. Destroy plans before their runtime. */
+typedef struct qattn_append_plan qattn_append_plan;
+QATTN_API qattn_status qattn_append_plan_create(qattn_runtime* runtime, const qattn_append_args* args,
+                                                qattn_append_plan** out);
+QATTN_API qattn_status qattn_append_plan_run(qattn_runtime* runtime, const qattn_append_plan* plan,
+                                             const qattn_append_args* args, void* stream);
+QATTN_API const char* qattn_append_plan_kernel_name(const qattn_append_plan* plan);
+QATTN_API void qattn_append_plan_destroy(qattn_append_plan* plan);
 /* The split-K decode kernel (and the combine kernel with more than one split) on `stream`. */
 QATTN_API qattn_status qattn_decode(qattn_runtime* runtime, const qattn_decode_args* args, void* stream);
 /* What qattn_decode runs for `args` (loads the kernel, launches nothing): kernel name, dataflow

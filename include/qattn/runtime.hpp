@@ -135,6 +135,11 @@ class PreparedAttention {
 // at any time, including the first. Workspace: the plan's own (allocated at plan time) unless the run
 // passes one of workspace_bytes(); a plan's own workspace serves one run at a time (order its runs,
 // e.g. on one stream), a caller's workspace lets runs on several streams proceed together.
+// Over a KV cache (AttentionCall::kv_cache at plan time): the cache's spec, geometry (strides, page
+// size, table stride) and the bounds (problem.batch, kv_len, q_len) are the plan's; the workspace also
+// holds the cache's rows read back for the bounds (2 x batch x kv_len x heads_kv x d 16-bit values), and
+// each run passes the cache's pointers and lengths (AttentionRun::kv_cache) with the same bits as
+// attention() over the cache.
 class AttentionPlan {
  public:
   virtual ~AttentionPlan() = default;
@@ -155,6 +160,9 @@ struct AttentionRun {
   const int* cu_seqlens_kv = nullptr;
   float softmax_scale = 0;          // 0: 1/sqrt(d)
   void* workspace = nullptr;        // null: the plan's own; else workspace_bytes(), 256-byte aligned
+  // A plan over a KV cache: this run's cache (its view's pointers and kv_lens; spec and strides are the
+  // plan's); k, v and cu_seqlens_kv stay null.
+  const KvSource* kv_cache = nullptr;
 };
 
 // What Runtime::tune_decode measured and decided (include/qattn/inflection.hpp).
@@ -226,6 +234,10 @@ class Runtime {
   void run(const DecodePlan& plan, const DecodeRun& run, void* stream);
   // Quantizes new tokens into the KV cache (both K and V) on `stream`.
   void append_kv(const AppendKvCall& call, void* stream);
+  // A plan for append_kv calls like `call` (its device pointers are not read; see AppendPlan in
+  // decode.hpp), and one run of it on `stream` with append_kv()'s bytes.
+  std::unique_ptr<AppendPlan> plan_append(const AppendKvCall& call);
+  void run(const AppendPlan& plan, const AppendRun& run, void* stream);
   // The split count decode() uses for `call` (call.splits, else spec.split_k, else the tuned split
   // table, else the heuristic).
   int decode_splits(const DecodeCall& call);

@@ -51,7 +51,8 @@ class AppendArgs(ctypes.Structure):
                 ("heads_kv", ctypes.c_int), ("n_new", ctypes.c_int), ("reserved0", ctypes.c_int),
                 ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("sb", ctypes.c_int64), ("sh", ctypes.c_int64),
                 ("ss", ctypes.c_int64), ("cache", KvCache), ("start", ctypes.c_void_p),
-                ("slot_mapping", ctypes.c_void_p), ("num_slots", ctypes.c_int64)]
+                ("slot_mapping", ctypes.c_void_p), ("num_slots", ctypes.c_int64), ("k_mean", ctypes.c_void_p),
+                ("init_k_mean", ctypes.c_int), ("reserved1", ctypes.c_int)]
 
 
 class UnifiedMax(ctypes.Structure):
@@ -64,7 +65,16 @@ class DecodeArgs(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("spec", ctypes.c_char_p), ("shape", Shape), ("splits", ctypes.c_int),
                 ("q", Tensor), ("o", Tensor), ("cache", KvCache), ("kv_lens", ctypes.c_void_p),
                 ("flashq", ctypes.c_void_p), ("softmax_scale", ctypes.c_float), ("unified_max", UnifiedMax),
-                ("lse", ctypes.c_void_p), ("row_flags", ctypes.c_void_p), ("tiling", ctypes.c_char_p)]
+                ("lse", ctypes.c_void_p), ("row_flags", ctypes.c_void_p), ("tiling", ctypes.c_char_p),
+                ("k_mean", ctypes.c_void_p)]
+
+
+class CachePrefillArgs(ctypes.Structure):
+    """qattn_cache_prefill_args."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("spec", ctypes.c_char_p), ("cache_spec", ctypes.c_char_p),
+                ("shape", Shape), ("q", Tensor), ("o", Tensor), ("cu_seqlens_q", ctypes.c_void_p), ("cache", KvCache),
+                ("kv_lens", ctypes.c_void_p), ("lse", ctypes.c_void_p), ("softmax_scale", ctypes.c_float),
+                ("reserved0", ctypes.c_int), ("k_mean", ctypes.c_void_p)]
 
 
 class FlashQCache(ctypes.Structure):
@@ -169,6 +179,8 @@ PROTOTYPES = {
     "qattn_append_args_init": (_STATUS, [ctypes.POINTER(AppendArgs), ctypes.c_size_t]),
     "qattn_decode_args_init": (_STATUS, [ctypes.POINTER(DecodeArgs), ctypes.c_size_t]),
     "qattn_append_kv": (_STATUS, [_RT, ctypes.POINTER(AppendArgs), ctypes.c_void_p]),
+    "qattn_cache_prefill_args_init": (_STATUS, [ctypes.POINTER(CachePrefillArgs), ctypes.c_size_t]),
+    "qattn_cache_prefill": (_STATUS, [_RT, ctypes.POINTER(CachePrefillArgs), ctypes.c_void_p]),
     "qattn_decode": (_STATUS, [_RT, ctypes.POINTER(DecodeArgs), ctypes.c_void_p]),
     "qattn_decode_plan_create": (_STATUS, [_RT, ctypes.POINTER(DecodeArgs), ctypes.c_uint, ctypes.POINTER(_PLAN)]),
     "qattn_decode_plan_workspace_bytes": (_STATUS, [_PLAN, ctypes.POINTER(ctypes.c_int64)]),

@@ -57,12 +57,18 @@ class KvCache:
 
     Contiguous: capacity tokens per sequence. Paged: page_size tokens per page and block_table, an int32
     CUDA tensor [batch, pages per sequence] of page ids (table_stride = its row length). fp8e4m3:per_head
-    caches need k_head_scale and v_head_scale (float32 CUDA tensors [heads_kv]). Strides in bytes, 0:
-    the defaults. The tensors are kept referenced for the object's life."""
+    caches need k_head_scale and v_head_scale (float32 CUDA tensors [heads_kv]). k_mean: a K-smoothed
+    cache's vector, a float32 CUDA tensor [heads_kv, d] (the K rows hold k - k_mean; set it with an append's
+    init_k_mean=True). Strides in bytes, 0: the defaults. The tensors are kept referenced for the object's
+    life."""
 
     def __init__(self, k, v, capacity=0, page_size=0, block_table=None, k_head_scale=None, v_head_scale=None,
-                 head_stride=0, page_stride=0):
-        self._keep = (k, v, block_table, k_head_scale, v_head_scale)
+                 head_stride=0, page_stride=0, k_mean=None):
+        self._keep = (k, v, block_table, k_head_scale, v_head_scale, k_mean)
+        if k_mean is not None and (str(getattr(k_mean, "dtype", "")) != "torch.float32" or k_mean.dim() != 2
+                                   or not k_mean.is_contiguous()):
+            raise BadInput("k_mean must be a contiguous float32 CUDA tensor [heads_kv, d]")
+        self.k_mean = _address("k_mean", k_mean, True)
         table_stride = 0
         if block_table is not None:
             shape = tuple(getattr(block_table, "shape", ()))
@@ -104,19 +110,19 @@ def _cache_of(cache):
     return cache.c
 
 
-def append_kv(runtime, spec, k, v, cache, start):
+def append_kv(runtime, spec, k, v, cache, start, init_k_mean=False):
     from .runtime import _torch
     torch = _torch()
     ck, cv = _bhsd("k", k, torch), _bhsd("v", v, torch)
     if tuple(k.shape) != tuple(v.shape):
         raise BadInput(f"k and v have shapes {tuple(k.shape)} and {tuple(v.shape)}; they must be one")
-    args = _append_args(runtime, spec, k, v, ck, cv, cache)
+    args = _append_args(runtime, spec, k, v, ck, cv, cache, init_k_mean)
     args.batch, args.heads_kv, args.n_new = k.shape[0], k.shape[1], k.shape[2]
     args.start = _int32_vector("start", start, k.shape[0], torch)
     _append(runtime, args, torch)
 
 
-def append_kv_slots(runtime, spec, k, v, cache, slot_mapping, num_slots):
+def append_kv_slots(runtime, spec, k, v, cache, slot_mapping, num_slots, init_k_mean=False):
     """k, v: [tokens, heads_kv, d]; slot_mapping: int64 CUDA tensor [tokens] (cache row of each token:
     page * page_size + offset, or sequence * capacity + position; -1 skips a token)."""
     from .runtime import _torch
@@ -126,7 +132,7 @@ def append_kv_slots(runtime, spec, k, v, cache, slot_mapping, num_slots):
     if tuple(k.shape) != tuple(v.shape):
         raise BadInput(f"k and v have shapes {tuple(k.shape)} and {tuple(v.shape)}; they must be one")
     ck, cv = (_bhsd(name, t.unsqueeze(0).transpose(1, 2), torch) for name, t in (("k", k), ("v", v)))
-    args = _append_args(runtime, spec, k, v, ck, cv, cache)
+    args = _append_args(runtime, spec, k, v, ck, cv, cache, init_k_mean)
     args.batch, args.heads_kv, args.n_new = 1, k.shape[1], k.shape[0]
     if not isinstance(slot_mapping, torch.Tensor) or not slot_mapping.is_cuda or slot_mapping.dtype != torch.int64 \
             or tuple(slot_mapping.shape) != (k.shape[0],) or not slot_mapping.is_contiguous():
@@ -137,7 +143,7 @@ def append_kv_slots(runtime, spec, k, v, cache, slot_mapping, num_slots):
     _append(runtime, args, torch)
 
 
-def _append_args(runtime, spec, k, v, ck, cv, cache):
+def _append_args(runtime, spec, k, v, ck, cv, cache, init_k_mean):
     lib = runtime._lib
     args = _library.AppendArgs()
     check(lib, lib.qattn_append_args_init(ctypes.byref(args), ctypes.sizeof(args)), "qattn_append_args_init")
@@ -148,6 +154,8 @@ def _append_args(runtime, spec, k, v, ck, cv, cache):
                        f"{v.stride()}")
     args.sb, args.sh, args.ss = ck.sb, ck.sh, ck.ss
     args.cache = _cache_of(cache)
+    args.k_mean = cache.k_mean
+    args.init_k_mean = 1 if init_k_mean else 0
     return args
 
 
@@ -189,6 +197,7 @@ def decode_args(runtime, spec, q, cache, kv_lens, out, lse, softmax_scale, split
     args.o = _bhsd("out", out, torch)
     batch, heads_q, q_len = q.shape[0], q.shape[1], q.shape[2]
     args.cache = _cache_of(cache)
+    args.k_mean = cache.k_mean
     args.kv_lens = _int32_vector("kv_lens", kv_lens, batch, torch)
     heads_kv = _heads_kv_of(spec, heads_q)
     # The bound sizes the splits. Read from the device when not given: one small synchronizing copy,

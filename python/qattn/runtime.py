@@ -220,16 +220,17 @@ class Runtime:
         return name, time_us.value
 
     # -- decode over a KV cache (python/qattn/decode.py) -------------------------------------------
-    def append_kv(self, spec, k, v, cache, start):
+    def append_kv(self, spec, k, v, cache, start, init_k_mean=False):
         """Quantizes new tokens k, v ([b, h_kv, n_new, d] CUDA tensors of type out=) into `cache` (a
-        qattn.KvCache) from token start[b] (int32 CUDA tensor [b]) on torch's current stream."""
-        return _decode.append_kv(self, spec, k, v, cache, start)
+        qattn.KvCache) from token start[b] (int32 CUDA tensor [b]) on torch's current stream.
+        init_k_mean: first set the cache's k_mean to the mean of these K tokens (K smoothing)."""
+        return _decode.append_kv(self, spec, k, v, cache, start, init_k_mean)
 
-    def append_kv_slots(self, spec, k, v, cache, slot_mapping, num_slots):
+    def append_kv_slots(self, spec, k, v, cache, slot_mapping, num_slots, init_k_mean=False):
         """Quantizes tokens k, v ([tokens, h_kv, d]) into `cache` at the rows slot_mapping names (int64
         CUDA tensor [tokens]: page * page_size + offset, or sequence * capacity + position; -1 and rows
         outside [0, num_slots) are skipped), as vLLM's cache write; num_slots: the cache's rows per head."""
-        return _decode.append_kv_slots(self, spec, k, v, cache, slot_mapping, num_slots)
+        return _decode.append_kv_slots(self, spec, k, v, cache, slot_mapping, num_slots, init_k_mean)
 
     def decode(self, spec, q, cache, kv_lens, out=None, lse=None, softmax_scale=None, splits=0,
                unified_max=None, tiling=None, max_kv_len=None):

@@ -97,7 +97,7 @@ def attention_varlen(runtime, q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q
 
 def attention_over_cache(runtime, q, cu_seqlens_q, max_seqlen_q, cache_spec, cache, kv_lens, max_kv_len, spec, out,
                          softmax_scale, lse):
-    """The body of Runtime.attention_over_cache (qattn_attention_over_cache): packed queries over each
+    """The body of Runtime.attention_over_cache (qattn_cache_prefill): packed queries over each
     sequence's first kv_lens[b] rows of a KV cache."""
     from .decode import KvCache, _heads_kv_of
     from .runtime import _torch, _encode, _scale, _check_same_device
@@ -126,9 +126,11 @@ def attention_over_cache(runtime, q, cu_seqlens_q, max_seqlen_q, cache_spec, cac
     shape = _library.Shape(batch, heads_q, heads_kv, q_len, kv_len)
     lib = runtime._lib
     stream = torch.cuda.current_stream(runtime.device).cuda_stream
+    args = _library.CachePrefillArgs()
+    check(lib, lib.qattn_cache_prefill_args_init(ctypes.byref(args), ctypes.sizeof(args)), "qattn_cache_prefill_args_init")
+    args.spec, args.cache_spec, args.shape, args.q, args.o = spec_b, cache_spec_b, shape, cq, co
+    args.cu_seqlens_q, args.cache, args.kv_lens = cu_q.data_ptr(), cache.c, lens.data_ptr()
+    args.lse, args.softmax_scale, args.k_mean = lse_ptr, _scale(softmax_scale), cache.k_mean
     with runtime._call() as handle:
-        check(lib, lib.qattn_attention_over_cache(handle, spec_b, shape, cq, co, cu_q.data_ptr(), cache_spec_b,
-                                                  ctypes.byref(cache.c), lens.data_ptr(), _scale(softmax_scale),
-                                                  lse_ptr, stream),
-              "qattn_attention_over_cache")
+        check(lib, lib.qattn_cache_prefill(handle, ctypes.byref(args), stream), "qattn_cache_prefill")
     return out

@@ -39,6 +39,10 @@ def test_structs_match_the_library_layout():
     a = _library.AppendArgs()
     assert lib.qattn_append_args_init(ctypes.byref(a), ctypes.sizeof(a)) == 0
     assert (a.batch, a.heads_kv, a.n_new, a.start) == (1, 1, 1, None)
+    assert (a.k_mean, a.init_k_mean, d.k_mean) == (None, 0, None)
+    cp = _library.CachePrefillArgs()
+    assert lib.qattn_cache_prefill_args_init(ctypes.byref(cp), ctypes.sizeof(cp)) == 0
+    assert cp.struct_size == ctypes.sizeof(cp) and cp.k_mean is None and cp.spec is None
     fp = _library.FlashQPrefillArgs()
     assert lib.qattn_flashq_prefill_args_init(ctypes.byref(fp), ctypes.sizeof(fp)) == 0
     assert fp.struct_size == ctypes.sizeof(fp) and not fp.cache and not fp.lens

@@ -15,6 +15,13 @@ namespace {
 // fields after it (qattn_append_args: slot_mapping, num_slots) keep their defaults.
 constexpr size_t kAppendFirstSize = offsetof(qattn_append_args, start) + sizeof(const int*);
 constexpr size_t kDecodeFirstSize = offsetof(qattn_decode_args, tiling) + sizeof(const char*);
+constexpr size_t kCachePrefillFirstSize = sizeof(qattn_cache_prefill_args);
+
+qattn_cache_prefill_args default_cache_prefill_args() {
+  qattn_cache_prefill_args a{};
+  a.struct_size = sizeof a;
+  return a;
+}
 
 qattn_append_args default_append_args() {
   qattn_append_args a{};
@@ -52,6 +59,7 @@ DecodeCall decode_call_of(const qattn_decode_args* given) {
   c.o = a.o.data;
   c.o_sb = a.o.sb, c.o_sh = a.o.sh, c.o_ss = a.o.ss;
   c.cache = kv_view_of(a.cache);
+  c.cache.k_mean = const_cast<float*>(a.k_mean);   // read only by decode
   c.kv_lens = a.kv_lens;
   if (c.spec.qk.fmt == Fmt::flashq) {
     if (!a.flashq) throw_bad_input("a flashq decode spec needs args.flashq, a host pointer to a qattn_flashq_cache");
@@ -78,6 +86,7 @@ DecodeRun decode_run_of(const qattn_decode_args* given, void* workspace) {
   r.block_table = a.cache.block_table;
   r.k_head_scale = a.cache.k_head_scale;
   r.v_head_scale = a.cache.v_head_scale;
+  r.k_mean = a.k_mean;
   r.kv_lens = a.kv_lens;
   if (const qattn_flashq_cache* f = a.flashq) {
     r.block_table = f->block_table;
@@ -93,6 +102,56 @@ DecodeRun decode_run_of(const qattn_decode_args* given, void* workspace) {
   r.softmax_scale = a.softmax_scale;
   r.workspace = workspace;
   return r;
+}
+
+// The call of a qattn_append_args (its spec parsed, its pointers taken as they are).
+AppendKvCall append_call_of(const qattn_append_args* given) {
+  const qattn_append_args a = read_versioned(given, default_append_args(), kAppendFirstSize, "args");
+  AppendKvCall c;
+  c.spec = spec_of(a.spec, "args.spec");
+  c.batch = a.batch, c.heads_kv = a.heads_kv, c.n_new = a.n_new;
+  c.k = a.k, c.v = a.v;
+  c.sb = a.sb, c.sh = a.sh, c.ss = a.ss;
+  c.cache = kv_view_of(a.cache);
+  c.start = a.start;
+  static_assert(sizeof(long long) == sizeof(int64_t), "slot_mapping is read as long long");
+  c.slot_mapping = reinterpret_cast<const long long*>(a.slot_mapping);
+  c.num_slots = a.num_slots;
+  c.cache.k_mean = a.k_mean;
+  c.init_k_mean = a.init_k_mean != 0;
+  return c;
+}
+
+// The cache of a qattn_cache_prefill_args: its pointers (read only by the gather) and lengths.
+KvSource source_of(const qattn_cache_prefill_args& a, bool parse_spec) {
+  KvSource src;
+  if (parse_spec) src.spec = spec_of(a.cache_spec, "cache_spec");
+  src.view = kv_view_of(a.cache);
+  src.view.k_mean = const_cast<float*>(a.k_mean);
+  src.kv_lens = a.kv_lens;
+  return src;
+}
+
+// The call of a qattn_cache_prefill_args over `src` (which must outlive it).
+AttentionCall cache_call_of(const qattn_cache_prefill_args& a, const KvSource& src) {
+  AttentionCall c;
+  c.spec = spec_of(a.spec, "spec");
+  c.problem = problem_of(a.shape);
+  c.q = view_of(a.q);
+  c.o = view_of(a.o);
+  c.cu_seqlens_q = a.cu_seqlens_q;
+  c.kv_cache = &src;
+  c.softmax_scale = a.softmax_scale;
+  c.lse = a.lse;
+  return c;
+}
+
+void cache_prefill(qattn_runtime* runtime, const qattn_cache_prefill_args& a, void* stream) {
+  require_arg(runtime, "runtime");
+  require_arg(a.cu_seqlens_q, "cu_seqlens_q");
+  require_arg(a.kv_lens, "kv_lens");
+  const KvSource src = source_of(a, true);
+  runtime->rt.attention(cache_call_of(a, src), stream);
 }
 
 }  // namespace
@@ -144,49 +203,127 @@ qattn_status qattn_decode_args_init(qattn_decode_args* args, size_t struct_size)
   return guarded([&] { init_versioned(args, struct_size, default_decode_args(), kDecodeFirstSize, "args"); });
 }
 
+qattn_status qattn_cache_prefill_args_init(qattn_cache_prefill_args* args, size_t struct_size) {
+  return guarded([&] { init_versioned(args, struct_size, default_cache_prefill_args(), kCachePrefillFirstSize, "args"); });
+}
+
+qattn_status qattn_cache_prefill(qattn_runtime* runtime, const qattn_cache_prefill_args* args, void* stream) {
+  return guarded([&] {
+    cache_prefill(runtime, read_versioned(args, default_cache_prefill_args(), kCachePrefillFirstSize, "args"), stream);
+  });
+}
+
+qattn_status qattn_cache_prefill_plan_create(qattn_runtime* runtime, const qattn_cache_prefill_args* args, unsigned flags,
+                                            qattn_attention_plan** out) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    require_arg(out, "out");
+    *out = nullptr;
+    if (flags & ~QATTN_PLAN_CALLER_WORKSPACE)
+      qattn::throw_bad_input("qattn_cache_prefill_plan_create: unknown flags " + std::to_string(flags & ~QATTN_PLAN_CALLER_WORKSPACE) +
+                             "; accepted: QATTN_PLAN_CALLER_WORKSPACE (2)");
+    const qattn_cache_prefill_args a = read_versioned(args, default_cache_prefill_args(), kCachePrefillFirstSize, "args");
+    // Device pointers are not read at plan time: stand-ins where the checks need one.
+    qattn_cache_prefill_args shape = a;
+    alignas(256) static const int stand_in[64] = {};
+    void* const aligned = const_cast<int*>(stand_in);
+    shape.cu_seqlens_q = shape.kv_lens = stand_in;
+    shape.cache.k = shape.cache.v = aligned;
+    shape.cache.block_table = stand_in;
+    shape.cache.k_head_scale = shape.cache.v_head_scale = reinterpret_cast<const float*>(stand_in);
+    const qattn::KvSource src = source_of(shape, true);
+    auto p = std::make_unique<qattn_attention_plan>();
+    p->runtime = runtime;
+    p->plan = runtime->rt.plan_attention(cache_call_of(shape, src), (flags & QATTN_PLAN_CALLER_WORKSPACE) == 0);
+    *out = p.release();
+  });
+}
+
+qattn_status qattn_cache_prefill_plan_run(qattn_runtime* runtime, const qattn_attention_plan* plan,
+                                         const qattn_cache_prefill_args* args, void* workspace, void* stream) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    require_arg(plan, "plan");
+    if (plan->runtime != runtime)
+      qattn::throw_bad_input("qattn_cache_prefill_plan_run: the plan was made by another runtime; run it with that one");
+    const qattn_cache_prefill_args a = read_versioned(args, default_cache_prefill_args(), kCachePrefillFirstSize, "args");
+    const qattn::KvSource src = source_of(a, false);
+    qattn::AttentionRun r;
+    r.q = a.q.data, r.o = a.o.data, r.lse = a.lse;
+    r.cu_seqlens_q = a.cu_seqlens_q;
+    r.softmax_scale = a.softmax_scale;
+    r.workspace = workspace;
+    r.kv_cache = &src;
+    runtime->rt.run(*plan->plan, r, stream);
+  });
+}
+
 qattn_status qattn_attention_over_cache(qattn_runtime* runtime, const char* spec, qattn_shape shape, qattn_tensor q,
                                         qattn_tensor o, const int* cu_seqlens_q, const char* cache_spec,
                                         const qattn_kv_cache* cache, const int* kv_lens, float softmax_scale, float* lse,
                                         void* stream) {
   return guarded([&] {
-    require_arg(runtime, "runtime");
-    require_arg(cu_seqlens_q, "cu_seqlens_q");
     require_arg(cache, "cache");
-    require_arg(kv_lens, "kv_lens");
-    qattn::KvSource src;
-    src.spec = spec_of(cache_spec, "cache_spec");
-    src.view = kv_view_of(*cache);
-    src.kv_lens = kv_lens;
-    qattn::AttentionCall c;
-    c.spec = spec_of(spec, "spec");
-    c.problem = problem_of(shape);
-    c.q = view_of(q);
-    c.o = view_of(o);
-    c.cu_seqlens_q = cu_seqlens_q;
-    c.kv_cache = &src;
-    c.softmax_scale = softmax_scale;
-    c.lse = lse;
-    runtime->rt.attention(c, stream);
+    qattn_cache_prefill_args a = default_cache_prefill_args();
+    a.spec = spec;
+    a.cache_spec = cache_spec;
+    a.shape = shape;
+    a.q = q;
+    a.o = o;
+    a.cu_seqlens_q = cu_seqlens_q;
+    a.cache = *cache;
+    a.kv_lens = kv_lens;
+    a.softmax_scale = softmax_scale;
+    a.lse = lse;
+    cache_prefill(runtime, a, stream);
   });
 }
 
 qattn_status qattn_append_kv(qattn_runtime* runtime, const qattn_append_args* args, void* stream) {
   return guarded([&] {
     require_arg(runtime, "runtime");
-    const qattn_append_args a = read_versioned(args, default_append_args(), kAppendFirstSize, "args");
-    qattn::AppendKvCall c;
-    c.spec = spec_of(a.spec, "args.spec");
-    c.batch = a.batch, c.heads_kv = a.heads_kv, c.n_new = a.n_new;
-    c.k = a.k, c.v = a.v;
-    c.sb = a.sb, c.sh = a.sh, c.ss = a.ss;
-    c.cache = kv_view_of(a.cache);
-    c.start = a.start;
-    static_assert(sizeof(long long) == sizeof(int64_t), "slot_mapping is read as long long");
-    c.slot_mapping = reinterpret_cast<const long long*>(a.slot_mapping);
-    c.num_slots = a.num_slots;
-    runtime->rt.append_kv(c, stream);
+    runtime->rt.append_kv(append_call_of(args), stream);
   });
 }
+
+qattn_status qattn_append_plan_create(qattn_runtime* runtime, const qattn_append_args* args, qattn_append_plan** out) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    require_arg(out, "out");
+    *out = nullptr;
+    auto p = std::make_unique<qattn_append_plan>();
+    p->runtime = runtime;
+    p->plan = runtime->rt.plan_append(append_call_of(args));
+    *out = p.release();
+  });
+}
+
+qattn_status qattn_append_plan_run(qattn_runtime* runtime, const qattn_append_plan* plan, const qattn_append_args* args,
+                                   void* stream) {
+  return guarded([&] {
+    require_arg(runtime, "runtime");
+    require_arg(plan, "plan");
+    if (plan->runtime != runtime)
+      qattn::throw_bad_input("qattn_append_plan_run: the plan was made by another runtime; run it with that one");
+    const qattn_append_args a = read_versioned(args, default_append_args(), kAppendFirstSize, "args");
+    qattn::AppendRun r;
+    r.k = a.k, r.v = a.v;
+    r.k_cache = a.cache.k, r.v_cache = a.cache.v;
+    r.block_table = a.cache.block_table;
+    r.k_head_scale = a.cache.k_head_scale, r.v_head_scale = a.cache.v_head_scale;
+    r.k_mean = a.k_mean;
+    r.start = a.start;
+    r.slot_mapping = reinterpret_cast<const long long*>(a.slot_mapping);
+    runtime->rt.run(*plan->plan, r, stream);
+  });
+}
+
+const char* qattn_append_plan_kernel_name(const qattn_append_plan* plan) {
+  return plan ? plan->plan->kernel_name().c_str() : "";
+}
+
+void qattn_append_plan_destroy(qattn_append_plan* plan) { delete plan; }
+
 
 qattn_status qattn_decode(qattn_runtime* runtime, const qattn_decode_args* args, void* stream) {
   return guarded([&] {

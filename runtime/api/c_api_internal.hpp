@@ -24,6 +24,11 @@ struct qattn_attention_plan {
   std::unique_ptr<qattn::AttentionPlan> plan;
 };
 
+struct qattn_append_plan {
+  const qattn_runtime* runtime = nullptr;   // the runtime that made it, the only one that may run it
+  std::unique_ptr<qattn::AppendPlan> plan;
+};
+
 struct qattn_decode_plan {
   const qattn_runtime* runtime = nullptr;   // the runtime that made it, the only one that may run it
   std::unique_ptr<qattn::DecodePlan> plan;

@@ -31,7 +31,7 @@ class Plan final : public AttentionPlan {
  public:
   const Kernel& kernel() const override { return *kernel_; }
   const Problem& problem() const override { return problem_; }
-  size_t workspace_bytes() const override { return stage.bytes; }
+  size_t workspace_bytes() const override { return stage_offset + stage.bytes; }
 
   const Runtime::Impl* owner = nullptr;   // the runtime whose side streams and device it uses
   std::shared_ptr<rt::LoadedKernel> kernel_;
@@ -41,6 +41,9 @@ class Plan final : public AttentionPlan {
   std::array<TensorRef, 3> inputs{};
   TensorView o{};
   rt::AttentionStage stage;
+  // Over a KV cache: the gather of its rows, into the workspace's first stage_offset bytes.
+  std::optional<rt::CacheGather> gather;
+  size_t stage_offset = 0;
   rt::DeviceBuffer own;
   std::unique_ptr<Runtime::Impl::PassFork> fork;
   // _tma: the tensor maps of the last K and V^T a run read (the workspace's, for quantized V), encoded
@@ -57,12 +60,15 @@ bool misaligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<s
 
 }  // namespace
 
-std::unique_ptr<AttentionPlan> Runtime::plan_attention(const AttentionCall& call_in, bool own_workspace) {
-  if (call_in.kv_cache)
-    throw_bad_input("plan_attention takes dense or packed q, k and v; prefill over a KV cache runs through attention()");
-  if (call_in.spec.phase != Phase::prefill)
-    throw_bad_input("plan_attention takes prefill specs; run '" + to_string(call_in.spec) +
+std::unique_ptr<AttentionPlan> Runtime::plan_attention(const AttentionCall& call_given, bool own_workspace) {
+  if (call_given.spec.phase != Phase::prefill)
+    throw_bad_input("plan_attention takes prefill specs; run '" + to_string(call_given.spec) +
                     "' with Runtime::decode (include/qattn/decode.hpp)");
+  // Over a KV cache: the gather's checks and kernel now, then the plan of the variable-length call over
+  // the rows it writes into the workspace.
+  std::optional<rt::CacheGather> gather;
+  if (call_given.kv_cache) gather = impl_->make_gather(call_given);
+  const AttentionCall call_in = gather ? gather->dense_call(call_given, static_cast<char*>(kAlignedStandIn)) : call_given;
   Spec asked = call_in.spec;
   if (call_in.cu_seqlens_q || call_in.cu_seqlens_kv) asked.varlen = true;
   const Spec spec = resolve(asked);
@@ -86,6 +92,8 @@ std::unique_ptr<AttentionPlan> Runtime::plan_attention(const AttentionCall& call
   plan->o = call.o;
   const Problem& p = call.problem;
   plan->params = impl_->shape_params(spec, tiling, p);
+  if (gather) plan->stage_offset = (gather->bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+  plan->gather = std::move(gather);
   if (spec.quantized()) {
     plan->stage = impl_->stage_attention(spec, p, tiling, /*lse_fix=*/true);
     Impl::StageInputs in;
@@ -94,9 +102,9 @@ std::unique_ptr<AttentionPlan> Runtime::plan_attention(const AttentionCall& call
     in.head_dim = spec.head_dim;
     if (const std::string why = Impl::stage_input_problem(plan->stage, in, static_cast<char*>(kAlignedStandIn)); !why.empty())
       throw_bad_input(why);
-    if (own_workspace && plan->stage.bytes > 0) plan->own = rt::DeviceBuffer(plan->stage.bytes, impl_->options.device);
     if (plan->stage.fork) plan->fork = std::make_unique<Impl::PassFork>(impl_->options.device);
   }
+  if (own_workspace && plan->workspace_bytes() > 0) plan->own = rt::DeviceBuffer(plan->workspace_bytes(), impl_->options.device);
   plan->graphs = std::make_unique<rt::PlanGraphs>(
       impl_->options.device, impl_->experiment.plan_graphs && !plan->stage.fork && !env::sync_launch());
   return plan;
@@ -105,7 +113,28 @@ std::unique_ptr<AttentionPlan> Runtime::plan_attention(const AttentionCall& call
 namespace {
 
 // The plan's launches for one run, as Runtime::run checks and issues them (or records them).
-void enqueue_run(Runtime::Impl& impl, const Plan& plan, const AttentionRun& r, void* stream) {
+void enqueue_run(Runtime::Impl& impl, const Plan& plan, const AttentionRun& given, void* stream) {
+  char* const base = given.workspace ? static_cast<char*>(given.workspace) : plan.own.as<char>();
+  if (!base && plan.workspace_bytes() > 0)
+    throw_bad_input("attention plan run: the plan has no workspace of its own; pass workspace (" +
+                    std::to_string(plan.workspace_bytes()) + " bytes)");
+  if (misaligned(base, kWorkspaceAlign)) throw_bad_input("attention plan run: workspace must be 256-byte aligned");
+  AttentionRun r = given;
+  if (plan.gather) {   // the cache's rows into the workspace, then the call over them
+    if (!given.kv_cache)
+      throw_bad_input("attention plan run: the plan reads a KV cache; pass kv_cache (the cache's pointers and kv_lens)");
+    if (given.k || given.v || given.cu_seqlens_kv)
+      throw_bad_input("attention plan run: a plan over a KV cache reads k and v from the cache; leave k, v and cu_seqlens_kv null");
+    if (!given.q || !given.o || !given.cu_seqlens_q)
+      throw_bad_input("attention plan run: q, o and cu_seqlens_q must be device pointers, got a null one");
+    plan.gather->enqueue(*given.kv_cache, base, stream, "attention plan run");
+    const AttentionCall dense = plan.gather->dense_call(AttentionCall{}, base);
+    r.k = dense.k.data;
+    r.v = dense.v.data;
+    r.cu_seqlens_kv = dense.cu_seqlens_kv;
+  } else if (given.kv_cache) {
+    throw_bad_input("attention plan run: the plan was made for dense or packed k and v, not a KV cache");
+  }
   if (!r.q || !r.k || !r.v || !r.o) throw_bad_input("attention plan run: q, k, v and o must be device pointers, got a null one");
   if (misaligned(r.q, 16) || misaligned(r.k, 16) || misaligned(r.v, 16))
     throw_bad_input("attention plan run: q, k and v must be 16-byte aligned");
@@ -123,18 +152,13 @@ void enqueue_run(Runtime::Impl& impl, const Plan& plan, const AttentionRun& r, v
   LseCorrectionParams fix{};
   const bool quantized = plan.spec.quantized();
   if (quantized) {
-    char* base = r.workspace ? static_cast<char*>(r.workspace) : plan.own.as<char>();
-    if (!base && plan.stage.bytes > 0)
-      throw_bad_input("attention plan run: the plan has no workspace of its own; pass workspace (" +
-                      std::to_string(plan.stage.bytes) + " bytes)");
-    if (misaligned(base, kWorkspaceAlign)) throw_bad_input("attention plan run: workspace must be 256-byte aligned");
     Runtime::Impl::StageInputs in;
     in.x = x;
     in.cu_q = r.cu_seqlens_q;
     in.cu_kv = r.cu_seqlens_kv;
     in.problem = plan.problem_;
     in.head_dim = plan.spec.head_dim;
-    impl.enqueue_stage(plan.stage, in, base, stream, ap, r.lse && plan.stage.lse_fix ? &fix : nullptr, plan.fork.get());
+    impl.enqueue_stage(plan.stage, in, base + plan.stage_offset, stream, ap, r.lse && plan.stage.lse_fix ? &fix : nullptr, plan.fork.get());
   } else {
     ap.q = x[0], ap.k = x[1], ap.v = x[2];
   }

@@ -26,6 +26,7 @@ using rt::cache_ref;
 using rt::CacheGeometry;
 using rt::check_cache;
 using rt::geometry;
+using rt::dense_ref;
 using rt::kAlign;
 
 // flashq (flashq.hpp): what decode() reads of the view. The writes (flashq_prefill / flashq_append)
@@ -50,14 +51,7 @@ long long flashq_page_stride(const FlashQCacheView& c, int d, int which) {
   return given ? given : flashq_layout(d, which == 0 ? c.bits.k_bits : c.bits.v_bits).page_bytes;
 }
 
-TensorRef dense_ref(void* data, long long sb, long long sh, long long ss, int heads, int seq, int d) {
-  if (sb == 0 && sh == 0 && ss == 0) {
-    ss = d;
-    sh = static_cast<long long>(seq) * d;
-    sb = heads * sh;
-  }
-  return TensorRef{data, sb, sh, ss, 1};
-}
+
 
 int rows_per_kv_head(const Spec& spec, const Problem& p) { return spec.gqa * p.q_len; }
 
@@ -211,6 +205,8 @@ void Runtime::Impl::check_decode_call(const DecodeCall& call, const char* what, 
   const bool flashq = call.spec.qk.fmt == Fmt::flashq;
   if (pointers && (!call.q || !call.o || (!flashq && !call.kv_lens)))
     throw_bad_input(std::string(what) + ": q, o and kv_lens must be device pointers (one is null)");
+  if (flashq && call.cache.k_mean)
+    throw_bad_input(std::string(what) + ": a flashq cache has no K smoothing vector (cache.k_mean is for the row formats)");
   if (flashq) check_flashq_view(call.spec, call.flashq, p.heads_kv, what);
   else check_cache(call.spec, call.cache, p.heads_kv, p.kv_len, what);
   if (call.splits < 0) throw_bad_input(std::string(what) + ": splits must be >= 0 (0: the runtime chooses)");
@@ -297,6 +293,15 @@ rt::DecodeLaunch Runtime::Impl::make_decode_launch(const DecodeCall& call) {
   }
   if (umax && call.unified_max.enabled)   // the exact kernels of the same tilings and splits, for the flagged rows
     for (rt::DecodePart& part : l.parts) part.fallback = load(exact_softmax(part.spec), part.tiling);
+  if (!flashq && call.cache.k_mean) {   // a K-smoothed cache: the returned LSE is that of the true keys
+    l.lse_fix = load_helper(gen::kv_smooth_kernel(l.spec, "lsefix"), [&] { return gen::render_kv_smooth(l.spec, "lsefix"); });
+    KvSmoothParams& fp = l.lse_fix_params;
+    fp.x = common.q;
+    fp.batch = p.batch;
+    fp.heads = p.heads_q;
+    fp.heads_kv = p.heads_kv;
+    fp.rows = p.q_len;
+  }
   return l;
 }
 
@@ -309,6 +314,7 @@ void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
   EagerKey key = eager_key(requested, call.problem, stream);
   const long long asked[5] = {call.splits, call.tiling.block_m, call.tiling.block_n, call.tiling.warps, call.tiling.stages};
   std::copy(std::begin(asked), std::end(asked), std::begin(key.call));
+  key.call[5] = call.cache.k_mean != nullptr;   // a K-smoothed cache adds the LSE fix's kernel
   const bool capturing = check_capture(key, stream, [&] { return "decode(" + to_string(requested) + ", " + to_string(call.problem) + ")"; });
   rt::DecodeLaunch l = make_decode_launch(call);
   rt::bind_decode_run(l, rt::run_of(call), "decode");
@@ -329,8 +335,9 @@ void Runtime::Impl::decode(const DecodeCall& call, void* stream) {
 
 void Runtime::decode(const DecodeCall& call, void* stream) { impl_->decode(call, stream); }
 
-void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
-  // The call's own checks come before resolve(): no GPU is needed to refuse a malformed call.
+namespace {
+
+void check_append(const AppendKvCall& call) {
   if (call.spec.phase != Phase::decode) throw_bad_input("append_kv() takes a decode spec (got '" + to_string(call.spec) + "')");
   if (call.batch < 1 || call.heads_kv < 1 || call.n_new < 1)
     throw_bad_input("append_kv: batch, heads_kv and n_new must be >= 1");
@@ -347,34 +354,56 @@ void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
   // Positions are on the device; the caller guarantees start[b] + n_new fits (checked here for the
   // first token only through the cache size). Slots are bounded on the device by num_slots.
   check_cache(call.spec, call.cache, call.heads_kv, by_slot ? 1 : call.n_new, "append_kv");
-  const Spec spec = resolve(call.spec);
-  // CUDA graphs: the append kernel is loaded by the first, eager call on the stream (a capture cannot).
-  const EagerKey key = eager_key(spec, Problem{call.batch, call.heads_kv, call.heads_kv, call.n_new, call.n_new}, stream);
-  const bool capturing = check_capture(key, stream, [&] {
-    return "append_kv(" + to_string(spec) + ", batch " + std::to_string(call.batch) + ", n_new " + std::to_string(call.n_new) + ")";
-  });
-  const CacheGeometry g = geometry(spec, call.cache, call.heads_kv);
-  auto fn = load_helper(gen::kv_row_kernel(KernelFamily::kv_append, spec), [&] { return gen::render_kv_append(spec); });
-  KvAppendParams ap{};
-  ap.block_table = spec.paged ? call.cache.block_table : nullptr;
-  ap.start = call.start;
-  ap.slot_mapping = call.slot_mapping;
+  if (call.init_k_mean && !call.cache.k_mean)
+    throw_bad_input("append_kv: init_k_mean sets cache.k_mean, which is null; pass a device fp32 [heads_kv, d] buffer");
+}
+
+}  // namespace
+
+rt::AppendLaunch Runtime::Impl::make_append_launch(const AppendKvCall& call) {
+  check_append(call);
+  rt::AppendLaunch l;
+  l.spec = resolve(call.spec);
+  const Spec& spec = l.spec;
+  l.by_slot = call.slot_mapping != nullptr;
+  l.k_smoothing = call.cache.k_mean != nullptr;
+  l.geometry = geometry(spec, call.cache, call.heads_kv);
+  l.append = load_helper(gen::kv_row_kernel(KernelFamily::kv_append, spec), [&] { return gen::render_kv_append(spec); });
+  KvAppendParams& ap = l.params;
+  ap.x = dense_ref(nullptr, call.sb, call.sh, call.ss, call.heads_kv, call.n_new, spec.head_dim);
   ap.num_slots = call.num_slots;
   ap.batch = call.batch;
   ap.heads_kv = call.heads_kv;
   ap.n_new = call.n_new;
   ap.page_size = spec.paged ? call.cache.page_size : call.cache.capacity;   // a slot's row: slot / page_size, slot % page_size
   ap.table_stride = call.cache.table_stride;
-  const rt::Dim3 grid{static_cast<unsigned>((call.n_new + 3) / 4), static_cast<unsigned>(call.heads_kv),
-                      static_cast<unsigned>(call.batch)};
-  const CUstream cu_stream = static_cast<CUstream>(stream);
-  for (int which = 0; which < 2; ++which) {
-    const void* x = which == 0 ? call.k : call.v;
-    ap.x = dense_ref(const_cast<void*>(x), call.sb, call.sh, call.ss, call.heads_kv, call.n_new, spec.head_dim);
-    ap.cache = cache_ref(which == 0 ? call.cache.k : call.cache.v, g);
-    ap.head_scale = which == 0 ? call.cache.k_head_scale : call.cache.v_head_scale;
-    fn->launch(grid, rt::Dim3{128, 1, 1}, 0, cu_stream, ap);
+  l.v_tokens = ap.x;
+  l.grid = rt::Dim3{static_cast<unsigned>((call.n_new + 3) / 4), static_cast<unsigned>(call.heads_kv),
+                    static_cast<unsigned>(call.batch)};
+  if (call.init_k_mean) {
+    l.mean = load_helper(gen::kv_smooth_kernel(spec, "mean"), [&] { return gen::render_kv_smooth(spec, "mean"); });
+    KvSmoothParams& mp = l.mean_params;
+    mp.x = ap.x;
+    mp.num_slots = call.num_slots;
+    mp.batch = call.batch;
+    mp.heads = mp.heads_kv = call.heads_kv;
+    mp.rows = call.n_new;
   }
+  return l;
+}
+
+void Runtime::Impl::append_kv(const AppendKvCall& call, void* stream) {
+  check_append(call);
+  // CUDA graphs: the append kernel is loaded by the first, eager call on the stream (a capture cannot).
+  const Spec spec = resolve(call.spec);
+  EagerKey key = eager_key(spec, Problem{call.batch, call.heads_kv, call.heads_kv, call.n_new, call.n_new}, stream);
+  key.call[5] = call.init_k_mean;   // the mean's kernel
+  const bool capturing = check_capture(key, stream, [&] {
+    return "append_kv(" + to_string(spec) + ", batch " + std::to_string(call.batch) + ", n_new " + std::to_string(call.n_new) + ")";
+  });
+  rt::AppendLaunch l = make_append_launch(call);
+  rt::bind_append_run(l, rt::run_of(call), "append_kv");
+  rt::enqueue_append(l, static_cast<CUstream>(stream));
   std::lock_guard<std::mutex> lock(workspace_mutex);
   note_call(key, stream, capturing);
 }

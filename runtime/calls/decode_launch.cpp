@@ -38,6 +38,7 @@ DecodeRun run_of(const DecodeCall& call) {
     r.block_table = call.cache.block_table;
     r.k_head_scale = call.cache.k_head_scale;
     r.v_head_scale = call.cache.v_head_scale;
+    r.k_mean = call.cache.k_mean;
     r.kv_lens = call.kv_lens;
   }
   r.row_flags = call.row_flags;
@@ -105,6 +106,18 @@ void bind_decode_run(DecodeLaunch& l, const DecodeRun& r, const char* what) {
   cp.o = l.parts.front().dp.o;
   cp.lse = r.lse;
   cp.kv_lens = flashq ? r.compressed_lens : r.kv_lens;
+  if (l.lse_fix && !r.k_mean)
+    throw_bad_input(std::string(what) + ": made for a K-smoothed cache (k_mean set), so every run needs its k_mean");
+  if (!l.lse_fix && r.k_mean)
+    throw_bad_input(std::string(what) + ": made for a cache without K smoothing; a run cannot add k_mean (make the plan with "
+                    "cache.k_mean set)");
+  if (l.lse_fix) {
+    KvSmoothParams& fp = l.lse_fix_params;
+    fp.x.ptr = const_cast<void*>(r.q);
+    fp.mean = const_cast<float*>(r.k_mean);
+    fp.lse = r.lse;
+    fp.softmax_scale = scale;
+  }
 }
 
 void enqueue_decode(DecodeLaunch& l, float* partials, int* flags, CUstream stream) {
@@ -132,6 +145,11 @@ void enqueue_decode(DecodeLaunch& l, float* partials, int* flags, CUstream strea
     cp.part_lse = l.parts.front().dp.part_lse;
     l.combine->launch(Dim3{static_cast<unsigned>((l.rows + 3) / 4), 1, 1}, Dim3{128, 1, 1}, 0, stream, cp);
   }
+  const KvSmoothParams& fp = l.lse_fix_params;
+  if (l.lse_fix && fp.lse)
+    l.lse_fix->launch(Dim3{static_cast<unsigned>((fp.rows + 3) / 4), static_cast<unsigned>(fp.heads),
+                           static_cast<unsigned>(fp.batch)},
+                      Dim3{128, 1, 1}, 0, stream, fp);
 }
 
 }  // namespace qattn::rt

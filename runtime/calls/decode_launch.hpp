@@ -37,6 +37,8 @@ struct DecodeLaunch {
   std::vector<DecodePart> parts;
   std::shared_ptr<Kernel> combine;   // null with one slot
   DecodeCombineParams combine_params{};
+  std::shared_ptr<Kernel> lse_fix;   // a K-smoothed cache (KvCacheView::k_mean): q.k_mean back into the LSE
+  KvSmoothParams lse_fix_params{};
   int slots = 1;
   long long rows = 0;                // batch x heads_q x q_len
   bool unified_max = false;          // flags are zeroed and written (also when disabled: all 0)
@@ -60,7 +62,8 @@ DecodeRun run_of(const DecodeCall& call);
 // `what`) null or misaligned pointers.
 void bind_decode_run(DecodeLaunch& launch, const DecodeRun& run, const char* what);
 // Queues the launch on `stream`: the flags' memset (unified_max), the parts, the exact fallbacks on the
-// flagged rows, the combine. partials: partial_bytes() (null with one slot); flags: flag_bytes().
+// flagged rows, the combine, the LSE fix of a K-smoothed cache when the call returns the LSE.
+// partials: partial_bytes() (null with one slot); flags: flag_bytes().
 void enqueue_decode(DecodeLaunch& launch, float* partials, int* flags, CUstream stream);
 
 }  // namespace qattn::rt

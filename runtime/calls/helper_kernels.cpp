@@ -57,8 +57,12 @@ std::vector<gen::Source> helper_sources(const Spec& spec, int k_mean_sample_toke
     out.push_back(gen::render_decode_combine(spec));
     return out;
   }
-  if (spec.phase == Phase::decode)   // a cache's kernels: the combine, the append and the gather (prefill over it)
-    return {gen::render_decode_combine(spec), gen::render_kv_append(spec), gen::render_kv_gather(spec)};
+  if (spec.phase == Phase::decode) {   // a cache's kernels: the combine, the append, the gather (prefill over it)
+    out = {gen::render_decode_combine(spec), gen::render_kv_append(spec), gen::render_kv_gather(spec)};
+    if (spec.qk.fmt != Fmt::fp16 && spec.qk.fmt != Fmt::bf16)   // and K smoothing's two kernels
+      for (const char* op : {"mean", "lsefix"}) out.push_back(gen::render_kv_smooth(spec, op));
+    return out;
+  }
   if (!spec.quantized()) return out;
   // Statistics passes where a head needs them, over every token (a sequence longer than one wave holds),
   // the one-pass form (a short one), and K's statistics over a sample where the sequence is longer than it.

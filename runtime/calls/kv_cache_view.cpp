@@ -6,6 +6,15 @@
 
 namespace qattn::rt {
 
+TensorRef dense_ref(void* data, long long sb, long long sh, long long ss, int heads, int seq, int d) {
+  if (sb == 0 && sh == 0 && ss == 0) {
+    ss = d;
+    sh = static_cast<long long>(seq) * d;
+    sb = heads * sh;
+  }
+  return TensorRef{data, sb, sh, ss, 1};
+}
+
 CacheGeometry geometry(const Spec& spec, const KvCacheView& c, int heads_kv) {
   CacheGeometry g;
   g.row = kv_row_bytes(spec);
@@ -28,6 +37,12 @@ void check_cache(const Spec& spec, const KvCacheView& c, int heads_kv, int token
   }
   if (spec.qk.fmt == Fmt::fp8e4m3 && (!c.k_head_scale || !c.v_head_scale))
     throw_bad_input(std::string(what) + ": an fp8e4m3:per_head cache needs k_head_scale and v_head_scale (device fp32 [heads_kv]; max|x| / 448 per head)");
+  const bool quantized_k = spec.qk.fmt == Fmt::int8 || spec.qk.fmt == Fmt::int4 || spec.qk.fmt == Fmt::fp8e4m3;
+  if (c.k_mean && !quantized_k)
+    throw_bad_input(std::string(what) + ": k_mean (K smoothing) applies to a quantized K cache (int8:per_token, int4:per_token, "
+                    "int4:per_group, fp8e4m3:per_head); a " + to_string(spec.qk.fmt) + " cache stores K as given: leave k_mean null");
+  if (c.k_mean && reinterpret_cast<std::uintptr_t>(c.k_mean) % alignof(float) != 0)
+    throw_bad_input(std::string(what) + ": k_mean must be a 4-byte aligned device fp32 [heads_kv, d] buffer");
   const CacheGeometry g = geometry(spec, c, heads_kv);
   if (!aligned(c.k) || !aligned(c.v) || g.head_stride % kAlign || g.page_stride % kAlign)
     throw_bad_input(std::string(what) + ": cache pointers and strides must be multiples of 16 bytes (head_stride " +

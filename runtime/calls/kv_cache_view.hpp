@@ -24,8 +24,12 @@ CacheGeometry geometry(const Spec& spec, const KvCacheView& c, int heads_kv);
 
 // Refuses (bad_input, naming `what`) a view the kernels cannot address: null pointers, a paged cache
 // without its table, a contiguous one without capacity, missing fp8 scales, misalignment, overlapping
-// strides, or fewer than tokens_needed tokens per sequence.
+// strides, fewer than tokens_needed tokens per sequence, or a k_mean on a cache that stores K unquantized.
 void check_cache(const Spec& spec, const KvCacheView& c, int heads_kv, int tokens_needed, const char* what);
+
+// The tokens or queries a cache call reads or writes, [batch, heads, seq, d] at element strides sb, sh,
+// ss (all 0: contiguous).
+TensorRef dense_ref(void* data, long long sb, long long sh, long long ss, int heads, int seq, int d);
 
 inline KvCacheRef cache_ref(void* data, const CacheGeometry& g) {
   return KvCacheRef{static_cast<unsigned char*>(data), g.page_stride, g.head_stride};

@@ -83,6 +83,8 @@ gen::Source rebuild(const std::string& name, Arch arch) {
       return h.op == "addscaled" ? gen::render_lse_addscaled(arch) : gen::render_lse_rowdot(helper_spec(h, arch));
     case KernelFamily::decode_combine:
       return gen::render_decode_combine(helper_spec(h, arch));
+    case KernelFamily::kv_smooth:
+      return gen::render_kv_smooth(helper_spec(h, arch), h.op);
     case KernelFamily::kv_append:
     case KernelFamily::kv_gather: {
       Spec s = helper_spec(h, arch);

@@ -16,7 +16,9 @@
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/validate.hpp"
+#include "runtime/calls/append_launch.hpp"
 #include "runtime/calls/attention_stage.hpp"
+#include "runtime/calls/cache_gather.hpp"
 #include "runtime/jit/binary_provider.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
@@ -142,6 +144,9 @@ struct Runtime::Impl {
                           void* stream);
   void decode(const DecodeCall& call, void* stream);
   void append_kv(const AppendKvCall& call, void* stream);
+  // Checks an append call (before any GPU work: no GPU is needed to refuse a malformed one), resolves
+  // it and loads its kernels (runtime/calls/append_launch.hpp).
+  rt::AppendLaunch make_append_launch(const AppendKvCall& call);
   // Tiling, loaded kernel and split count of one decode kernel launch (decode_call.cpp).
   struct DecodeKernelChoice;
   DecodeKernelChoice choose_decode(const Spec& spec, const Problem& problem, const Tiling& requested, int requested_splits);
@@ -185,11 +190,11 @@ struct Runtime::Impl {
     void* stream = nullptr;
     SpecFields spec{};
     long long dims[5] = {};
-    long long call[5] = {};
+    long long call[6] = {};
     bool operator<(const EagerKey& o) const {
-      return std::tie(stream, spec, dims[0], dims[1], dims[2], dims[3], dims[4], call[0], call[1], call[2], call[3], call[4]) <
-             std::tie(o.stream, o.spec, o.dims[0], o.dims[1], o.dims[2], o.dims[3], o.dims[4], o.call[0], o.call[1],
-                      o.call[2], o.call[3], o.call[4]);
+      return std::tie(stream, spec, dims[0], dims[1], dims[2], dims[3], dims[4], call[0], call[1], call[2], call[3], call[4],
+                      call[5]) < std::tie(o.stream, o.spec, o.dims[0], o.dims[1], o.dims[2], o.dims[3], o.dims[4], o.call[0],
+                                          o.call[1], o.call[2], o.call[3], o.call[4], o.call[5]);
     }
   };
   static EagerKey eager_key(const Spec& spec, const Problem& problem, void* stream);
@@ -212,6 +217,9 @@ struct Runtime::Impl {
   // gather_mutex is held from the gather until that call is queued, so no other call on the stream
   // reuses the rows in between.
   AttentionCall gather_kv(const AttentionCall& call, void* stream);
+  // The gather of such a call decided once (checks the call and loads the kernel); a plan over a cache
+  // keeps it (attention_plan.cpp).
+  rt::CacheGather make_gather(const AttentionCall& call);
   std::map<void*, rt::DeviceBuffer> gather_workspaces;
   std::mutex gather_mutex;
   // Quantized prefill: V's passes (and Q's, when K's run too) on side streams beside the caller's

@@ -208,6 +208,9 @@ struct KvAppendParams {
   // not read, and a slot outside [0, num_slots) is skipped (-1 marks padding tokens).
   const long long* slot_mapping;
   long long num_slots;
+  // K smoothing (K cache only, quantized formats): [heads_kv][d] subtracted from every token before it
+  // is quantized; null: none.
+  const float* k_mean;
 };
 
 // Parameters of the cache gather (qattn/decode/kv_gather.cuh): sequence b's first min(kv_lens[b], max_len)
@@ -222,6 +225,22 @@ struct KvGatherParams {
   int* cu_seqlens;
   int batch, heads_kv, max_len;
   int page_size, table_stride;
+  const float* k_mean;      // a K-smoothed cache: [heads_kv][d] added back to every row; null: none
+};
+
+// Parameters of a KV cache's K smoothing (qattn/decode/kv_smooth.cuh), mean [heads_kv][d] fp32:
+//  Mean:   mean[h] = the average of K tokens x[b, h, i] over the first rows of (b, i) in order, skipping
+//          tokens whose slot_mapping entry is outside [0, num_slots); grid (heads_kv), rows = n_new.
+//  LseFix: lse[b, h, i] += softmax_scale * x[b, h, i] . mean[h / (heads / heads_kv)] for the query rows
+//          x [batch, heads_q, q_len, d] and lse [batch, heads_q, q_len]; grid (ceil(rows / 4), heads, batch).
+struct KvSmoothParams {
+  TensorRef x;
+  float* mean;
+  const long long* slot_mapping;
+  long long num_slots;
+  float* lse;
+  float softmax_scale;
+  int batch, heads, heads_kv, rows;
 };
 
 // A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), encoded on the host by the

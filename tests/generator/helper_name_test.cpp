@@ -116,6 +116,14 @@ TEST(HelperKernelNames, Examples) {
             "qattn_quant_f16_i8tok_smooth_d128__quantize_rows");
   const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=bf16 d=64 smooth=k arch=sm_89");
   EXPECT_EQ(gen::render_lse_rowdot(s).kernel_name, "qattn_lsefix_bf16_d64__rowdot");
+  const Spec cache = parse_spec("decode qk=int8:per_token pv=int8:per_token out=bf16 d=256 paged arch=sm_90a");
+  EXPECT_EQ(gen::render_kv_smooth(cache, "mean").kernel_name, "qattn_kvsmooth_bf16_d256__mean");
+  const HelperKernel fix = parse_kernel_name(gen::render_kv_smooth(cache, "lsefix").kernel_name).helper;
+  EXPECT_EQ(fix.family, KernelFamily::kv_smooth);
+  EXPECT_EQ(fix.in, Fmt::bf16);
+  EXPECT_EQ(fix.head_dim, 256);
+  EXPECT_EQ(fix.op, "lsefix");
+  EXPECT_THROW(gen::render_kv_smooth(cache, "sum"), Error);
   const HelperKernel rows = parse_kernel_name("qattn_quant_bf16_i4pwrp32_qmean_rotq_d96__quantize_rows").helper;
   EXPECT_EQ(rows.family, KernelFamily::quant);
   EXPECT_EQ(rows.in, Fmt::bf16);
@@ -132,6 +140,7 @@ TEST(HelperKernelNames, RejectsMalformedNames) {
                           "qattn_quant_f16_i9tok_d128__quantize_rows", "qattn_quant_f16_i8tok_vt_smooth_d128__quantize_rows",
                           "qattn_quant_f16_i8tok_d128_x__quantize_rows", "qattn_lsefix_f16__rowdot",
                           "qattn_combine_f16_d128__x", "qattn_combine_f16", "qattn_kvappend_i8tok_f16_d128_paged_paged",
+                          "qattn_kvsmooth_f16_d128", "qattn_kvsmooth_f16__mean",
                           "qattn_flashq_f16_d64", "qattn_bogus_f16_d64", "qattn_decode_combine_of16_d128",
                           "qattn_quant_f16_i8tok_d128__quantize-rows"}) {
     EXPECT_THROW(parse_kernel_name(bad), Error) << bad;

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "qattn/error.hpp"
 #include "qattn/runtime.hpp"
 #include "runtime/device/device_buffer.hpp"
 #include "tests/common/gpu_test.hpp"
@@ -162,6 +164,43 @@ TEST_F(AppendSlots, EqualsAppendingEachSequenceByPosition) {
           for (size_t i = 0; i < want.size(); ++i) written += want[i] != host.bytes[i];
           EXPECT_GT(written, 0) << "nothing was appended";
         }
+
+        // Plans of both calls (made with null device pointers), run into fresh pools: the same bytes. A
+        // quantized cache also appends K-smoothed through a plan that sets the mean, against append_kv().
+        const bool quantized = s.qk.fmt != Fmt::fp16 && s.qk.fmt != Fmt::bf16;
+        for (int smooth = 0; smooth <= (quantized ? 1 : 0); ++smooth)
+          for (const AppendKvCall* call : {&a, &b}) {
+            Pools eager = make_pools(host), planned = make_pools(host);
+            rt::DeviceBuffer mean_eager(sizeof(float) * heads_kv * d, 0), mean_planned(sizeof(float) * heads_kv * d, 0);
+            AppendKvCall e = *call;
+            e.cache = eager.view(s);
+            e.cache.k_mean = smooth ? mean_eager.as<float>() : nullptr;
+            e.init_k_mean = smooth;
+            rt.append_kv(e, nullptr);
+            AppendKvCall shape = e;   // device pointers null; slot_mapping (non-null) names the write mode
+            shape.k = shape.v = shape.cache.k = shape.cache.v = nullptr;
+            shape.start = nullptr;
+            const std::unique_ptr<AppendPlan> plan = rt.plan_append(shape);
+            AppendRun run;
+            const KvCacheView view = planned.view(s);
+            run.k = call->k, run.v = call->v;
+            run.k_cache = view.k, run.v_cache = view.v;
+            run.block_table = view.block_table;
+            run.k_head_scale = view.k_head_scale, run.v_head_scale = view.v_head_scale;
+            run.k_mean = smooth ? mean_planned.as<float>() : nullptr;
+            run.start = call->start;
+            run.slot_mapping = call->slot_mapping;
+            rt.run(*plan, run, nullptr);
+            for (int which = 0; which < 2; ++which)
+              EXPECT_EQ((which ? eager.v : eager.k).to_vector<unsigned char>(), (which ? planned.v : planned.k).to_vector<unsigned char>())
+                  << (which ? "V" : "K") << " bytes of a plan's run, " << (call == &a ? "by position" : "by slot")
+                  << (smooth ? ", K-smoothed" : "");
+            if (smooth) {
+              EXPECT_EQ(mean_eager.to_vector<float>(), mean_planned.to_vector<float>());
+            }
+            run.k_mean = smooth ? nullptr : mean_planned.as<float>();   // the other K-smoothing mode: refused
+            EXPECT_THROW(rt.run(*plan, run, nullptr), Error);
+          }
       }
 }
 

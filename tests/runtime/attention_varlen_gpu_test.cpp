@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "qattn/error.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/decode/kv_layout.h"
 #include "qattn/validate.hpp"
@@ -431,6 +432,31 @@ Ragged as_cached(const Spec& spec, const Ragged& r, const test::HostKvCache& k, 
   return out;
 }
 
+// Every sequence's keys and values of `r` into the cache (host model `layout`: paged, or contiguous of
+// `capacity` tokens), by slot mapping from the packed tokens.
+void append_by_slots(Runtime& runtime, const Spec& cache_spec, const KvCacheView& view, const test::HostKvCache& layout,
+                     int capacity, const Ragged& r, const std::vector<Seq>& seqs, void* stream) {
+  const int page = layout.paged ? layout.page_size : 0, batch = static_cast<int>(seqs.size());
+  std::vector<long long> slots;
+  for (int b = 0; b < batch; ++b)
+    for (int t = 0; t < seqs[static_cast<size_t>(b)].kv_len; ++t)
+      slots.push_back(page ? static_cast<long long>(layout.block_table[static_cast<size_t>(b) * layout.table_stride + t / page]) * page + t % page
+                           : static_cast<long long>(b) * capacity + t);
+  rt::DeviceBuffer dslots = rt::DeviceBuffer::from(slots);
+  AppendKvCall append;
+  append.spec = cache_spec;
+  append.heads_kv = layout.heads_kv;
+  append.n_new = static_cast<int>(slots.size());
+  append.k = r.dk.as<void>();
+  append.v = r.dv.as<void>();
+  append.sh = layout.d, append.ss = static_cast<long long>(layout.heads_kv) * layout.d;
+  append.cache = view;
+  append.slot_mapping = dslots.as<long long>();
+  append.num_slots = page ? static_cast<long long>(batch) * layout.table_stride * page : static_cast<long long>(batch) * capacity;
+  runtime.append_kv(append, stream);
+  rt::synchronize_device(0);   // the slot buffer is freed on return
+}
+
 // Prefill over a KV cache (AttentionCall::kv_cache): each sequence's tokens written into a contiguous or
 // paged cache of every row format (by slot mapping, from the packed tokens), then this chunk's queries
 // read the first kv_len rows: the same as the variable-length call over the tokens as the cache holds
@@ -474,24 +500,7 @@ TEST_F(VarlenAttention, PrefillOverACacheEqualsTheCallOverItsTokens) {
         }
         view.k_head_scale = view.v_head_scale = scales.as<float>();
 
-        // Every sequence's keys and values into the cache, by slot mapping from the packed tokens.
-        std::vector<long long> slots;
-        for (int b = 0; b < batch; ++b)
-          for (int t = 0; t < seqs[static_cast<size_t>(b)].kv_len; ++t)
-            slots.push_back(page ? static_cast<long long>(k.block_table[static_cast<size_t>(b) * k.table_stride + t / page]) * page + t % page
-                                 : static_cast<long long>(b) * capacity + t);
-        rt::DeviceBuffer dslots = rt::DeviceBuffer::from(slots);
-        AppendKvCall append;
-        append.spec = cache_spec;
-        append.heads_kv = heads_kv;
-        append.n_new = static_cast<int>(slots.size());
-        append.k = r.dk.as<void>();
-        append.v = r.dv.as<void>();
-        append.sh = d, append.ss = static_cast<long long>(heads_kv) * d;
-        append.cache = view;
-        append.slot_mapping = dslots.as<long long>();
-        append.num_slots = page ? static_cast<long long>(batch) * k.table_stride * page : static_cast<long long>(batch) * capacity;
-        runtime_->append_kv(append, stream_->get());
+        append_by_slots(*runtime_, cache_spec, view, k, capacity, r, seqs, stream_->get());
 
         std::vector<int> lens;
         for (const Seq& s : seqs) lens.push_back(s.kv_len);
@@ -525,6 +534,79 @@ TEST_F(VarlenAttention, PrefillOverACacheEqualsTheCallOverItsTokens) {
           EXPECT_GE(exact.cosine, spec.quantized() ? 0.995 : 0.9999) << "sequence " << b;
         }
       }
+}
+
+// A plan over a KV cache (AttentionCall::kv_cache at plan time, AttentionRun::kv_cache per run): made for
+// bounds, it runs two batch compositions below them, with its own workspace and with the caller's, and
+// gives attention()'s bits over the same cache (paged int8 rows, an int8 prefill with K smoothing).
+TEST_F(VarlenAttention, PlanOverACacheRunsWithTheBitsOfAttentionOverIt) {
+  const int heads_kv = 2, d = 128, page = 16, batch = 5, max_q = 130, max_kv = 700;
+  Spec spec = runtime_->resolve(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k"));
+  spec.varlen = true;
+  const Spec cache_spec = runtime_->resolve(parse_spec("decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 gqa=4 paged"));
+  const std::uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  test::HostKvCache layout =
+      test::make_paged(cache_spec.qk.fmt, cache_spec.qk.gran, d, batch, heads_kv, page, (max_kv + page - 1) / page, seed);
+  rt::DeviceBuffer dk = rt::DeviceBuffer::from(layout.bytes), dv = rt::DeviceBuffer::from(layout.bytes);
+  rt::DeviceBuffer table = rt::DeviceBuffer::from(layout.block_table);
+  KvCacheView view;
+  view.k = dk.as<void>();
+  view.v = dv.as<void>();
+  view.page_size = page;
+  view.block_table = table.as<int>();
+  view.table_stride = layout.table_stride;
+  rt::DeviceBuffer lens0 = rt::DeviceBuffer::from(std::vector<int>(batch, 1));
+  KvSource bounds{cache_spec, view, lens0.as<int>()};
+  AttentionCall shape;
+  shape.spec = spec;
+  shape.problem = Problem{batch, heads_kv * spec.gqa, heads_kv, max_q, max_kv};
+  shape.q = packed(nullptr, shape.problem.heads_q, d);
+  shape.o = packed(nullptr, shape.problem.heads_q, d);
+  shape.cu_seqlens_q = lens0.as<int>();
+  shape.kv_cache = &bounds;
+  const auto own = runtime_->plan_attention(shape);
+  const auto theirs = runtime_->plan_attention(shape, /*own_workspace=*/false);
+  EXPECT_EQ(own->workspace_bytes(), theirs->workspace_bytes());
+  rt::DeviceBuffer workspace(theirs->workspace_bytes(), 0);
+  size_t differ = 0;
+  const std::vector<std::vector<Seq>> compositions = {{{1, 1}, {15, 40}, {16, 16}, {17, 100}, {130, 700}},
+                                                      {{3, 9}, {130, 600}, {1, 1}, {40, 80}, {7, 7}}};
+  for (size_t n = 0; n < compositions.size(); ++n) {
+    const Ragged r = make_ragged(spec, heads_kv, compositions[n], seed + 100 * n);
+    append_by_slots(*runtime_, cache_spec, view, layout, max_kv, r, compositions[n], stream_->get());
+    std::vector<int> lens;
+    for (const Seq& s : compositions[n]) lens.push_back(s.kv_len);
+    rt::DeviceBuffer dlens = rt::DeviceBuffer::from(lens);
+    KvSource source{cache_spec, view, dlens.as<int>()};
+
+    VarlenRun eager = varlen_call(spec, r, heads_kv);
+    eager.call.problem = shape.problem;   // the plan's bounds: the same kernel and gather
+    eager.call.k = eager.call.v = TensorView{};
+    eager.call.cu_seqlens_kv = nullptr;
+    eager.call.kv_cache = &source;
+    runtime_->attention(eager.call, stream_->get());
+    for (const AttentionPlan* plan : {own.get(), theirs.get()}) {
+      VarlenRun planned = varlen_call(spec, r, heads_kv);
+      AttentionRun run;
+      run.q = planned.call.q.data;
+      run.o = planned.call.o.data;
+      run.lse = planned.call.lse;
+      run.cu_seqlens_q = planned.call.cu_seqlens_q;
+      run.kv_cache = &source;
+      run.workspace = plan == theirs.get() ? workspace.as<void>() : nullptr;
+      runtime_->run(*plan, run, stream_->get());
+      stream_->synchronize();
+      const Outputs a = read_varlen(eager, r, spec), b = read_varlen(planned, r, spec);
+      for (size_t s = 0; s < r.q.size(); ++s) differ += test::values_differ(a.o[s], b.o[s]) + lse_differ(a.lse[s], b.lse[s]);
+      AttentionRun dense = run;   // a plan over a cache refuses dense k / v
+      dense.k = r.dk.as<void>();
+      EXPECT_THROW(runtime_->run(*plan, dense, stream_->get()), Error);
+    }
+  }
+  std::printf("[ cache prefill ] plan over a paged int8 cache, two compositions, own and caller workspace: %zu values "
+              "differ from attention()\n", differ);
+  EXPECT_EQ(differ, 0u);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "qattn/decode.hpp"
 #include "qattn/error.hpp"
 #include "qattn/runtime.hpp"
+#include "tests/common/expect_error.hpp"
 
 namespace qattn {
 namespace {
@@ -59,10 +60,12 @@ TEST(DecodeCompileOnly, KernelAndHelpersCompileWithoutAGpu) {
   EXPECT_FALSE(k.cubin.empty());
   EXPECT_EQ(k.spill_bytes, 0);
   const std::vector<CompiledKernel> helpers = rt.compile_helpers(s);
-  ASSERT_EQ(helpers.size(), 3u);
+  ASSERT_EQ(helpers.size(), 5u);
   EXPECT_EQ(helpers[0].kernel_name, "qattn_combine_f16_d128");
   EXPECT_EQ(helpers[1].kernel_name, "qattn_kvappend_i4grp_f16_d128_paged");
   EXPECT_EQ(helpers[2].kernel_name, "qattn_kvgather_i4grp_f16_d128_paged");
+  EXPECT_EQ(helpers[3].kernel_name, "qattn_kvsmooth_f16_d128__mean");     // K smoothing of the cache
+  EXPECT_EQ(helpers[4].kernel_name, "qattn_kvsmooth_f16_d128__lsefix");
   for (const CompiledKernel& h : helpers) EXPECT_EQ(h.spill_bytes, 0) << h.kernel_name;
   // The prefill entry points refuse a decode spec with the way to run it.
   try {
@@ -71,6 +74,44 @@ TEST(DecodeCompileOnly, KernelAndHelpersCompileWithoutAGpu) {
   } catch (const Error& e) {
     EXPECT_TRUE(e.kind() == ErrorKind::bad_input || e.kind() == ErrorKind::no_gpu) << e.what();
   }
+}
+
+// K smoothing of a cache (KvCacheView::k_mean): the calls refuse what cannot work before reaching a GPU.
+TEST(KvSmoothingChecks, RefusedWithoutAGpu) {
+  RuntimeOptions o;
+  o.use_cache = false;
+  Runtime rt(o);
+  alignas(16) static unsigned char cache[2][4096];
+  alignas(16) static float mean[2 * 128];
+  static int table[1] = {0};
+  KvCacheView view;
+  view.k = cache[0];
+  view.v = cache[1];
+  view.capacity = 8;
+  view.k_mean = mean;
+  AppendKvCall append;
+  append.spec = parse_spec("decode qk=fp16 pv=fp16 out=fp16 d=128 arch=sm_90a");
+  append.heads_kv = 2;
+  append.k = append.v = cache[0];
+  append.start = table;
+  append.cache = view;
+  test::expect_bad_input([&] { rt.append_kv(append, nullptr); }, "k_mean (K smoothing) applies to a quantized K cache");
+  append.spec = parse_spec("decode qk=int8:per_token pv=int8:per_token out=fp16 d=128 arch=sm_90a");
+  append.cache.k_mean = nullptr;
+  append.init_k_mean = true;
+  test::expect_bad_input([&] { rt.append_kv(append, nullptr); }, "init_k_mean sets cache.k_mean, which is null");
+  append.cache.k_mean = reinterpret_cast<float*>(reinterpret_cast<char*>(mean) + 2);
+  test::expect_bad_input([&] { rt.append_kv(append, nullptr); }, "k_mean must be a 4-byte aligned");
+
+  DecodeCall call;
+  call.spec = parse_spec("decode qk=bf16 pv=bf16 out=bf16 d=128 arch=sm_90a");
+  call.problem = Problem{1, 2, 2, 1, 8};
+  call.q = call.o = cache[0];
+  call.kv_lens = table;
+  call.cache = view;
+  test::expect_bad_input([&] { rt.decode(call, nullptr); }, "a bf16 cache stores K as given");
+  call.spec = parse_spec("decode qk=flashq:per_channel pv=flashq:per_channel out=fp16 d=128 arch=sm_90a");
+  test::expect_bad_input([&] { rt.decode(call, nullptr); }, "a flashq cache has no K smoothing vector");
 }
 
 }  // namespace

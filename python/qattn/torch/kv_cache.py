@@ -16,10 +16,13 @@ class KvCache:
     page_size 0: contiguous. page_size > 0 (a multiple of 4): paged, `num_pages` pages (default: enough
     for every sequence at capacity) and `block_table` int32 [batch, ceil(capacity / page_size)] of page
     ids, by default sequence b owning pages b * pages_per_seq ...; assign your own table to share pages.
-    fp8: k_scale / v_scale float32 [heads_kv] (default 1.0: a value is its FP8 code times the scale)."""
+    fp8: k_scale / v_scale float32 [heads_kv] (default 1.0: a value is its FP8 code times the scale).
+    k_smoothing (quantized formats): the K cache stores every key minus k_mean, float32 [heads_kv, d], set by
+    the first append from its tokens; outputs are those of the true keys, with K's channel bias out of the
+    quantized rows (fp8: choose k_scale for the smoothed keys)."""
 
     def __init__(self, fmt, batch, heads_kv, head_dim, capacity, heads_q=None, dtype=torch.bfloat16, page_size=0,
-                 num_pages=None, device=None, k_scale=None, v_scale=None):
+                 num_pages=None, device=None, k_scale=None, v_scale=None, k_smoothing=False):
         device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
         if device.type != "cuda":
             raise BadInput(f"the KV cache lives on a CUDA device, not {device}")
@@ -52,6 +55,16 @@ class KvCache:
         fp8 = self.fmt == "fp8"
         self.k_scale = self._scale("k_scale", k_scale) if fp8 else None
         self.v_scale = self._scale("v_scale", v_scale) if fp8 else None
+        if k_smoothing and self.fmt in ("bf16", "fp16"):
+            raise BadInput(f"k_smoothing applies to a quantized cache (int8, fp8, int4, int4_group), not {self.fmt}")
+        self.k_mean = torch.zeros(heads_kv, head_dim, dtype=torch.float32, device=device) if k_smoothing else None
+        self._k_mean_set = False
+
+    def _init_k_mean(self):
+        """Whether this append sets k_mean (the first one of a smoothed cache)."""
+        first = self.k_mean is not None and not self._k_mean_set
+        self._k_mean_set = self._k_mean_set or first
+        return first
 
     def _scale(self, name, value):
         if value is None:
@@ -71,7 +84,8 @@ class KvCache:
         if not same_strides(k, v):   # the append call reads both with one set of strides
             k, v = (x.clone(memory_format=torch.contiguous_format) for x in (k, v))
         torch.ops.qattn.append_kv(self.k, self.v, k, v, self._int32("start", start), self.block_table, self.k_scale,
-                                  self.v_scale, self.capacity, self.page_size, self.spec)
+                                  self.v_scale, self.capacity, self.page_size, self.spec, self.k_mean,
+                                  self._init_k_mean())
 
     @property
     def num_slots(self):
@@ -95,7 +109,8 @@ class KvCache:
         if not same_strides(k, v):
             k, v = (x.clone(memory_format=torch.contiguous_format) for x in (k, v))
         torch.ops.qattn.append_kv_slots(self.k, self.v, k, v, slot_mapping, self.block_table, self.k_scale,
-                                        self.v_scale, self.capacity, self.page_size, self.num_slots, self.spec)
+                                        self.v_scale, self.capacity, self.page_size, self.num_slots, self.spec,
+                                        self.k_mean, self._init_k_mean())
 
     def prefill(self, q, cu_seqlens_q, max_seqlen_q, kv_lens, max_kv_len=None, is_causal=True, fmt="auto", scale=None):
         """Prefill over the cache (chunked prefill, shared prefixes): q packed [total_q, heads_q, d] with

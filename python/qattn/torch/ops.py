@@ -6,9 +6,10 @@ them without a graph break and torch.export sees their output shapes.
     torch.ops.qattn.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
                                      spec, scale) -> out
     torch.ops.qattn.append_kv(k_cache, v_cache, k, v, start, block_table, k_head_scale, v_head_scale,
-                              capacity, page_size, spec) -> ()      (writes k_cache and v_cache)
+                              capacity, page_size, spec, k_mean, init_k_mean) -> ()   (writes k_cache and v_cache,
+                                                                                      and k_mean when init_k_mean)
     torch.ops.qattn.append_kv_slots(k_cache, v_cache, k, v, slot_mapping, block_table, k_head_scale,
-                                    v_head_scale, capacity, page_size, num_slots, spec) -> ()
+                                    v_head_scale, capacity, page_size, num_slots, spec, k_mean, init_k_mean) -> ()
     torch.ops.qattn.prefill_cache(q, cu_seqlens_q, kv_lens, k_cache, v_cache, block_table, k_head_scale,
                                   v_head_scale, capacity, page_size, max_seqlen_q, max_kv_len, cache_spec,
                                   spec, scale) -> out
@@ -72,37 +73,42 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, spec, s
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
-def _cache_view(k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size):
+def _cache_view(k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size, k_mean=None):
     return _CacheView(k_cache, v_cache, capacity=capacity, page_size=page_size, block_table=block_table,
-                      k_head_scale=k_head_scale, v_head_scale=v_head_scale)
+                      k_head_scale=k_head_scale, v_head_scale=v_head_scale, k_mean=k_mean)
 
 
-@torch.library.custom_op("qattn::append_kv", mutates_args=("k_cache", "v_cache"))
+# k_mean (K smoothing, float32 [heads_kv, d] or None) is written by an append with init_k_mean, so it is
+# among the mutated arguments; decode and prefill over the cache return no LSE, and their outputs do not
+# depend on it (softmax does not see the shift), so they do not take it.
+@torch.library.custom_op("qattn::append_kv", mutates_args=("k_cache", "v_cache", "k_mean"))
 def append_kv(k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, start: Tensor,
               block_table: Optional[Tensor], k_head_scale: Optional[Tensor], v_head_scale: Optional[Tensor],
-              capacity: int, page_size: int, spec: str) -> None:
+              capacity: int, page_size: int, spec: str, k_mean: Optional[Tensor], init_k_mean: bool) -> None:
     rt = _device.runtime(_device.device_index(k))
-    view = _cache_view(k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size)
-    rt.append_kv(spec, k, v, view, start)
+    view = _cache_view(k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size, k_mean)
+    rt.append_kv(spec, k, v, view, start, init_k_mean)
 
 
 @append_kv.register_fake
-def _(k_cache, v_cache, k, v, start, block_table, k_head_scale, v_head_scale, capacity, page_size, spec):
+def _(k_cache, v_cache, k, v, start, block_table, k_head_scale, v_head_scale, capacity, page_size, spec, k_mean,
+      init_k_mean):
     return None
 
 
-@torch.library.custom_op("qattn::append_kv_slots", mutates_args=("k_cache", "v_cache"))
+@torch.library.custom_op("qattn::append_kv_slots", mutates_args=("k_cache", "v_cache", "k_mean"))
 def append_kv_slots(k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot_mapping: Tensor,
                     block_table: Optional[Tensor], k_head_scale: Optional[Tensor], v_head_scale: Optional[Tensor],
-                    capacity: int, page_size: int, num_slots: int, spec: str) -> None:
+                    capacity: int, page_size: int, num_slots: int, spec: str, k_mean: Optional[Tensor],
+                    init_k_mean: bool) -> None:
     rt = _device.runtime(_device.device_index(k))
-    view = _cache_view(k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size)
-    rt.append_kv_slots(spec, k, v, view, slot_mapping, num_slots)
+    view = _cache_view(k_cache, v_cache, block_table, k_head_scale, v_head_scale, capacity, page_size, k_mean)
+    rt.append_kv_slots(spec, k, v, view, slot_mapping, num_slots, init_k_mean)
 
 
 @append_kv_slots.register_fake
 def _(k_cache, v_cache, k, v, slot_mapping, block_table, k_head_scale, v_head_scale, capacity, page_size, num_slots,
-      spec):
+      spec, k_mean, init_k_mean):
     return None
 
 

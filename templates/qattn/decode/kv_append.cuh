@@ -52,6 +52,11 @@ struct Append {
     float v[kPer];
 #pragma unroll
     for (int k = 0; k < kPer; ++k) v[k] = dev::to_float<IN>(x[k]);
+    if (p.k_mean) {   // K smoothing: the cache stores x - mean[h]
+      const float* mean = p.k_mean + h * D + lane * kPer;
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) v[k] = __fsub_rn(v[k], mean[k]);
+    }
 
     long long page = b, slot;
     if (p.slot_mapping) {

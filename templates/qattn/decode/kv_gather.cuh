@@ -52,16 +52,19 @@ struct Gather {
       const int c = lane * kPer + k;
       if constexpr (KV == Fmt::fp16 || KV == Fmt::bf16) {
         out[k] = reinterpret_cast<const u16*>(row)[c];
-      } else if constexpr (KV == Fmt::int8) {
-        const float scale = *reinterpret_cast<const float*>(row);
-        out[k] = dev::from_float<OUT>(__fmul_rn(scale, static_cast<float>(static_cast<signed char>(row[kHdr + c]))));
-      } else if constexpr (KV == Fmt::fp8e4m3) {
-        out[k] = dev::from_float<OUT>(__fmul_rn(p.head_scale[h], fp8::decode_e4m3(row[c])));
-      } else {   // int4: x = q * scale + shift with the group's fp16 scale and shift
-        const u16* hdr = reinterpret_cast<const u16*>(row) + 2 * (c / kGroupChannels);
-        const int q = (row[kHdr + c / 2] >> (4 * (c & 1))) & 0xF;
-        out[k] = dev::from_float<OUT>(
-            __fmaf_rn(static_cast<float>(q), dev::half_to_float(hdr[0]), dev::half_to_float(hdr[1])));
+      } else {
+        float x;
+        if constexpr (KV == Fmt::int8) {
+          x = __fmul_rn(*reinterpret_cast<const float*>(row), static_cast<float>(static_cast<signed char>(row[kHdr + c])));
+        } else if constexpr (KV == Fmt::fp8e4m3) {
+          x = __fmul_rn(p.head_scale[h], fp8::decode_e4m3(row[c]));
+        } else {   // int4: x = q * scale + shift with the group's fp16 scale and shift
+          const u16* hdr = reinterpret_cast<const u16*>(row) + 2 * (c / kGroupChannels);
+          const int q = (row[kHdr + c / 2] >> (4 * (c & 1))) & 0xF;
+          x = __fmaf_rn(static_cast<float>(q), dev::half_to_float(hdr[0]), dev::half_to_float(hdr[1]));
+        }
+        if (p.k_mean) x = __fadd_rn(x, p.k_mean[h * D + c]);   // a K-smoothed cache: the mean back
+        out[k] = dev::from_float<OUT>(x);
       }
     }
   }

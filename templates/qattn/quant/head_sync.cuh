@@ -22,7 +22,8 @@
 //
 // On the H100 this form is slower per operand than the statistics pass plus the quantizer
 // (qattn_bench_quant), because waiting blocks hold slots that loads need; the
-// runtime takes this form only with RuntimeOptions::quant_one_pass.
+// runtime takes this form with RuntimeOptions::quant_one_pass, and for calls whose tiles all fit one
+// wave of the GPU (rt::one_pass_fits), where the statistics pass would be a launch of its own.
 //
 // Determinism: a tile's partials are fp32 sums in a fixed order. Their float64 total is the same in any
 // arrival order while it is exact (partials within 2^29 of one another in magnitude); max and min are

@@ -2,6 +2,7 @@
  * argument structs' defaults, one-line bad-input errors before any GPU work, compile-only of a decode
  * kernel, FlashQ sizes, and the unified-max calibration (host code). */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "c_api_check.h"
@@ -54,13 +55,25 @@ static void check_arg_defaults(void) {
   qattn_append_args a;
   qattn_tune_decode_options t;
   qattn_flashq_prefill_args p;
+  qattn_cache_prefill_args c;
   memset(&d, 0x7f, sizeof d);
+  memset(&a, 0x7f, sizeof a);
+  memset(&c, 0x7f, sizeof c);
   CHECK_STATUS(qattn_decode_args_init(&d, sizeof d), QATTN_OK, NULL);
   CHECK(d.struct_size == sizeof d && d.spec == NULL && d.splits == 0 && d.lse == NULL && d.tiling == NULL);
   CHECK(d.unified_max.phi == 0.f && d.unified_max.lo == -9.f && d.unified_max.hi == 8.f && d.unified_max.enabled == 1);
   CHECK(d.cache.k == NULL && d.cache.capacity == 0 && d.flashq == NULL && d.softmax_scale == 0.f);
   CHECK_STATUS(qattn_append_args_init(&a, sizeof a), QATTN_OK, NULL);
   CHECK(a.batch == 1 && a.heads_kv == 1 && a.n_new == 1 && a.start == NULL);
+  CHECK(a.k_mean == NULL && a.init_k_mean == 0 && d.k_mean == NULL);
+  /* A caller built before K smoothing passes the older size: the fields after it are not written. */
+  memset(&a, 0x7f, sizeof a);
+  CHECK_STATUS(qattn_append_args_init(&a, offsetof(qattn_append_args, k_mean)), QATTN_OK, NULL);
+  CHECK(a.n_new == 1 && a.init_k_mean == 0x7f7f7f7f);
+  CHECK_STATUS(qattn_cache_prefill_args_init(&c, sizeof c), QATTN_OK, NULL);
+  CHECK(c.struct_size == sizeof c && c.spec == NULL && c.cache_spec == NULL && c.k_mean == NULL && c.lse == NULL);
+  CHECK(c.cache.k == NULL && c.softmax_scale == 0.f);
+  CHECK_STATUS(qattn_cache_prefill_args_init(&c, 12), QATTN_BAD_INPUT, "struct_size 12");
   CHECK_STATUS(qattn_tune_decode_options_init(&t, sizeof t), QATTN_OK, NULL);
   CHECK(t.heads_kv == 8 && t.min_split_tokens == 256 && t.q_len == 1 && fabs(t.tolerance - 0.03) < 1e-12);
   CHECK(t.kv_lens == NULL && t.kv_lens_count == 0);

@@ -140,6 +140,25 @@ static void check_attention_over_cache_args(qattn_runtime* rt) {
   cache.capacity = 6;
   CHECK_STATUS(qattn_attention_over_cache(rt, prefill, shape, t, t, cu, INT8_SPEC, &cache, lens, 0.f, NULL, NULL),
                QATTN_BAD_INPUT, "multiple of 4");
+  cache.capacity = 64;
+
+  /* The versioned form, and its plans: the same checks, K smoothing's, and the plan's own arguments. */
+  qattn_cache_prefill_args a;
+  CHECK_STATUS(qattn_cache_prefill_args_init(&a, sizeof a), QATTN_OK, NULL);
+  a.spec = prefill, a.cache_spec = INT8_SPEC, a.shape = shape, a.q = t, a.o = t, a.cu_seqlens_q = cu, a.cache = cache;
+  CHECK_STATUS(qattn_cache_prefill(rt, &a, NULL), QATTN_BAD_INPUT, "kv_lens is NULL");
+  a.kv_lens = lens;
+  a.cache_spec = "decode qk=fp16 pv=fp16 out=fp16 d=128 arch=sm_90a";
+  a.k_mean = (const float*)FAKE(0x60000);
+  CHECK_STATUS(qattn_cache_prefill(rt, &a, NULL), QATTN_BAD_INPUT, "applies to a quantized K cache");
+  qattn_attention_plan* plan = (qattn_attention_plan*)FAKE(0x70000);
+  CHECK_STATUS(qattn_cache_prefill_plan_create(rt, &a, 4u, &plan), QATTN_BAD_INPUT, "unknown flags");
+  CHECK(plan == NULL);
+  a.k_mean = NULL;
+  a.cache_spec = "decode qk=flashq:per_channel pv=flashq:per_channel out=fp16 d=128 arch=sm_90a";
+  CHECK_STATUS(qattn_cache_prefill_plan_create(rt, &a, 0u, &plan), QATTN_BAD_INPUT, "flashq");
+  CHECK_STATUS(qattn_cache_prefill_plan_create(rt, NULL, 0u, &plan), QATTN_BAD_INPUT, "args is NULL");
+  CHECK_STATUS(qattn_cache_prefill_plan_run(rt, NULL, &a, NULL, NULL), QATTN_BAD_INPUT, "plan is NULL");
 }
 
 static void check_append_args(qattn_runtime* rt) {
@@ -179,6 +198,21 @@ static void check_append_args(qattn_runtime* rt) {
   a.cache.capacity = 64;
   a.start = (const int*)FAKE(0x50000);
   a.slot_mapping = NULL;
+
+  /* K smoothing and append plans: refused before any GPU work. */
+  a.n_new = 3;
+  a.init_k_mean = 1;
+  CHECK_STATUS(qattn_append_kv(rt, &a, NULL), QATTN_BAD_INPUT, "init_k_mean sets cache.k_mean, which is null");
+  {
+    qattn_append_plan* plan = (qattn_append_plan*)FAKE(0x70000);
+    CHECK_STATUS(qattn_append_plan_create(rt, &a, &plan), QATTN_BAD_INPUT, "init_k_mean sets cache.k_mean");
+    CHECK(plan == NULL);
+    CHECK_STATUS(qattn_append_plan_create(rt, NULL, &plan), QATTN_BAD_INPUT, "args is NULL");
+    CHECK_STATUS(qattn_append_plan_run(rt, NULL, &a, NULL), QATTN_BAD_INPUT, "plan is NULL");
+    CHECK(strcmp(qattn_append_plan_kernel_name(NULL), "") == 0);
+    qattn_append_plan_destroy(NULL);
+  }
+  a.init_k_mean = 0;
 
   {
     qattn_flashq_append_args f;

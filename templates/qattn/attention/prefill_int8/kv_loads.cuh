@@ -79,7 +79,9 @@
   static __device__ __forceinline__ const float* k_scales(const Ctx& cx, u32 sbase) {
     if constexpr (TMA) {
       unsigned long long ptr;
-      asm("ld.shared.u64 %0, [%1];" : "=l"(ptr) : "r"(k_scales_slot(sbase)));
+      // volatile + memory: the slot is written by thread 0 before a __syncthreads, so this read must
+      // stay after that barrier (a plain asm has no memory dependence and could move above it).
+      asm volatile("ld.shared.u64 %0, [%1];" : "=l"(ptr) : "r"(k_scales_slot(sbase)) : "memory");
       return reinterpret_cast<const float*>(ptr);
     } else {
       return cx.k_scale;
