@@ -7,6 +7,7 @@
 
 #include "qattn/decode.hpp"
 #include "runtime/api/c_api_decode_structs.hpp"
+#include "runtime/calls/kv_cache_view.hpp"
 
 namespace qattn::capi {
 namespace {
@@ -81,12 +82,9 @@ DecodeRun decode_run_of(const qattn_decode_args* given, void* workspace) {
   r.q = a.q.data;
   r.o = a.o.data;
   r.lse = a.lse;
-  r.k_cache = a.cache.k;
-  r.v_cache = a.cache.v;
-  r.block_table = a.cache.block_table;
-  r.k_head_scale = a.cache.k_head_scale;
-  r.v_head_scale = a.cache.v_head_scale;
-  r.k_mean = a.k_mean;
+  KvCacheView cache = kv_view_of(a.cache);
+  cache.k_mean = const_cast<float*>(a.k_mean);
+  rt::take_cache_pointers(r, cache);
   r.kv_lens = a.kv_lens;
   if (const qattn_flashq_cache* f = a.flashq) {
     r.block_table = f->block_table;
@@ -306,12 +304,11 @@ qattn_status qattn_append_plan_run(qattn_runtime* runtime, const qattn_append_pl
     if (plan->runtime != runtime)
       qattn::throw_bad_input("qattn_append_plan_run: the plan was made by another runtime; run it with that one");
     const qattn_append_args a = read_versioned(args, default_append_args(), kAppendFirstSize, "args");
-    qattn::AppendRun r;
+    qattn::AppendRun r;   // pointers only: no spec text is parsed
     r.k = a.k, r.v = a.v;
-    r.k_cache = a.cache.k, r.v_cache = a.cache.v;
-    r.block_table = a.cache.block_table;
-    r.k_head_scale = a.cache.k_head_scale, r.v_head_scale = a.cache.v_head_scale;
-    r.k_mean = a.k_mean;
+    qattn::KvCacheView cache = kv_view_of(a.cache);
+    cache.k_mean = a.k_mean;
+    qattn::rt::take_cache_pointers(r, cache);
     r.start = a.start;
     r.slot_mapping = reinterpret_cast<const long long*>(a.slot_mapping);
     runtime->rt.run(*plan->plan, r, stream);

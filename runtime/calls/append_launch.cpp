@@ -10,12 +10,7 @@ AppendRun run_of(const AppendKvCall& call) {
   AppendRun r;
   r.k = call.k;
   r.v = call.v;
-  r.k_cache = call.cache.k;
-  r.v_cache = call.cache.v;
-  r.block_table = call.cache.block_table;
-  r.k_head_scale = call.cache.k_head_scale;
-  r.v_head_scale = call.cache.v_head_scale;
-  r.k_mean = call.cache.k_mean;
+  take_cache_pointers(r, call.cache);
   r.start = call.start;
   r.slot_mapping = call.slot_mapping;
   return r;

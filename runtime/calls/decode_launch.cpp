@@ -33,12 +33,7 @@ DecodeRun run_of(const DecodeCall& call) {
     r.compressed_lens = c.compressed_lens;
     r.buffer_lens = c.buffer_lens;
   } else {
-    r.k_cache = call.cache.k;
-    r.v_cache = call.cache.v;
-    r.block_table = call.cache.block_table;
-    r.k_head_scale = call.cache.k_head_scale;
-    r.v_head_scale = call.cache.v_head_scale;
-    r.k_mean = call.cache.k_mean;
+    take_cache_pointers(r, call.cache);
     r.kv_lens = call.kv_lens;
   }
   r.row_flags = call.row_flags;

@@ -31,6 +31,17 @@ void check_cache(const Spec& spec, const KvCacheView& c, int heads_kv, int token
 // ss (all 0: contiguous).
 TensorRef dense_ref(void* data, long long sb, long long sh, long long ss, int heads, int seq, int d);
 
+// A cache view's device pointers into a run's fields of the same names (DecodeRun, AppendRun).
+template <class Run>
+void take_cache_pointers(Run& r, const KvCacheView& c) {
+  r.k_cache = c.k;
+  r.v_cache = c.v;
+  r.block_table = c.block_table;
+  r.k_head_scale = c.k_head_scale;
+  r.v_head_scale = c.v_head_scale;
+  r.k_mean = c.k_mean;
+}
+
 inline KvCacheRef cache_ref(void* data, const CacheGeometry& g) {
   return KvCacheRef{static_cast<unsigned char*>(data), g.page_stride, g.head_stride};
 }
