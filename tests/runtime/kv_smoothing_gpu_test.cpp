@@ -154,7 +154,7 @@ TEST_F(KvSmoothing, AppendDecodeAndPrefillOverASmoothedCache) {
       const std::vector<float> got_mean = mean.to_vector<float>();
       double mean_err = 0;
       for (size_t i = 0; i < got_mean.size(); ++i) mean_err = std::max(mean_err, std::fabs(got_mean[i] - want_mean[i]));
-      EXPECT_LE(mean_err, 1e-4) << "the mean set by init_k_mean";
+      EXPECT_LE(mean_err, 1e-3) << "the mean set by init_k_mean (fp32 sums of up to 512 rows per warp)";
 
       // The rows: k - mean (fp32, as the kernel subtracts) through the host quantizer, byte for byte.
       long long mismatches = 0;
