@@ -65,9 +65,9 @@ class KvCache:
     def __init__(self, k, v, capacity=0, page_size=0, block_table=None, k_head_scale=None, v_head_scale=None,
                  head_stride=0, page_stride=0, k_mean=None):
         self._keep = (k, v, block_table, k_head_scale, v_head_scale, k_mean)
-        if k_mean is not None and (str(getattr(k_mean, "dtype", "")) != "torch.float32" or k_mean.dim() != 2
-                                   or not k_mean.is_contiguous()):
-            raise BadInput("k_mean must be a contiguous float32 CUDA tensor [heads_kv, d]")
+        if hasattr(k_mean, "dim") and (str(k_mean.dtype) != "torch.float32" or k_mean.dim() != 2
+                                       or not k_mean.is_contiguous()):
+            raise BadInput("k_mean must be a contiguous float32 CUDA tensor [heads_kv, d] (or a device address)")
         self.k_mean = _address("k_mean", k_mean, True)
         table_stride = 0
         if block_table is not None:

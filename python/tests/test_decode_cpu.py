@@ -77,6 +77,10 @@ def test_kv_cache_checks_its_arguments():
         qattn.KvCache(None, 0x20000, capacity=256)
     with pytest.raises(qattn.BadInput, match="device address"):
         qattn.KvCache("0x10", 0x20000, capacity=256)
+    assert qattn.KvCache(0x10000, 0x20000, capacity=256, k_mean=0x30000).k_mean == 0x30000   # K smoothing
+    assert cache.k_mean is None
+    with pytest.raises(qattn.BadInput, match="k_mean must be"):
+        qattn.KvCache(0x10000, 0x20000, capacity=256, k_mean="0x30000")
 
 
 @needs_library
