@@ -102,6 +102,13 @@ DecodeRun decode_run_of(const qattn_decode_args* given, void* workspace) {
   return r;
 }
 
+// Plans over a cache take one flag.
+void require_workspace_flag_only(unsigned flags, const char* what) {
+  if (flags & ~QATTN_PLAN_CALLER_WORKSPACE)
+    throw_bad_input(std::string(what) + ": unknown flags " + std::to_string(flags & ~QATTN_PLAN_CALLER_WORKSPACE) +
+                    "; accepted: QATTN_PLAN_CALLER_WORKSPACE (2)");
+}
+
 // The call of a qattn_append_args (its spec parsed, its pointers taken as they are).
 AppendKvCall append_call_of(const qattn_append_args* given) {
   const qattn_append_args a = read_versioned(given, default_append_args(), kAppendFirstSize, "args");
@@ -217,9 +224,7 @@ qattn_status qattn_cache_prefill_plan_create(qattn_runtime* runtime, const qattn
     require_arg(runtime, "runtime");
     require_arg(out, "out");
     *out = nullptr;
-    if (flags & ~QATTN_PLAN_CALLER_WORKSPACE)
-      qattn::throw_bad_input("qattn_cache_prefill_plan_create: unknown flags " + std::to_string(flags & ~QATTN_PLAN_CALLER_WORKSPACE) +
-                             "; accepted: QATTN_PLAN_CALLER_WORKSPACE (2)");
+    require_workspace_flag_only(flags, "qattn_cache_prefill_plan_create");
     const qattn_cache_prefill_args a = read_versioned(args, default_cache_prefill_args(), kCachePrefillFirstSize, "args");
     // Device pointers are not read at plan time: stand-ins where the checks need one.
     qattn_cache_prefill_args shape = a;
@@ -335,9 +340,7 @@ qattn_status qattn_decode_plan_create(qattn_runtime* runtime, const qattn_decode
     require_arg(runtime, "runtime");
     require_arg(out, "out");
     *out = nullptr;
-    if (flags & ~QATTN_PLAN_CALLER_WORKSPACE)
-      qattn::throw_bad_input("qattn_decode_plan_create: unknown flags " + std::to_string(flags & ~QATTN_PLAN_CALLER_WORKSPACE) +
-                             "; accepted: QATTN_PLAN_CALLER_WORKSPACE (2)");
+    require_workspace_flag_only(flags, "qattn_decode_plan_create");
     auto p = std::make_unique<qattn_decode_plan>();
     p->runtime = runtime;
     p->plan = runtime->rt.plan_decode(decode_call_of(args), (flags & QATTN_PLAN_CALLER_WORKSPACE) == 0);

@@ -80,8 +80,8 @@ AttentionCall CacheGather::dense_call(const AttentionCall& call, char* base) con
 
 }  // namespace rt
 
-rt::CacheGather Runtime::Impl::make_gather(const AttentionCall& call) {
-  rt::check_cache_source(call);
+rt::CacheGather Runtime::Impl::make_gather(const AttentionCall& call, bool checked) {
+  if (!checked) rt::check_cache_source(call);
   const KvSource& src = *call.kv_cache;
   const Problem& p = call.problem;
   rt::CacheGather g;
@@ -113,7 +113,7 @@ AttentionCall Runtime::Impl::gather_kv(const AttentionCall& call, void* stream) 
   const bool capturing = check_capture(key, stream, [&] {
     return "attention over the cache '" + to_string(cache_spec) + "' (" + to_string(call.problem) + ")";
   });
-  const rt::CacheGather g = make_gather(call);
+  const rt::CacheGather g = make_gather(call, /*checked=*/true);
   std::lock_guard<std::mutex> lock(workspace_mutex);
   char* base = stream_workspace(gather_workspaces[stream], g.bytes, stream, "attention over a KV cache").as<char>();
   g.enqueue(*call.kv_cache, base, stream, "attention over a KV cache");

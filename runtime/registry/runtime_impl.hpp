@@ -217,9 +217,9 @@ struct Runtime::Impl {
   // gather_mutex is held from the gather until that call is queued, so no other call on the stream
   // reuses the rows in between.
   AttentionCall gather_kv(const AttentionCall& call, void* stream);
-  // The gather of such a call decided once (checks the call and loads the kernel); a plan over a cache
-  // keeps it (attention_plan.cpp).
-  rt::CacheGather make_gather(const AttentionCall& call);
+  // The gather of such a call decided once (checks the call unless `checked`, and loads the kernel); a
+  // plan over a cache keeps it (attention_plan.cpp).
+  rt::CacheGather make_gather(const AttentionCall& call, bool checked = false);
   std::map<void*, rt::DeviceBuffer> gather_workspaces;
   std::mutex gather_mutex;
   // Quantized prefill: V's passes (and Q's, when K's run too) on side streams beside the caller's
