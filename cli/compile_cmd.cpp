@@ -82,7 +82,7 @@ std::vector<std::pair<Spec, Tiling>> grid_points(const Args& args, const std::st
   }
   std::vector<gen::SpacePoint> kernels;
   for (Arch a : parse_archs(args.get("arch", "sm_80,sm_86,sm_89,sm_90,sm_90a")))
-    for (Phase phase : {Phase::prefill, Phase::decode})
+    for (Phase phase : {Phase::prefill, Phase::decode, Phase::linear})
       for (const gen::SpacePoint& p : gen::distinct_default_kernels(gen::accepted_specs(phase, a)))
         if (std::regex_search(p.kernel, filter)) kernels.push_back(p);
   if (args.has("sample"))
@@ -257,7 +257,7 @@ const Verb& compile_verb() {
       "to stdout; the report then goes to stderr).\n\n"
       "With --grid default: compiles every spec of the built-in grid for each arch in parallel and prints one "
       "row per kernel; exit 1 when any failed.\n\n"
-      "With --grid space (the spill sweep): every spec that validate() accepts, for each arch and both phases, "
+      "With --grid space (the spill sweep): every spec that validate() accepts, for each arch and every phase (prefill, decode, linear), "
       "reduced to one point per distinct kernel of its default tiling, compiled in parallel, one row per kernel; "
       "exit 1 when any failed or spilled registers to local memory. It takes hours on a few cores for every "
       "arch: --arch, --filter and --sample narrow it. No mode needs a GPU.",

@@ -15,6 +15,7 @@
 #include "cli/commands.hpp"
 #include "cli/verbs.hpp"
 #include "qattn/error.hpp"
+#include "qattn/linear_inflection.hpp"
 #include "qattn/pretune.hpp"
 #include "runtime/tuning/pretune_executor.hpp"
 
@@ -59,11 +60,20 @@ size_t terminal_width() {
   return ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 20 ? w.ws_col - 1 : 120;
 }
 
+// What an item times: a prefill / decode item's problem, a linear item's token counts ("m=1,2,4").
+std::string item_shape(const PretuneItem& it) {
+  if (it.kind != Phase::linear) return to_string(it.problem);
+  const std::vector<int> rows = it.rows.empty() ? LinearSweepOptions{}.rows : it.rows;
+  std::string m;
+  for (int r : rows) m += (m.empty() ? "m=" : ",") + std::to_string(r);
+  return m;
+}
+
 std::vector<PretuneItem> items_of_kind(std::vector<PretuneItem> items, const std::string& kind) {
-  if (kind != "all" && kind != "prefill" && kind != "decode")
-    throw_bad_input("--kind " + kind + " is unknown; accepted: all, prefill, decode");
+  if (kind != "all" && kind != "prefill" && kind != "decode" && kind != "linear")
+    throw_bad_input("--kind " + kind + " is unknown; accepted: all, prefill, decode, linear");
   if (kind == "all") return items;
-  const Phase keep = kind == "decode" ? Phase::decode : Phase::prefill;
+  const Phase keep = kind == "decode" ? Phase::decode : kind == "linear" ? Phase::linear : Phase::prefill;
   items.erase(std::remove_if(items.begin(), items.end(), [&](const PretuneItem& it) { return it.kind != keep; }),
               items.end());
   return items;
@@ -97,12 +107,12 @@ int pretune(const Args& args) {
       items_of_kind(order_for_tuning(expand_grid(load_pretune_grid(grid_name))), args.get("kind", "all"));
   if (args.has("dry-run") && args.has("json")) {
     nlohmann::json j = {{"items", nlohmann::json::array()}, {"count", items.size()}};
-    for (const PretuneItem& it : items) j["items"].push_back({{"key", it.key()}, {"shape", to_string(it.problem)}});
+    for (const PretuneItem& it : items) j["items"].push_back({{"key", it.key()}, {"shape", item_shape(it)}});
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
   if (args.has("dry-run")) {
-    for (const PretuneItem& it : items) std::printf("%s\t%s\n", it.key().c_str(), to_string(it.problem).c_str());
+    for (const PretuneItem& it : items) std::printf("%s\t%s\n", it.key().c_str(), item_shape(it).c_str());
     std::printf("%zu items (per device model)\n", items.size());
     return 0;
   }
@@ -150,8 +160,8 @@ const Verb& pretune_verb() {
   static const Verb verb{
       "pretune",
       "tune a grid of specs x problem sizes ahead of time on every chosen GPU (resumable)",
-      {"pretune [--grid default|FILE] [--kind all|prefill|decode] [--devices all|N,N,...] [--jobs N] [--db FILE] [--json]",
-       "pretune [--grid default|FILE] [--kind all|prefill|decode] --dry-run [--json]",
+      {"pretune [--grid default|FILE] [--kind all|prefill|decode|linear] [--devices all|N,N,...] [--jobs N] [--db FILE] [--json]",
+       "pretune [--grid default|FILE] [--kind all|prefill|decode|linear] --dry-run [--json]",
        "pretune --print-grid"},
       "Tunes every item of the grid (each spec at each problem size, and the decode dataflow and split sweeps) "
       "on each chosen GPU, one worker per device, and stores each result in the cache as soon as it finishes: "
@@ -160,7 +170,7 @@ const Verb& pretune_verb() {
       "except --dry-run (lists the items) and --print-grid (prints the built-in grid as a grid file, itself JSON, "
       "to start your own from).",
       {{"grid", "G", "default (the built-in grid) or a grid file (JSON; see examples/grids/)"},
-       {"kind", "K", "which items: all (default), prefill or decode"},
+       {"kind", "K", "which items: all (default), prefill, decode or linear"},
        {"devices", "D", "all visible GPUs (default) or a comma list of ordinals, e.g. 0,2"},
        {"jobs", "N", "compile threads per device, 1..1024 (default: CPU cores / devices)"},
        db_option(),

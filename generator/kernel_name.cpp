@@ -14,7 +14,8 @@ namespace {
 
 [[noreturn]] void bad_name(std::string_view name, const std::string& why) {
   throw_bad_input("bad kernel name '" + std::string(name) + "': " + why +
-                  "; expected qattn_<prefill|decode>_<arch>_qk<fmt><gran>_pv<fmt><gran>_o<fmt>_d<n>[_<option>...]__<tiling> "
+                  "; expected qattn_<prefill|decode>_<arch>_qk<fmt><gran>_pv<fmt><gran>_o<fmt>_d<n>[_<option>...]__<tiling>, "
+                  "qattn_linear_<arch>_a<fmt>_w<fmt><gran>_o<fmt>_n<n>_k<n>[_<option>...]__<tiling> "
                   "or a helper kernel qattn_<quant|lsefix|combine|kvappend|kvgather|kvsmooth|flashq>_... (grammar: include/qattn/kernel_name.hpp)");
 }
 
@@ -154,8 +155,8 @@ HelperKernel read_helper(std::string_view name, const std::vector<std::string>& 
 std::vector<const gen::schema::Field*> fields_in_name_order() {
   std::vector<const gen::schema::Field*> out;
   for (const gen::schema::Field& f : gen::schema::fields()) out.push_back(&f);
-  std::sort(out.begin(), out.end(),
-            [](const gen::schema::Field* a, const gen::schema::Field* b) { return a->name_rank < b->name_rank; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const gen::schema::Field* a, const gen::schema::Field* b) { return a->name_rank < b->name_rank; });
   return out;
 }
 
@@ -173,6 +174,7 @@ std::string spec_name(const Spec& s) {
     throw_bad_input("a kernel name needs a concrete arch; set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a>");
   std::string n = "qattn";
   for (const gen::schema::Field* f : name_order()) {
+    if (!gen::schema::in_phase(*f, s.phase)) continue;
     const std::string token = gen::schema::name_token(*f, s);
     if (!token.empty()) n += "_" + token;
   }
@@ -221,7 +223,7 @@ ParsedKernelName parse_kernel_name(std::string_view name) {
   const size_t sep = name.find("__");
   const std::vector<std::string> toks = gen::text::split(name.substr(0, sep), "_");
   ParsedKernelName out;
-  if (toks.size() >= 2 && toks[0] == "qattn" && toks[1] != "prefill" && toks[1] != "decode") {
+  if (toks.size() >= 2 && toks[0] == "qattn" && toks[1] != "prefill" && toks[1] != "decode" && toks[1] != "linear") {
     out.family = KernelFamily::quant;   // overwritten below
     out.helper = read_helper(name, toks, sep == std::string_view::npos ? std::string_view() : name.substr(sep + 2));
     out.family = out.helper.family;
@@ -236,17 +238,23 @@ ParsedKernelName parse_kernel_name(std::string_view name) {
   }
   if (sep == std::string_view::npos) bad_name(name, "no '__' between spec and tiling");
   out.tiling = parse_tiling(name.substr(sep + 2));
-  size_t positional = 0;
-  for (const gen::schema::Field* f : name_order()) positional += f->name_required ? 1 : 0;
-  if (toks.size() < positional + 1 || toks[0] != "qattn") bad_name(name, "too few tokens or no 'qattn' prefix");
+  if (toks.size() < 2 || toks[0] != "qattn") bad_name(name, "too few tokens or no 'qattn' prefix");
   Spec& s = out.spec;
-  size_t i = 1;
+  if (!gen::schema::parse_name_token(gen::schema::fields()[0], s, toks[1])) bad_name(name, "bad phase token '" + toks[1] + "'");
+  // The phase says which fields the name has (its positional tokens first).
+  std::vector<const gen::schema::Field*> own;
   for (const gen::schema::Field* f : name_order())
+    if (gen::schema::in_phase(*f, s.phase) && !f->bare) own.push_back(f);
+  size_t positional = 1;
+  for (const gen::schema::Field* f : own) positional += f->name_required ? 1 : 0;
+  if (toks.size() < positional + 1) bad_name(name, "too few tokens");
+  size_t i = 2;
+  for (const gen::schema::Field* f : own)
     if (f->name_required && !gen::schema::parse_name_token(*f, s, toks[i++]))
       bad_name(name, std::string("bad ") + f->what + " token '" + toks[i - 1] + "'");
   for (; i < toks.size(); ++i) {
     bool matched = false;
-    for (const gen::schema::Field* f : name_order())
+    for (const gen::schema::Field* f : own)
       if (!f->name_required && gen::schema::parse_name_token(*f, s, toks[i])) {
         matched = true;
         break;

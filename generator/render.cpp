@@ -99,10 +99,31 @@ Body attention_body(const Spec& s, const Tiling& t) {
           std::string("qattn::prefill_fp16::Kernel<") + fmt_enum(s.qk.fmt) + ", " + tail.str(), "qattn::AttentionParams", ""};
 }
 
+// A linear layer's kernel (templates/qattn/linear/): one template per dataflow, the same parameters.
+Source render_linear(const Spec& s, const Tiling& t) {
+  const char* body = s.flow == Dataflow::gemv ? "Gemv" : s.flow == Dataflow::flat ? "FlatGemm" : "Gemm";
+  Source src;
+  src.kernel_name = kernel_name(s, t);
+  src.arch = s.arch;
+  std::ostringstream os;
+  os << "// qattn generated: " << to_string(s) << " | " << to_string(t) << "\n"
+     << "#include \"qattn/linear/linear.cuh\"\n"
+     << "extern \"C\" __global__ void __launch_bounds__(" << block_threads(t) << ")\n"
+     << src.kernel_name << "(const qattn::LinearParams p) {\n"
+     << "  extern __shared__ __align__(128) char qattn_smem[];\n"
+     << "  qattn::linear::" << body << "<" << fmt_enum(s.act) << ", " << fmt_enum(s.weight.fmt) << ", " << fmt_enum(s.out) << ", "
+     << s.n << ", " << s.k << ", " << flag(s.bias) << ", " << t.block_m << ", " << t.block_n << ", " << t.warps << ", "
+     << t.stages << (s.flow == Dataflow::gemm ? std::string(", ") + flag(t.wgmma) : std::string()) << ">::run(p, qattn_smem);\n"
+     << "}\n";
+  src.text = os.str();
+  return src;
+}
+
 }  // namespace
 
-Source render_attention(const Spec& spec, const Tiling& tiling) {
+Source render_kernel(const Spec& spec, const Tiling& tiling) {
   require(validate(spec, tiling, default_limits(spec.arch)));
+  if (spec.phase == Phase::linear) return render_linear(spec, tiling);
   Source src;
   src.kernel_name = kernel_name(spec, tiling);
   src.arch = spec.arch;
@@ -137,6 +158,16 @@ LaunchShape decode_launch(const Spec& spec, const Tiling& tiling, const Problem&
   l.grid[1] = static_cast<unsigned>(p.heads_kv * ((rows + tiling.block_m - 1) / tiling.block_m));
   l.grid[2] = static_cast<unsigned>(p.batch);
   l.block = static_cast<unsigned>(tiling.warps * 32);
+  l.smem_bytes = static_cast<unsigned>(kernel_smem_bytes(spec, tiling));
+  return l;
+}
+
+LaunchShape linear_launch(const Spec& spec, const Tiling& tiling, int m, int splits) {
+  LaunchShape l;
+  l.grid[0] = static_cast<unsigned>((spec.n + tiling.block_n - 1) / tiling.block_n);
+  l.grid[1] = static_cast<unsigned>((m + tiling.block_m - 1) / tiling.block_m);
+  l.grid[2] = static_cast<unsigned>(splits);
+  l.block = static_cast<unsigned>(block_threads(tiling));
   l.smem_bytes = static_cast<unsigned>(kernel_smem_bytes(spec, tiling));
   return l;
 }

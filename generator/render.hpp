@@ -24,9 +24,11 @@ struct LaunchShape {
   unsigned smem_bytes = 0;
 };
 
-// The attention kernel of (spec, tiling). Throws bad_input when validate(spec, tiling, limits of the arch)
-// fails.
-Source render_attention(const Spec& spec, const Tiling& tiling);
+// The kernel of (spec, tiling): attention (AttentionParams, or DecodeParams for decode) or a linear layer
+// (LinearParams). Throws bad_input when validate(spec, tiling, limits of the arch) fails.
+Source render_kernel(const Spec& spec, const Tiling& tiling);
+// The grid of a linear kernel over m tokens: (N tiles, M tiles, splits), warps x 32 threads.
+LaunchShape linear_launch(const Spec& spec, const Tiling& tiling, int m, int splits);
 // The grid of a prefill kernel (templates/qattn/attention/tile_order.h): the causal INT8 wgmma form's goes
 // in bands of at most band_heads heads, heaviest query tiles first within a band; the other causal
 // kernels' head by head, each head's heaviest tile first.
@@ -40,7 +42,7 @@ Verdict grid_fits(const Spec& spec, const Tiling& tiling, const Problem& problem
 // (non-causal, FP16/BF16, mma.sync) or l2_bytes is unknown (<= 0).
 int attention_band_heads(const Spec& spec, const Tiling& tiling, const Problem& problem, long long l2_bytes);
 
-// Decode (spec.phase == decode): render_attention() gives the split-K kernel (DecodeParams).
+// Decode (spec.phase == decode): render_kernel() gives the split-K kernel (DecodeParams).
 LaunchShape decode_launch(const Spec& spec, const Tiling& tiling, const Problem& problem, int splits);
 
 // The helper kernels (quantization passes, LSE correction, decode's combine and cache writers) are

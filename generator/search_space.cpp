@@ -255,6 +255,7 @@ const std::vector<SpillPromotion>& spill_promotions() {
 }
 
 std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limits) {
+  if (spec.phase == Phase::linear) return linear_candidates(spec, limits);
   std::vector<Tiling> all = preferred(spec);
   // The fp16/bf16 list is a shortlist of the shapes that fit; the int8 kernel's space is swept.
   // The wgmma forms also with a minimum of 4 blocks per SM (validate() drops those that cannot fit).

@@ -26,6 +26,21 @@ Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling&
 // of 1/2/4/8 rows per CTA that holds them, since each extra row block reads the head's K and V again).
 Tiling decode_tiling(const Spec& spec, int rows, const DeviceLimits& limits);
 
+// Linear layers (generator/linear_tilings.cpp). The candidates of a spec with a concrete flow (none for
+// flow=auto: a request, not a kernel), best guess first.
+std::vector<Tiling> linear_candidates(const Spec& spec, const DeviceLimits& limits);
+// The rows per CTA an untuned call of m tokens takes: gemv the smallest of 1/2/4/8 holding them, flat 8 or
+// 16, gemm 64 below 512 tokens, else 128.
+int linear_block_m(Dataflow flow, int m);
+// The untuned tiling for m tokens: the first candidate with linear_block_m's rows.
+Tiling linear_tiling(const Spec& spec, int m, const DeviceLimits& limits);
+// Split-K of a linear launch: requested > 0 taken (clamped to K's steps); else enough CTAs for two per SM,
+// each split at least 8 k steps. k_split is a multiple of the kernel's k step, and no split is empty.
+struct LinearSplit {
+  int splits = 1, k_split = 0;
+};
+LinearSplit linear_split(const Spec& spec, const Tiling& tiling, int m, int requested, int sm_count);
+
 // The rows of generator/spill_promotions.inc: a kernel-name stem (the name before "__"), the tiling that
 // goes first for the specs of that stem, and the listed first one, which spilled.
 struct SpillPromotion {

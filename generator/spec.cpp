@@ -44,6 +44,15 @@ const gen::schema::Field* keyed_field_of(const std::string& key) {
   return nullptr;
 }
 
+// "a=, w=, out=, n=, k=, bias, flow=, arch=": the fields a spec of `phase` takes, in table order.
+std::string phase_tokens(Phase phase) {
+  std::vector<std::string> out;
+  for (const gen::schema::Field& f : gen::schema::fields())
+    if (!f.bare && gen::schema::in_phase(f, phase))
+      out.push_back(f.domain == gen::schema::Domain::flag ? std::string(f.key) : std::string(f.key) + "=");
+  return gen::text::join(out, ", ");
+}
+
 }  // namespace
 
 std::string smooth_to_string(int bits) {
@@ -62,6 +71,7 @@ bool Spec::operator==(const Spec& o) const { return gen::schema::spec_key(*this)
 std::string to_string(const Spec& s) {
   std::string out;
   for (const gen::schema::Field& f : gen::schema::fields()) {
+    if (!gen::schema::in_phase(f, s.phase)) continue;
     if (!f.required && f.get(s) == f.fallback) continue;
     if (!out.empty()) out += ' ';
     if (f.bare || f.domain == gen::schema::Domain::flag)
@@ -100,7 +110,15 @@ Spec parse_spec(std::string_view input) {
     gen::schema::parse_value(*field, s, value);
   }
   for (const gen::schema::Field& f : gen::schema::fields()) {
-    if (!f.required) continue;
+    bool given = false;
+    for (const gen::schema::Field* g : seen) given = given || g == &f;
+    if (f.bare && !given) throw_bad_input(f.missing);
+    if (given && !gen::schema::in_phase(f, s.phase))
+      throw_bad_input(std::string(to_string(s.phase)) + " specs take no " + f.key +
+                      (f.domain == gen::schema::Domain::flag ? "" : "=") + "; accepted: " + phase_tokens(s.phase));
+  }
+  for (const gen::schema::Field& f : gen::schema::fields()) {
+    if (!f.required || !gen::schema::in_phase(f, s.phase)) continue;
     bool given = false;
     for (const gen::schema::Field* g : seen) given = given || g == &f;
     if (!given) throw_bad_input(f.missing);

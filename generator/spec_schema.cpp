@@ -14,7 +14,9 @@ constexpr int v(E e) {
 }
 
 // Each enum's values: number, spec-text word, kernel-name code ("" = never written in a name).
-constexpr Choice kPhases[] = {{v(Phase::prefill), "prefill", "prefill"}, {v(Phase::decode), "decode", "decode"}};
+constexpr Choice kPhases[] = {{v(Phase::prefill), "prefill", "prefill"},
+                              {v(Phase::decode), "decode", "decode"},
+                              {v(Phase::linear), "linear", "linear"}};
 constexpr Choice kArchs[] = {{v(Arch::sm_80), "sm_80", "sm80"}, {v(Arch::sm_86), "sm_86", "sm86"},
                              {v(Arch::sm_89), "sm_89", "sm89"}, {v(Arch::sm_90), "sm_90", "sm90"},
                              {v(Arch::sm_90a), "sm_90a", "sm90a"}};
@@ -38,7 +40,12 @@ constexpr Choice kAccums[] = {{v(Accum::fp32), "fp32", ""}, {v(Accum::fp16), "fp
 constexpr Choice kRotations[] = {{v(Rotation::none), "none", ""}, {v(Rotation::hadamard), "hadamard", "had"}};
 // flow=auto is a request, never a kernel: it renders the mma kernel, so both have no name token.
 constexpr Choice kFlows[] = {{v(Dataflow::mma), "mma", ""}, {v(Dataflow::gemv), "gemv", "gemv"},
-                             {v(Dataflow::automatic), "auto", ""}};
+                             {v(Dataflow::automatic), "auto", ""}, {v(Dataflow::flat), "flat", "flat"},
+                             {v(Dataflow::gemm), "gemm", "gemm"}};
+
+constexpr unsigned kAttention = (1u << v(Phase::prefill)) | (1u << v(Phase::decode));
+constexpr unsigned kLinear = 1u << v(Phase::linear);
+constexpr unsigned kEvery = kAttention | kLinear;
 
 // An operand as one number (fmt, gran); Gran has fewer than 16 values.
 int operand_value(const Operand& o) { return v(o.fmt) * 16 + v(o.gran); }
@@ -63,6 +70,11 @@ Field with_name(Field f, const char* prefix, int rank, bool required = false) {
   f.name_prefix = prefix;
   f.name_rank = rank;
   f.name_required = required;
+  return f;
+}
+
+Field of(unsigned phases, Field f) {
+  f.phases = phases;
   return f;
 }
 
@@ -96,35 +108,51 @@ std::array<Field, kFieldCount> build() {
   Field causal{"causal", "causal", Domain::flag};
   Field paged{"paged", "paged", Domain::flag};
   Field varlen{"varlen", "varlen", Domain::flag};
+  Field bias{"bias", "bias", Domain::flag};
+  // Name ranks order the kernel-name tokens; a rank is unique within each phase (a/qk, w/pv, n/d and
+  // bias/causal share one because no spec has both).
   return {{
-      bind(with_name(required(phase, "spec has no phase; start it with prefill or decode"), "", 0, true),
-           QATTN_MEMBER(s.phase, s.phase = static_cast<Phase>(x))),
-      bind(with_name(required(make_operand("qk"), "spec has no qk=<fmt>[:<gran>] (e.g. qk=int8:per_token or qk=fp16)"),
-                     "qk", 2, true),
-           QATTN_MEMBER(operand_value(s.qk), s.qk = operand_of(x))),
-      bind(with_name(required(make_operand("pv"), "spec has no pv=<fmt>[:<gran>] (e.g. pv=int8:per_channel or pv=fp16)"),
-                     "pv", 3, true),
-           QATTN_MEMBER(operand_value(s.pv), s.pv = operand_of(x))),
-      bind(with_name(required(choice("out", "output format", kFmts), "spec has no out=<fp16|bf16>"), "o", 4, true),
-           QATTN_MEMBER(s.out, s.out = static_cast<Fmt>(x))),
-      bind(with_name(required(count("d", 1, 1024), "spec has no head dimension d=<n> (e.g. d=128)"), "d", 5, true),
-           QATTN_MEMBER(s.head_dim, s.head_dim = x)),
-      bind(with_name(causal, "causal", 6), QATTN_MEMBER(s.causal, s.causal = x != 0)),
-      bind(with_name(count("gqa", 1, 256), "gqa", 7), QATTN_MEMBER(s.gqa, s.gqa = x)),
-      bind(with_name(count("splitk", 1, 1024), "sk", 8), QATTN_MEMBER(s.split_k, s.split_k = x)),
-      bind(with_name(choice("softmax", "softmax mode", kSoftmax), "smx", 9),
-           QATTN_MEMBER(s.softmax, s.softmax = static_cast<SoftmaxMode>(x))),
-      bind(with_name(choice("accum", "accumulation mode", kAccums), "acc", 10),
-           QATTN_MEMBER(s.accum, s.accum = static_cast<Accum>(x))),
-      bind(with_name(Field{"smooth", "smoothing set", Domain::smooth}, "smooth", 11),
-           QATTN_MEMBER(s.smooth, s.smooth = x)),
-      bind(with_name(choice("rotate", "rotation", kRotations), "rot", 12),
-           QATTN_MEMBER(s.rotate, s.rotate = static_cast<Rotation>(x))),
-      bind(with_name(paged, "paged", 13), QATTN_MEMBER(s.paged, s.paged = x != 0)),
-      bind(with_name(varlen, "varlen", 15), QATTN_MEMBER(s.varlen, s.varlen = x != 0)),
-      bind(with_name(choice("flow", "dataflow", kFlows), "", 14),
-           QATTN_MEMBER(s.flow, s.flow = static_cast<Dataflow>(x))),
-      bind(with_name(choice("arch", "arch", kArchs), "", 1, true), QATTN_MEMBER(s.arch, s.arch = static_cast<Arch>(x))),
+      of(kEvery, bind(with_name(required(phase, "spec has no phase; start it with prefill, decode or linear"), "", 0, true),
+                      QATTN_MEMBER(s.phase, s.phase = static_cast<Phase>(x)))),
+      of(kAttention, bind(with_name(required(make_operand("qk"), "spec has no qk=<fmt>[:<gran>] (e.g. qk=int8:per_token or qk=fp16)"),
+                                    "qk", 2, true),
+                          QATTN_MEMBER(operand_value(s.qk), s.qk = operand_of(x)))),
+      of(kAttention, bind(with_name(required(make_operand("pv"), "spec has no pv=<fmt>[:<gran>] (e.g. pv=int8:per_channel or pv=fp16)"),
+                                    "pv", 3, true),
+                          QATTN_MEMBER(operand_value(s.pv), s.pv = operand_of(x)))),
+      of(kLinear, bind(with_name(required(choice("a", "activation format", kFmts), "linear spec has no a=<fp16|bf16>"), "a", 2, true),
+                       QATTN_MEMBER(s.act, s.act = static_cast<Fmt>(x)))),
+      of(kLinear, bind(with_name(required(make_operand("w"), "linear spec has no w=<fmt>[:<gran>] (e.g. w=fp16, w=int8:per_channel, "
+                                                             "w=int4:per_group)"),
+                                 "w", 3, true),
+                       QATTN_MEMBER(operand_value(s.weight), s.weight = operand_of(x)))),
+      of(kEvery, bind(with_name(required(choice("out", "output format", kFmts), "spec has no out=<fp16|bf16>"), "o", 4, true),
+                      QATTN_MEMBER(s.out, s.out = static_cast<Fmt>(x)))),
+      of(kAttention, bind(with_name(required(count("d", 1, 1024), "spec has no head dimension d=<n> (e.g. d=128)"), "d", 5, true),
+                          QATTN_MEMBER(s.head_dim, s.head_dim = x))),
+      of(kLinear, bind(with_name(required(count("n", 1, kMaxLinearFeatures), "linear spec has no n=<output features> (e.g. n=4096)"),
+                                 "n", 5, true),
+                       QATTN_MEMBER(s.n, s.n = x))),
+      of(kLinear, bind(with_name(required(count("k", 1, kMaxLinearFeatures), "linear spec has no k=<input features> (e.g. k=4096)"),
+                                 "k", 6, true),
+                       QATTN_MEMBER(s.k, s.k = x))),
+      of(kLinear, bind(with_name(bias, "bias", 7), QATTN_MEMBER(s.bias, s.bias = x != 0))),
+      of(kAttention, bind(with_name(causal, "causal", 7), QATTN_MEMBER(s.causal, s.causal = x != 0))),
+      of(kAttention, bind(with_name(count("gqa", 1, 256), "gqa", 8), QATTN_MEMBER(s.gqa, s.gqa = x))),
+      of(kAttention, bind(with_name(count("splitk", 1, 1024), "sk", 9), QATTN_MEMBER(s.split_k, s.split_k = x))),
+      of(kAttention, bind(with_name(choice("softmax", "softmax mode", kSoftmax), "smx", 10),
+                          QATTN_MEMBER(s.softmax, s.softmax = static_cast<SoftmaxMode>(x)))),
+      of(kAttention, bind(with_name(choice("accum", "accumulation mode", kAccums), "acc", 11),
+                          QATTN_MEMBER(s.accum, s.accum = static_cast<Accum>(x)))),
+      of(kAttention, bind(with_name(Field{"smooth", "smoothing set", Domain::smooth}, "smooth", 12),
+                          QATTN_MEMBER(s.smooth, s.smooth = x))),
+      of(kAttention, bind(with_name(choice("rotate", "rotation", kRotations), "rot", 13),
+                          QATTN_MEMBER(s.rotate, s.rotate = static_cast<Rotation>(x)))),
+      of(kAttention, bind(with_name(paged, "paged", 14), QATTN_MEMBER(s.paged, s.paged = x != 0))),
+      of(kAttention, bind(with_name(varlen, "varlen", 16), QATTN_MEMBER(s.varlen, s.varlen = x != 0))),
+      of(kEvery, bind(with_name(choice("flow", "dataflow", kFlows), "", 15),
+                      QATTN_MEMBER(s.flow, s.flow = static_cast<Dataflow>(x)))),
+      of(kEvery, bind(with_name(choice("arch", "arch", kArchs), "", 1, true), QATTN_MEMBER(s.arch, s.arch = static_cast<Arch>(x)))),
   }};
 }
 
@@ -206,6 +234,8 @@ bool lookup_code_in(const Field& f, std::string_view code, int& out) {
 }
 
 }  // namespace
+
+bool in_phase(const Field& field, Phase phase) { return (field.phases >> v(phase)) & 1u; }
 
 const std::array<Field, kFieldCount>& fields() {
   static const std::array<Field, kFieldCount> table = build();
@@ -413,5 +443,5 @@ Arch parse_arch(std::string_view text) {
 
 namespace qattn::gen::schema {
 // A member added to Spec changes its size: add it to the table in build() above, then update this.
-static_assert(sizeof(Spec) == 68, "Spec changed: add the new member to the field table (generator/spec_schema.cpp)");
+static_assert(sizeof(Spec) == 92, "Spec changed: add the new member to the field table (generator/spec_schema.cpp)");
 }  // namespace qattn::gen::schema

@@ -44,12 +44,17 @@ struct Field {
   const char* name_prefix = "";      // kernel names: a token is name_prefix + the value's code
   int name_rank = 0;                 // position among the kernel-name tokens
   bool name_required = false;        // kernel names: always written (positional)
+  unsigned phases = 0;               // bit (1 << Phase) for each phase whose specs have this field
   int (*get)(const Spec&) = nullptr;
   void (*set)(Spec&, int) = nullptr;
 };
 
-constexpr size_t kFieldCount = 16;
+constexpr size_t kFieldCount = 21;
 const std::array<Field, kFieldCount>& fields();   // in canonical text order
+
+// Whether specs of `phase` have the field (an attention spec has no n=, a linear spec no d=). The fields of
+// the other family keep Spec's defaults, so they never change the key, the text or the name.
+bool in_phase(const Field& field, Phase phase);
 
 // The spec as numbers, one per field: equal exactly when the specs are equal (the map key).
 using SpecKey = std::array<int, kFieldCount>;

@@ -17,6 +17,7 @@ namespace {
 std::vector<int> count_values(const schema::Field& f) {
   if (std::strcmp(f.key, "gqa") == 0) return {1, 2, 4, 8, 16};
   if (std::strcmp(f.key, "splitk") == 0) return {f.fallback};
+  if (std::strcmp(f.key, "n") == 0 || std::strcmp(f.key, "k") == 0) return {4096};   // one layer shape
   std::vector<int> all;   // d: the whole range; validate() keeps the head dims it accepts
   for (int x = f.lo; x <= f.hi; ++x) all.push_back(x);
   return all;
@@ -32,7 +33,7 @@ uint64_t splitmix64(uint64_t& state) {
 }  // namespace
 
 std::string kernel_code(const Spec& spec, const Tiling& tiling) {
-  const Source src = render_attention(spec, tiling);
+  const Source src = render_kernel(spec, tiling);
   std::string code = src.text.substr(src.text.find('\n') + 1);
   for (size_t at = code.find(src.kernel_name); at != std::string::npos; at = code.find(src.kernel_name, at))
     code.replace(at, src.kernel_name.size(), "K");
@@ -50,6 +51,7 @@ std::vector<Spec> accepted_specs(Phase phase, Arch arch) {
   Spec spec;
   spec.phase = phase;
   spec.arch = arch;
+  if (phase == Phase::linear) spec.n = spec.k = 4096;   // a layer shape validate() accepts from the start
   std::vector<Spec> out;
   std::function<void(size_t)> walk = [&](size_t i) {
     if (i == fields.size()) {
@@ -57,15 +59,17 @@ std::vector<Spec> accepted_specs(Phase phase, Arch arch) {
       return;
     }
     const schema::Field& f = fields[i];
-    if (std::strcmp(f.key, "phase") == 0 || std::strcmp(f.key, "arch") == 0) {   // fixed by the caller
+    // Fixed by the caller, or at Spec's default where the phase has no such field.
+    if (std::strcmp(f.key, "phase") == 0 || std::strcmp(f.key, "arch") == 0 || !schema::in_phase(f, phase)) {
       if (i < first_checked || validate(spec)) walk(i + 1);
       return;
     }
+    const int entry = f.get(spec);
     for (int x : values[i]) {
       f.set(spec, x);
       if (i < first_checked || validate(spec)) walk(i + 1);
     }
-    f.set(spec, f.fallback);
+    f.set(spec, entry);
   };
   walk(0);
   return out;
@@ -75,6 +79,7 @@ std::vector<SpacePoint> distinct_default_kernels(const std::vector<Spec>& specs)
   std::vector<SpacePoint> out;
   std::unordered_set<std::string> seen;
   for (const Spec& s : specs) {
+    if (s.phase == Phase::linear && s.flow == Dataflow::automatic) continue;   // a request: its kernels are the flows'
     const Tiling t = default_tiling(s, default_limits(s.arch));
     if (seen.insert(kernel_code(s, t)).second) out.push_back({s, t, kernel_name(s, t)});
   }

@@ -17,7 +17,8 @@ namespace qattn::gen {
 //   d       every head dim in the field's range that validate() accepts;
 //   gqa     1, 2, 4, 8 and 16: the kernels see it only through the GEMV decode tiling's rows per CTA,
 //           the smallest power of two >= gqa, at most 8 (search_space.cpp, preferred_gemv);
-//   splitk  unset only: the split count is a launch argument, never part of a kernel.
+//   splitk  unset only: the split count is a launch argument, never part of a kernel;
+//   n, k    (linear) 4096 only: one layer shape, the kernels' other shapes differ in constants only.
 // The search prunes a partial spec (the fields after `out` still at their defaults) as soon as
 // validate() refuses it. That is exact because every such field's default is accepted wherever any of
 // its values is (fp32 accumulation, no smoothing, no rotation, exact softmax, gqa 1, not paged,

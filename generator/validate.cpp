@@ -5,12 +5,54 @@
 #include "qattn/attention/tile_order.h"
 #include "qattn/decode/decode_gemv_shape.h"
 #include "qattn/decode/decode_shape.h"
+#include "generator/spec_schema.hpp"
 #include "qattn/error.hpp"
+#include "qattn/linear/linear_shape.h"
 
 namespace qattn {
 namespace {
 
 bool is_float(Fmt f) { return f == Fmt::fp16 || f == Fmt::bf16; }
+
+// The fields of the other family stay at Spec's defaults (the text, the key and the name leave them out).
+Verdict validate_family(const Spec& s) {
+  const Spec defaults;
+  for (const gen::schema::Field& f : gen::schema::fields())
+    if (!gen::schema::in_phase(f, s.phase) && f.get(s) != f.get(defaults))
+      return Verdict::no(std::string(to_string(s.phase)) + " specs take no " + f.key +
+                         (f.domain == gen::schema::Domain::flag ? "" : "=") + " (" + (s.is_attention() ? "a linear-layer" : "an attention") +
+                         " field); leave it at its default");
+  return Verdict::yes();
+}
+
+// A linear layer (templates/qattn/linear/): 16-bit activations, weights as given or quantized.
+Verdict validate_linear(const Spec& s) {
+  if (!is_float(s.act)) return Verdict::no(std::string("a=") + to_string(s.act) + " is not supported; accepted: fp16, bf16");
+  if (!is_float(s.out)) return Verdict::no(std::string("out=") + to_string(s.out) + " is not supported; accepted: fp16, bf16");
+  const Operand w = s.weight;
+  const std::string wtext = std::string("w=") + to_string(w.fmt) + (w.gran == Gran::none ? "" : std::string(":") + to_string(w.gran));
+  int k_multiple = 8;
+  if (is_float(w.fmt)) {
+    if (w.fmt != s.act)
+      return Verdict::no(wtext + " with a=" + to_string(s.act) + ": 16-bit weights share the tensor-core type of A; accepted: w=" +
+                         to_string(s.act) + ", w=int8:per_channel, w=int4:per_group");
+  } else if (w.fmt == Fmt::int8 && w.gran == Gran::per_channel) {
+    k_multiple = 16;
+  } else if (w.fmt == Fmt::int4 && w.gran == Gran::per_group) {
+    k_multiple = kLinearInt4Group;
+  } else {
+    return Verdict::no(wtext + " is not a supported weight format; accepted: fp16, bf16, int8:per_channel (one scale per "
+                       "output channel), int4:per_group (scale and zero point per 128 input channels)");
+  }
+  if (s.n < 1 || s.k < 1)
+    return Verdict::no("linear spec needs n=<output features> and k=<input features>, each in 1.." + std::to_string(kMaxLinearFeatures));
+  if (s.k % k_multiple != 0)
+    return Verdict::no("k=" + std::to_string(s.k) + " with " + wtext + ": weight rows are read in 16-byte units" +
+                       (w.fmt == Fmt::int4 ? " and groups of 128" : "") + "; accepted: k a multiple of " + std::to_string(k_multiple));
+  if (s.flow == Dataflow::mma)
+    return Verdict::no("flow=mma is attention decode's dataflow; accepted for linear: auto, gemv, flat, gemm");
+  return Verdict::yes();
+}
 
 Verdict validate_float(const Spec& s) {
   if (s.pv.fmt != s.qk.fmt || s.pv.gran != Gran::none)
@@ -127,6 +169,10 @@ DeviceLimits default_limits(Arch arch) {
 }
 
 Verdict validate(const Spec& s) {
+  if (Verdict v = validate_family(s); !v) return v;
+  if (s.phase == Phase::linear) return validate_linear(s);
+  if (s.flow == Dataflow::flat || s.flow == Dataflow::gemm)
+    return Verdict::no(std::string("flow=") + to_string(s.flow) + " is a linear-layer dataflow; accepted for decode: auto, mma, gemv");
   if (s.phase == Phase::decode) return validate_decode(s);
   if (s.paged) return Verdict::no("paged applies to a decode KV cache; accepted for prefill: no paged token");
   if (s.flow != Dataflow::automatic) return Verdict::no("flow= picks a decode dataflow; accepted for prefill: no flow token");
@@ -144,6 +190,10 @@ Verdict validate(const Spec& s) {
 }
 
 int kernel_smem_bytes(const Spec& s, const Tiling& t) {
+  if (s.phase == Phase::linear) {
+    if (linear::linear_tiling_problem(s.flow, s.act, s.weight.fmt, t.block_m, t.block_n, t.warps, t.stages, t.wgmma)) return 0;
+    return linear::linear_smem_bytes(s.flow, s.act, s.weight.fmt, t.block_m, t.block_n, t.warps, t.stages, t.wgmma);
+  }
   if (s.phase == Phase::decode) {
     if (t.wgmma) return 0;
     if (s.flow == Dataflow::gemv) {
@@ -171,9 +221,30 @@ static bool fused_q_excluded(const Spec& s, const Tiling& t) {
   return t.int4_mma || (s.smooth & kSmoothQ) || s.rotate != Rotation::none;
 }
 
+// A linear kernel: one dataflow, the tiling its template accepts (qattn/linear/linear_shape.h).
+static Verdict validate_linear_tiling(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
+  if (s.flow == Dataflow::automatic)
+    return Verdict::no("a linear kernel is one dataflow: flow=gemv, flat or gemm (flow=auto is a request, chosen per call by M)");
+  if (t.int4_mma || t.q_fused || t.tma || t.warp_specialized || t.min_blocks > 0)
+    return Verdict::no("tiling " + to_string(t) + ": _i4mma, _qf, _tma, _ws and _mb are attention-kernel forms; a linear tiling "
+                       "is bm<tokens>_bn<channels>_w<warps>_s<stages>[_wg]");
+  if (t.wgmma && (s.flow != Dataflow::gemm || s.arch != Arch::sm_90a))
+    return Verdict::no("tiling " + to_string(t) + ": _wg (wgmma) exists for flow=gemm on arch=sm_90a only; drop _wg");
+  if (const char* why = linear::linear_tiling_problem(s.flow, s.act, s.weight.fmt, t.block_m, t.block_n, t.warps, t.stages, t.wgmma))
+    return Verdict::no("tiling " + to_string(t) + " is not supported by the flow=" + to_string(s.flow) + " linear kernel: " + why +
+                       " (valid tilings: templates/qattn/linear/linear_shape.h)");
+  const int smem = kernel_smem_bytes(s, t);
+  if (smem > limits.max_smem_per_block)
+    return Verdict::no("tiling " + to_string(t) + " needs " + std::to_string(smem) + " bytes of shared memory; " +
+                       to_string(s.arch) + " allows " + std::to_string(limits.max_smem_per_block));
+  if (block_threads(t) > limits.max_threads_per_block) return Verdict::no("tiling " + to_string(t) + " has too many threads per block");
+  return Verdict::yes();
+}
+
 Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (Verdict v = validate(s); !v) return v;
   if (s.arch == Arch::unset) return Verdict::no("no arch: set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a> or run on a GPU");
+  if (s.phase == Phase::linear) return validate_linear_tiling(s, t, limits);
   const bool int_prefill = s.phase == Phase::prefill && (s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4);
   if (t.wgmma && !int_prefill)
     return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) exists for the int8 prefill kernel only "
@@ -253,6 +324,8 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
 }
 
 Verdict validate(const Spec& s, const Problem& p) {
+  if (s.phase == Phase::linear)
+    return Verdict::no("a linear spec takes its token count per call (LinearCall::m), not an attention shape");
   if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.q_len < 1 || p.kv_len < 1)
     return Verdict::no("shape " + to_string(p) + " has a size below 1; every size must be >= 1");
   if (p.batch > static_cast<int>(tile_order::kMaxGridYz) || p.heads_q > static_cast<int>(tile_order::kMaxGridYz))

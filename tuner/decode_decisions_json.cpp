@@ -1,118 +1,15 @@
 // JSON form of the decode decisions (shapes in include/qattn/inflection.hpp). Reading checks everything
 // the dispatch relies on, so a hand-edited or truncated cache row fails with one line naming the field.
-#include <cmath>
-#include <nlohmann/json.hpp>
-
-#include "cache/json_depth.hpp"
-#include "qattn/error.hpp"
 #include "qattn/inflection.hpp"
+#include "tuner/decision_json.hpp"
 
 namespace qattn {
 namespace {
 
-using nlohmann::json;
-
-constexpr int kFormatVersion = 1;
+using namespace decision_json;
 constexpr const char* kDataflowFormat = "qattn.decode_dataflow";
 constexpr const char* kSplitsFormat = "qattn.decode_splits";
-
-json time_json(double us) { return std::isfinite(us) && us > 0 ? json(us) : json(nullptr); }
-
-// Field access with errors that say where ("decode_dataflow JSON: buckets[1].rows[0] ...").
-class Reader {
- public:
-  explicit Reader(std::string what) : what_(std::move(what)) {}
-
-  [[noreturn]] void fail(const std::string& where, const std::string& message) const {
-    throw_bad_input(what_ + " JSON: " + (where.empty() ? "" : where + " ") + message);
-  }
-  static std::string at(const std::string& where, const std::string& key) { return where.empty() ? key : where + "." + key; }
-  static std::string at(const std::string& where, size_t i) { return where + "[" + std::to_string(i) + "]"; }
-
-  const json& member(const json& obj, const std::string& where, const char* key) const {
-    if (!obj.is_object()) fail(where, "must be an object");
-    const auto it = obj.find(key);
-    if (it == obj.end()) fail(at(where, key), "is missing");
-    return *it;
-  }
-  const json& array(const json& v, const std::string& where) const {
-    if (!v.is_array()) fail(where, "must be an array");
-    return v;
-  }
-  long long integer(const json& v, const std::string& where, long long lo, long long hi) const {
-    if (!v.is_number_integer()) fail(where, "must be an integer");
-    const long long n = v.get<long long>();
-    if (n < lo || n > hi) fail(where, "is " + std::to_string(n) + "; accepted: " + std::to_string(lo) + ".." + std::to_string(hi));
-    return n;
-  }
-  long long power_of_two(const json& v, const std::string& where, long long hi) const {
-    const long long n = integer(v, where, 1, hi);
-    if (n & (n - 1)) fail(where, "is " + std::to_string(n) + "; accepted: a power of two");
-    return n;
-  }
-  double number(const json& v, const std::string& where, double lo, double hi) const {
-    if (!v.is_number()) fail(where, "must be a number");
-    const double x = v.get<double>();
-    if (!(x >= lo && x <= hi)) fail(where, "is " + v.dump() + "; accepted: " + json(lo).dump() + ".." + json(hi).dump());
-    return x;
-  }
-  double time(const json& v, const std::string& where) const {
-    if (v.is_null()) return NAN;
-    if (!v.is_number() || !(v.get<double>() > 0)) fail(where, "must be a time > 0 in microseconds, or null for a failed run");
-    return v.get<double>();
-  }
-  std::string text(const json& v, const std::string& where) const {
-    if (!v.is_string()) fail(where, "must be a string");
-    return v.get<std::string>();
-  }
-  Dataflow flow(const json& v, const std::string& where) const {
-    const std::string f = text(v, where);
-    if (f == "mma") return Dataflow::mma;
-    if (f == "gemv") return Dataflow::gemv;
-    fail(where, "is '" + f + "'; accepted: mma, gemv");
-  }
-  Tiling tiling(const json& v, const std::string& where) const {
-    const std::string t = text(v, where);
-    try {
-      return parse_tiling(t);
-    } catch (const Error& e) {
-      fail(where, std::string("is not a tiling: ") + e.what());
-    }
-  }
-  // The header every decision carries: format, version and the family key.
-  std::string header(const json& j, const char* format) const {
-    if (!j.is_object()) fail("", "must be an object");
-    if (text(member(j, "", "format"), "format") != format) fail("format", std::string("must be \"") + format + "\"");
-    const long long version = integer(member(j, "", "version"), "version", 0, 1LL << 30);
-    if (version != kFormatVersion)
-      fail("version", "is " + std::to_string(version) + "; accepted: " + std::to_string(kFormatVersion));
-    const std::string family = text(member(j, "", "family"), "family");
-    std::string canonical;
-    try {
-      canonical = decode_family_key(parse_spec(family));
-    } catch (const Error& e) {
-      fail("family", std::string("is not a decode spec: ") + e.what());
-    }
-    if (canonical != family)
-      fail("family", "'" + family + "' must be the canonical decode spec text without flow= and splitk= ('" + canonical + "')");
-    return family;
-  }
-
- private:
-  std::string what_;
-};
-
-template <class T>
-T parse_text(std::string_view text, const char* what) {
-  json j;
-  if (cache::json_too_deep(text)) throw_bad_input(cache::json_too_deep_message(std::string(what) + " JSON"));
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {   // parse_error, and out_of_range for a number such as 1e400
-    throw_bad_input(std::string(what) + " JSON: not valid JSON (" + e.what() + ")");
-  }
-  return j.get<T>();
-}
+constexpr const char* kDecodeKeyRule = "decode spec text without flow= and splitk=";
 
 }  // namespace
 
@@ -143,7 +40,7 @@ void to_json(json& j, const InflectionTable& t) {
 void from_json(const json& j, InflectionTable& out) {
   const Reader r(kDecodeDataflowKind);
   InflectionTable t;
-  t.family = r.header(j, kDataflowFormat);
+  t.family = r.header(j, kDataflowFormat, decode_family_key, "decode", kDecodeKeyRule);
   t.batch = static_cast<int>(r.integer(r.member(j, "", "batch"), "batch", 1, 1 << 30));
   t.heads_kv = static_cast<int>(r.integer(r.member(j, "", "heads_kv"), "heads_kv", 1, 1 << 20));
 
@@ -156,7 +53,7 @@ void from_json(const json& j, InflectionTable& out) {
     if (p.name.empty()) r.fail(Reader::at(where, "name"), "must not be empty");
     for (const DecodePath& q : t.paths)
       if (q.name == p.name) r.fail(Reader::at(where, "name"), "'" + p.name + "' names two paths; accepted: unique names");
-    p.flow = r.flow(r.member(paths[k], where, "flow"), Reader::at(where, "flow"));
+    p.flow = r.flow(r.member(paths[k], where, "flow"), Reader::at(where, "flow"), {Dataflow::mma, Dataflow::gemv});
     const json& tilings = r.array(r.member(paths[k], where, "tilings"), Reader::at(where, "tilings"));
     if (tilings.empty() || tilings.size() > 8) r.fail(Reader::at(where, "tilings"), "must hold 1..8 tilings");
     for (size_t i = 0; i < tilings.size(); ++i) {
@@ -239,7 +136,7 @@ void to_json(json& j, const SplitTable& t) {
 void from_json(const json& j, SplitTable& out) {
   const Reader r(kDecodeSplitsKind);
   SplitTable t;
-  t.family = r.header(j, kSplitsFormat);
+  t.family = r.header(j, kSplitsFormat, decode_family_key, "decode", kDecodeKeyRule);
   t.q_len = static_cast<int>(r.integer(r.member(j, "", "q_len"), "q_len", 1, kMaxDecodeRows));
   t.tolerance = r.number(r.member(j, "", "tolerance"), "tolerance", 0, 0.999);
   const json& cells = r.array(r.member(j, "", "cells"), "cells");
@@ -253,7 +150,7 @@ void from_json(const json& j, SplitTable& out) {
       if (c.batch_heads < prev.batch_heads || (c.batch_heads == prev.batch_heads && c.kv_len <= prev.kv_len))
         r.fail(where, "must come after the previous cell (ascending bh, then kv; unique)");
     }
-    c.flow = r.flow(r.member(cells[ci], where, "flow"), Reader::at(where, "flow"));
+    c.flow = r.flow(r.member(cells[ci], where, "flow"), Reader::at(where, "flow"), {Dataflow::mma, Dataflow::gemv});
     c.tiling = r.tiling(r.member(cells[ci], where, "tiling"), Reader::at(where, "tiling"));
     const json& splits = r.array(r.member(cells[ci], where, "splits"), Reader::at(where, "splits"));
     for (size_t i = 0; i < splits.size(); ++i) {

@@ -10,6 +10,7 @@
 #include "cache/safe_file.hpp"
 #include "cache/json_depth.hpp"
 #include "qattn/error.hpp"
+#include "qattn/linear_inflection.hpp"
 #include "qattn/pretune.hpp"
 #include "generator/search_space.hpp"
 #include "qattn/tuner.hpp"
@@ -75,6 +76,8 @@ Spec parse_grid_spec(const json& v, const std::string& path, const Where& where)
                          to_string(spec.arch));
   if (spec.phase == Phase::decode && (spec.flow != Dataflow::automatic || spec.split_k != 0))
     where.fail(path, "a decode entry's flow= and splitk= are what its sweep chooses; leave them out");
+  if (spec.phase == Phase::linear && spec.flow != Dataflow::automatic)
+    where.fail(path, "a linear entry's flow= is what its sweep chooses; leave it out");
   if (const Verdict ok = validate(spec); !ok) where.fail(path, ok.reason);
   return spec;
 }
@@ -151,13 +154,24 @@ GridEntry parse_entry(const json& v, const std::string& path, const Where& where
   entry.kind = entry.specs.front().phase;
   if (v.contains("kind")) {
     const json& k = v["kind"];
-    if (k != "prefill" && k != "decode") where.fail(path + ".kind", "expected \"prefill\" or \"decode\", got " + shown(k));
-    entry.kind = k == "decode" ? Phase::decode : Phase::prefill;
+    if (k != "prefill" && k != "decode" && k != "linear")
+      where.fail(path + ".kind", "expected \"prefill\", \"decode\" or \"linear\", got " + shown(k));
+    entry.kind = k == "decode" ? Phase::decode : k == "linear" ? Phase::linear : Phase::prefill;
   }
   for (size_t i = 0; i < entry.specs.size(); ++i)
     if (entry.specs[i].phase != entry.kind)
       where.fail(spec_texts[i].second, std::string("is a ") + to_string(entry.specs[i].phase) + " spec in a " +
                                            to_string(entry.kind) + " entry; one kind per entry");
+  if (entry.kind == Phase::linear) {   // one sweep per layer over token counts
+    if (v.contains("problems")) {
+      const json& p = v["problems"];
+      if (!p.is_object()) where.fail(path + ".problems", "expected {\"m\": [...]} for a linear entry, got " + shown(p));
+      reject_unknown_keys(p, {"m"}, path + ".problems", where);
+      if (p.contains("m")) entry.rows = int_list(p["m"], path + ".problems.m", 1, kMaxLinearTunedRows, where);
+    }
+    entry.problems.assign(entry.specs.size(), std::vector<Problem>{});
+    return entry;
+  }
   if (!v.contains("problems")) where.fail(path + ".problems", "missing; give at least {\"q_len\": [...]}");
   const ProblemLists lists = parse_problem_lists(v["problems"], path + ".problems", entry.kind, where);
   for (const Spec& s : entry.specs) entry.problems.push_back(problems_for(s, lists, path + ".problems", where));
@@ -231,18 +245,27 @@ std::string default_pretune_grid_json() {
     for (const char* softmax : {"exact", "sas", "unified_max"}) decode.push_back(family(f[0], f[1], 128, 4, softmax));
   for (int i : {1, 2, 3}) decode.push_back(family(kv_formats[i][0], kv_formats[i][1], 128, 1, "exact"));
   for (int d : {64, 256}) decode.push_back(family("int4:per_token", "bf16", d, 4, "exact"));
+  // Linear layers: the Llama-3-8B shapes (QKV 4096 -> 6144, O 4096 -> 4096, gate / up 4096 -> 14336,
+  // down 14336 -> 4096) with bf16, int8 and int4 weights, each swept over m = 1 .. 8192 (a few seconds each).
+  json linear = json::array();
+  for (const char* w : {"bf16", "int8:per_channel", "int4:per_group"})
+    for (const auto& nk : {std::pair<int, int>{6144, 4096}, {4096, 4096}, {14336, 4096}, {4096, 14336}})
+      linear.push_back("linear a=bf16 w=" + std::string(w) + " out=bf16 n=" + std::to_string(nk.first) +
+                       " k=" + std::to_string(nk.second));
   // Prefill: 32 query heads (one sequence of a 7-8B model's layer), every power of two from 1k to 16k
   // tokens. Most of the time goes to timing the ~28 int8 candidates at 8k and 16k (docs/design/tuning.md).
   const json grid = {
       {"version", 1},
-      {"description", "qattn's built-in pretune grid: the shipped prefill formats and the row-cache decode families"},
+      {"description", "qattn's built-in pretune grid: the shipped prefill formats, the row-cache decode families and "
+                      "the Llama-3-8B linear layers"},
       {"entries",
        {{{"kind", "prefill"},
          {"specs", prefill},
          {"problems", {{"batch", {1}}, {"heads_q", {32}}, {"q_len", {1024, 2048, 4096, 8192, 16384}}, {"kv_len", "same"}}}},
         {{"kind", "decode"},
          {"specs", decode},
-         {"problems", {{"batch", {1, 8, 64}}, {"heads_q", {32}}, {"q_len", {1}}, {"kv_len", {1024, 4096, 16384, 65536}}}}}}}};
+         {"problems", {{"batch", {1, 8, 64}}, {"heads_q", {32}}, {"q_len", {1}}, {"kv_len", {1024, 4096, 16384, 65536}}}}},
+        {{"kind", "linear"}, {"specs", linear}}}}};
   return grid.dump(2);
 }
 
@@ -252,7 +275,20 @@ std::vector<PretuneItem> expand_grid(const PretuneGrid& grid) {
   std::vector<PretuneItem> items;
   std::map<std::string, size_t> by_key;
   for (const GridEntry& e : grid.entries)
-    for (size_t i = 0; i < e.specs.size(); ++i)
+    for (size_t i = 0; i < e.specs.size(); ++i) {
+      if (e.kind == Phase::linear) {   // one sweep per spec; a spec listed again adds its rows
+        PretuneItem item;
+        item.kind = Phase::linear;
+        item.spec = e.specs[i];
+        item.bucket = "sweep";
+        const auto [at, fresh] = by_key.emplace(item.key(), items.size());
+        PretuneItem& target = fresh ? item : items[at->second];
+        for (int m : e.rows)
+          if (std::find(target.rows.begin(), target.rows.end(), m) == target.rows.end()) target.rows.push_back(m);
+        std::sort(target.rows.begin(), target.rows.end());
+        if (fresh) items.push_back(std::move(item));
+        continue;
+      }
       for (const Problem& p : e.problems[i]) {
         PretuneItem item;
         item.kind = e.kind;
@@ -276,14 +312,15 @@ std::vector<PretuneItem> expand_grid(const PretuneGrid& grid) {
         }
         items.push_back(std::move(item));
       }
+    }
   return items;
 }
 
 std::vector<PretuneItem> order_for_tuning(std::vector<PretuneItem> items) {
   auto work = [](const Problem& p) { return 1.0 * p.batch * p.heads_q * p.q_len * p.kv_len; };
   std::stable_sort(items.begin(), items.end(), [&](const PretuneItem& a, const PretuneItem& b) {
-    if (a.kind != b.kind) return a.kind == Phase::prefill;
-    if (a.kind == Phase::decode) return false;   // decode: grid order
+    if (a.kind != b.kind) return static_cast<int>(a.kind) < static_cast<int>(b.kind);   // prefill, decode, linear
+    if (a.kind != Phase::prefill) return false;   // decode and linear: grid order
     if (work(a.problem) != work(b.problem)) return work(a.problem) > work(b.problem);
     const std::string pa = to_string(a.problem), pb = to_string(b.problem);
     if (pa != pb) return pa < pb;

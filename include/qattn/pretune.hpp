@@ -15,16 +15,19 @@
 //       "problems": {"batch": [1], "heads_q": [32], "heads_kv": [8],
 //                    "q_len": [1024, 4096, 16384], "kv_len": "same"}},
 //      {"kind": "decode", "specs": ["decode qk=int4:per_token pv=int4:per_token out=bf16 d=128 gqa=4"],
-//       "problems": {"batch": [1, 16], "heads_q": [32], "q_len": [1], "kv_len": [4096, 65536]}}]}
+//       "problems": {"batch": [1, 16], "heads_q": [32], "q_len": [1], "kv_len": [4096, 65536]}},
+//      {"kind": "linear", "specs": ["linear a=fp16 w=int4:per_group out=fp16 n=14336 k=4096"],
+//       "problems": {"m": [1, 2, 4, 8, 16, 64, 256, 1024, 8192]}}]}
 //   spec | specs  one spec text or a list; no arch= (each device tunes for its own arch)
-//   kind          prefill | decode (optional; must match the specs' phase)
+//   kind          prefill | decode | linear (optional; must match the specs' phase)
 //   problems      batch (default 1), heads_q (default 32), heads_kv (default heads_q / gqa of each spec),
 //                 q_len (required), kv_len ("same" = q_len, the default; a decode entry needs a list);
-//                 every combination of the lists is a problem
+//                 every combination of the lists is a problem. A linear entry takes only m (the token
+//                 counts of its sweep, 1..8192; problems may be left out: LinearSweepOptions' default)
 //   description   free text, ignored (JSON has no comments)
 // A prefill (spec, problem) becomes the item (spec, problem_bucket(problem)) timed on the bucket's
-// representative problem; problems falling into one bucket are one item. A decode spec becomes one item
-// per spec ("<spec>|sweep"): its decisions are swept over all of the entry's problems at once.
+// representative problem; problems falling into one bucket are one item. A decode or linear spec becomes
+// one item per spec ("<spec>|sweep"): its decisions are swept over all of the entry's problems at once.
 #pragma once
 #include <atomic>
 #include <cstdio>
@@ -46,6 +49,7 @@ struct GridEntry {
   Phase kind = Phase::prefill;
   std::vector<Spec> specs;                      // arch unset
   std::vector<std::vector<Problem>> problems;   // problems[i]: every problem of specs[i], validated
+  std::vector<int> rows;                        // linear: the m of the sweep (empty: its default)
 };
 
 struct PretuneGrid {
@@ -72,6 +76,7 @@ struct PretuneItem {
   std::string bucket;           // prefill: problem_bucket(problem); decode: "sweep"
   Problem problem;              // prefill: the bucket's representative (what is timed); decode: the first
   std::vector<Problem> sweep;   // decode: every problem of the spec's entries (one per bucket)
+  std::vector<int> rows;        // linear: the m of the sweep (empty: LinearSweepOptions' default)
   std::string key() const;      // to_string(spec) + "|" + bucket: stable across runs
 };
 

@@ -394,6 +394,36 @@ QATTN_API qattn_status qattn_flashq_append_args_init(qattn_flashq_append_args* a
 QATTN_API qattn_status qattn_flashq_prefill(qattn_runtime* runtime, const qattn_flashq_prefill_args* args, void* stream);
 QATTN_API qattn_status qattn_flashq_append(qattn_runtime* runtime, const qattn_flashq_append_args* args, void* stream);
 
+/* ---- Linear layers (the C++ side: include/qattn/linear.hpp) ----
+ * qattn_linear: C[m, n] = A[m, k] . W[n, k]^T (+ bias[n]) for a spec `linear a=<fp16|bf16> w=<fmt>
+ * out=<fp16|bf16> n=<N> k=<K> [bias] [flow=auto|gemv|flat|gemm]`, w one of fp16, bf16, int8:per_channel,
+ * int4:per_group (byte layouts: qattn::LinearParams in templates/qattn/abi.h). Device pointers 16-byte
+ * aligned; strides in elements (ldw: bytes for int8 and int4), 0: packed rows. */
+typedef struct qattn_linear_args {
+  size_t struct_size;       /* qattn_linear_args_init */
+  const char* spec;         /* host: a linear spec */
+  int m;                    /* tokens, >= 1 */
+  int splits;               /* split-K count; 0: chosen */
+  const void* a;            /* [m, k] of a='s type */
+  int64_t lda;
+  const void* w;            /* the weights in w='s format */
+  int64_t ldw;
+  const float* w_scale;     /* int8: [n]; int4: [n, k / 128] */
+  const float* w_zero;      /* int4: [n, k / 128] zero points in code units */
+  const void* bias;         /* spec `bias`: [n] of out's type */
+  void* c;                  /* [m, n] of out's type */
+  int64_t ldc;
+  const char* tiling;       /* host; NULL: chosen, else e.g. "bm8_bn128_w4_s4" */
+} qattn_linear_args;
+
+QATTN_API qattn_status qattn_linear_args_init(qattn_linear_args* args, size_t struct_size);
+/* One kernel on `stream`: the dataflow for m (flow=auto), its tiling and split-K. */
+QATTN_API qattn_status qattn_linear(qattn_runtime* runtime, const qattn_linear_args* args, void* stream);
+/* What qattn_linear runs for `args` (loads and launches nothing; device pointers may be stand-ins of the
+ * right alignment): kernel name, dataflow ("gemv", "flat" or "gemm") and split count; any output may be NULL. */
+QATTN_API qattn_status qattn_linear_route(qattn_runtime* runtime, const qattn_linear_args* args, char* name_out,
+                                          size_t name_len, char* flow_out, size_t flow_len, int* splits_out);
+
 /* ---- Decode tuning and unified-max calibration ---- */
 /* qattn_tune_decode's sweeps (host arrays; NULL or count 0: the default list). */
 typedef struct qattn_tune_decode_options {

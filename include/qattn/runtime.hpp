@@ -14,6 +14,8 @@
 #include "qattn/export.h"
 #include "qattn/flashq.hpp"
 #include "qattn/inflection.hpp"
+#include "qattn/linear.hpp"
+#include "qattn/linear_inflection.hpp"
 #include "qattn/problem.hpp"
 #include "qattn/spec.hpp"
 #include "qattn/tiling.hpp"
@@ -238,6 +240,18 @@ class Runtime {
   // decode.hpp), and one run of it on `stream` with append_kv()'s bytes.
   std::unique_ptr<AppendPlan> plan_append(const AppendKvCall& call);
   void run(const AppendPlan& plan, const AppendRun& run, void* stream);
+  // A linear layer on `stream` (include/qattn/linear.hpp): one kernel, chosen by call.m (flow=auto), with
+  // split-K partials in a per-stream workspace owned by the runtime. Validates the call (bad_input with
+  // the reason, before any GPU work). CUDA graphs: as decode(), once the same call (spec, m, route) ran
+  // eagerly on the stream.
+  void linear(const LinearCall& call, void* stream);
+  // What linear() launches for `call`: flow, tiling, split-K and kernel name. Launches and loads nothing.
+  LinearRoute linear_route(const LinearCall& call);
+  // Times the three dataflows of the spec's layer over m = 1 .. 8192 on this GPU (options.rows), finds M1
+  // and M2 (include/qattn/linear_inflection.hpp), stores the table in the cache (kind linear_dataflow)
+  // and uses it at once for flow=auto calls of the family. Minutes per layer shape.
+  LinearTable tune_linear(const Spec& spec, const LinearSweepOptions& options = {});
+  bool linear_tuned(const Spec& spec);   // a table of the spec's family is stored for this device
   // The split count decode() uses for `call` (call.splits, else spec.split_k, else the tuned split
   // table, else the heuristic).
   int decode_splits(const DecodeCall& call);

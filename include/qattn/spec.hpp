@@ -1,7 +1,9 @@
-// qattn::Spec — the one value type describing a requested attention kernel, with one canonical text form.
+// qattn::Spec — the one value type describing a requested kernel (attention or a linear layer), with one
+// canonical text form.
 //
-// Grammar (tokens separated by spaces, any order when parsing; printed in this order, defaults omitted):
-//   <phase>                 prefill | decode                                     (required)
+// Grammar (tokens separated by spaces, any order when parsing; printed in this order, defaults omitted).
+// Attention (prefill, decode):
+//   <phase>                 prefill | decode | linear                            (required)
 //   qk=<fmt>[:<gran>]       Q/K element format and scale granularity            (required)
 //   pv=<fmt>[:<gran>]       P/V element format and V scale granularity          (required)
 //   out=<fp16|bf16>         output element type                                  (required)
@@ -17,9 +19,20 @@
 //   varlen                  prefill over packed sequences of different lengths (cu_seqlens) (default: equal lengths)
 //   flow=<auto|mma|gemv>    decode dataflow: tuned per call, tensor cores, or CUDA cores (default auto)
 //   arch=<sm_XX>            sm_80 | sm_86 | sm_89 | sm_90 | sm_90a               (default: the device's)
+// Linear layer (linear), C[M, N] = A[M, K] . W[N, K]^T (+ bias), M (tokens) given per call:
+//   linear                  the phase                                            (required)
+//   a=<fp16|bf16>           A's element type (activations)                       (required)
+//   w=<fmt>[:<gran>]        weights: fp16 | bf16 | int8:per_channel | int4:per_group (groups of 128 k) (required)
+//   out=<fp16|bf16>         C's element type                                     (required)
+//   n=<n>  k=<n>            output and input features of the layer               (required)
+//   bias                    C += bias[N]                                         (default: no bias)
+//   flow=<auto|gemv|flat|gemm>  CUDA-core GEMV, flat GEMM, tiled GEMM, or chosen by M per call (default auto)
+//   arch=<sm_XX>            as above
+// A field of the other family is refused ("linear specs take no d=").
 //   fmt  = fp16 | bf16 | int8 | int4 | fp8e4m3 | flashq
 //   gran = per_tensor | per_block | per_warp | per_thread | per_token | per_channel | per_group | per_head
-// Example: "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k arch=sm_90a"
+// Examples: "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k arch=sm_90a",
+//           "linear a=fp16 w=int4:per_group out=fp16 n=14336 k=4096 arch=sm_90a"
 // parse(to_string(s)) == s for every spec, and to_string(parse(t)) == t for every canonical text t.
 // The fields are listed once, in generator/spec_schema.cpp: that table drives operator==, the runtime's
 // map key, this text form and the kernel-name tokens (include/qattn/kernel_name.hpp).
@@ -33,7 +46,10 @@
 QATTN_PUBLIC_BEGIN
 namespace qattn {
 
-enum class Phase : int { prefill = 0, decode = 1 };
+enum class Phase : int { prefill = 0, decode = 1, linear = 2 };
+
+// The largest n= and k= of a linear spec.
+constexpr int kMaxLinearFeatures = 1 << 20;
 
 // A concrete target architecture; `unset` means "the device's own", filled in by the runtime.
 enum class Arch : int { unset = 0, sm_80 = 80, sm_86 = 86, sm_89 = 89, sm_90 = 90, sm_90a = 91 };
@@ -68,8 +84,15 @@ struct Spec {
   bool varlen = false;        // prefill: a batch of packed sequences of their own lengths (AttentionCall::cu_seqlens_q)
   Dataflow flow = Dataflow::automatic;   // decode: chosen per call (tuned), tensor cores or CUDA cores
   Arch arch = Arch::unset;
+  // Linear layers only (the attention fields above keep their defaults there, and these theirs in attention).
+  Fmt act = Fmt::fp16;        // a=: A's element type
+  Operand weight;             // w=: W's format
+  int n = 0;                  // output features (rows of W)
+  int k = 0;                  // input features (columns of A and W)
+  bool bias = false;
 
   bool quantized() const { return qk.fmt != Fmt::fp16 && qk.fmt != Fmt::bf16; }
+  bool is_attention() const { return phase != Phase::linear; }
   bool operator==(const Spec& o) const;
   bool operator!=(const Spec& o) const { return !(*this == o); }
 };

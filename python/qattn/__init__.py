@@ -13,6 +13,7 @@ use, and PyTorch only by the calls that take tensors: importing needs neither.
 from ._library import candidate_paths, load as load_library
 from .decode import KvCache, kv_cache_bytes, kv_row_bytes
 from .errors import BadInput, NoGpu, QattnError
+from .linear import pack_weight as pack_linear_weight, unpack_weight as unpack_linear_weight
 from .runtime import Prepared, Runtime, version
 from .tuning import calibrate_unified_max
 from ._version import package_version as _package_version
@@ -20,4 +21,5 @@ from ._version import package_version as _package_version
 __version__ = _package_version() or "unknown"
 
 __all__ = ["Runtime", "Prepared", "QattnError", "BadInput", "NoGpu", "version", "load_library",
-           "candidate_paths", "KvCache", "kv_row_bytes", "kv_cache_bytes", "calibrate_unified_max", "__version__"]
+           "candidate_paths", "KvCache", "kv_row_bytes", "kv_cache_bytes", "calibrate_unified_max", "pack_linear_weight",
+           "unpack_linear_weight", "__version__"]

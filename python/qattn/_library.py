@@ -55,6 +55,14 @@ class AppendArgs(ctypes.Structure):
                 ("init_k_mean", ctypes.c_int), ("reserved1", ctypes.c_int)]
 
 
+class LinearArgs(ctypes.Structure):
+    """qattn_linear_args."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("spec", ctypes.c_char_p), ("m", ctypes.c_int), ("splits", ctypes.c_int),
+                ("a", ctypes.c_void_p), ("lda", ctypes.c_int64), ("w", ctypes.c_void_p), ("ldw", ctypes.c_int64),
+                ("w_scale", ctypes.c_void_p), ("w_zero", ctypes.c_void_p), ("bias", ctypes.c_void_p),
+                ("c", ctypes.c_void_p), ("ldc", ctypes.c_int64), ("tiling", ctypes.c_char_p)]
+
+
 class UnifiedMax(ctypes.Structure):
     """qattn_unified_max."""
     _fields_ = [("phi", ctypes.c_float), ("lo", ctypes.c_float), ("hi", ctypes.c_float), ("enabled", ctypes.c_int)]
@@ -182,6 +190,10 @@ PROTOTYPES = {
     "qattn_cache_prefill_args_init": (_STATUS, [ctypes.POINTER(CachePrefillArgs), ctypes.c_size_t]),
     "qattn_cache_prefill": (_STATUS, [_RT, ctypes.POINTER(CachePrefillArgs), ctypes.c_void_p]),
     "qattn_decode": (_STATUS, [_RT, ctypes.POINTER(DecodeArgs), ctypes.c_void_p]),
+    "qattn_linear_args_init": (_STATUS, [ctypes.POINTER(LinearArgs), ctypes.c_size_t]),
+    "qattn_linear": (_STATUS, [_RT, ctypes.POINTER(LinearArgs), ctypes.c_void_p]),
+    "qattn_linear_route": (_STATUS, [_RT, ctypes.POINTER(LinearArgs), ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                     ctypes.c_size_t, ctypes.POINTER(ctypes.c_int)]),
     "qattn_decode_plan_create": (_STATUS, [_RT, ctypes.POINTER(DecodeArgs), ctypes.c_uint, ctypes.POINTER(_PLAN)]),
     "qattn_decode_plan_workspace_bytes": (_STATUS, [_PLAN, ctypes.POINTER(ctypes.c_int64)]),
     "qattn_decode_plan_kernel_name": (ctypes.c_char_p, [_PLAN]),

@@ -9,6 +9,7 @@ import weakref
 
 from . import _library
 from . import decode as _decode
+from . import linear as _linear
 from . import tuning as _tuning
 from . import varlen as _varlen
 from . import layout as checks   # not `layout`: that is the name of the methods' layout argument
@@ -240,6 +241,17 @@ class Runtime:
         device, a synchronizing copy that a CUDA-graph capture cannot hold."""
         return _decode.decode(self, spec, q, cache, kv_lens, out, lse, softmax_scale, splits, unified_max,
                               tiling, max_kv_len)
+
+    # -- linear layers (python/qattn/linear.py) ----------------------------------------------------
+    def linear(self, spec, a, w, c, **kw):
+        """C = A . W^T (+ bias) for a linear spec into c ([m, n] CUDA tensor, rows contiguous); a: [m, k];
+        w: the weights in w='s format; keywords w_scale, w_zero (int8 / int4), bias, splits, tiling, m,
+        lda, ldw, ldc. Returns c."""
+        return _linear.linear(self, spec, a, w, c, **kw)
+
+    def linear_route(self, spec, a, w, c, **kw):
+        """(kernel name, dataflow, split count) that linear() runs for the same arguments."""
+        return _linear.linear_route(self, spec, a, w, c, **kw)
 
     def tune_decode(self, spec, **sweep):
         """Decode's dataflow and split sweeps on the device (minutes with the defaults; keyword arguments

@@ -76,7 +76,7 @@ gen::Source rebuild(const std::string& name, Arch arch) {
       if (k.spec.arch != arch)
         throw std::invalid_argument(std::string("the name is for ") + to_string(k.spec.arch) + ", the row for " +
                                     to_string(arch));
-      return gen::render_attention(k.spec, k.tiling);
+      return gen::render_kernel(k.spec, k.tiling);
     case KernelFamily::quant:
       return rebuild_quant(h, arch);
     case KernelFamily::lse_correction:

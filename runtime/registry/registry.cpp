@@ -216,7 +216,7 @@ std::shared_ptr<rt::LoadedKernel> Runtime::Impl::load(const Spec& spec, const Ti
   // How the kernel runs when the spec's text does not say it (qk=int4 as int8 compute on sm_90, ...):
   // printed once per process under QATTN_LOG=1, like the cache's warnings.
   if (const std::string note = dispatch_note(spec, tiling); !note.empty()) cache::log_once("qattn: " + name + ": " + note);
-  rt::Binary bin = binaries->get({gen::render_attention(spec, tiling)}).front();
+  rt::Binary bin = binaries->get({gen::render_kernel(spec, tiling)}).front();
   if (!bin.error.empty()) throw Error(ErrorKind::failure, bin.error);
   counters.compiles = binaries->compiles();
   counters.binary_db_hits = binaries->cache_hits();
@@ -277,7 +277,7 @@ void Runtime::Impl::cache_launch_form(const Spec& spec, const Tiling& winner) {
   if (!store || options.read_only) return;   // no file to keep it in: attention() compiles it when it runs
   const Tiling launched = launch_form(spec, winner);
   if (launched == winner) return;
-  const rt::Binary bin = binaries->get({gen::render_attention(spec, launched)}).front();
+  const rt::Binary bin = binaries->get({gen::render_kernel(spec, launched)}).front();
   if (!bin.error.empty()) cache::log_once("qattn: " + bin.error);
   counters.compiles = binaries->compiles();
   counters.binary_db_hits = binaries->cache_hits();
@@ -307,7 +307,7 @@ Spec Runtime::resolve(const Spec& spec) { return impl_->resolve(spec); }
 
 CompiledKernel Runtime::compile(const Spec& spec, const Tiling& tiling, bool want_ptx) {
   require(validate(spec, tiling, default_limits(spec.arch)));
-  const gen::Source src = gen::render_attention(spec, tiling);
+  const gen::Source src = gen::render_kernel(spec, tiling);
   rt::Binary bin = impl_->binaries->get({src}, want_ptx).front();
   {
     std::lock_guard<std::recursive_mutex> lock(impl_->mutex);

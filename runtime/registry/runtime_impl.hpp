@@ -13,6 +13,7 @@
 #include "cache/layered_store.hpp"
 #include "generator/spec_schema.hpp"
 #include "qattn/inflection.hpp"
+#include "qattn/linear_inflection.hpp"
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
 #include "qattn/validate.hpp"
@@ -212,6 +213,15 @@ struct Runtime::Impl {
   // a growth is refused, naming `what`).
   rt::DeviceBuffer& stream_workspace(rt::DeviceBuffer& ws, size_t bytes, void* stream, const char* what = "attention()");
   std::map<void*, rt::DeviceBuffer> decode_workspaces;   // decode()'s split partials per stream
+  // Linear layers (runtime/calls/linear_call.cpp): refuses a malformed call before any GPU work (bad_input);
+  // the route of a call (flow for m, tiling, split-K); per stream, the split-K tile counters and partials.
+  static void check_linear_call(const LinearCall& call);
+  LinearRoute route_linear(const LinearCall& call);
+  std::map<void*, rt::DeviceBuffer> linear_workspaces;
+  // flow=auto linear calls' tuned dispatch (runtime/tuning/linear_tuning.cpp): the family's stored table,
+  // read from the cache once per family (null: none stored, the default rule serves it).
+  std::shared_ptr<const LinearDispatch> linear_dispatch(const Spec& resolved);
+  std::map<SpecFields, std::shared_ptr<const LinearDispatch>> linear_dispatches;
   // Prefill over a KV cache (AttentionCall::kv_cache): the cache rows read back into a packed K and V and
   // their offsets, in the stream's gather workspace; returns the dense variable-length call over them.
   // gather_mutex is held from the gather until that call is queued, so no other call on the stream

@@ -42,7 +42,7 @@ DecodeTuning Runtime::tune_decode(const Spec& spec_in, const SweepOptions& optio
   for (const DecodePath& path : options.paths) {
     Spec with_flow = spec;
     with_flow.flow = path.flow;
-    for (const Tiling& tiling : path.tilings) sources.push_back(gen::render_attention(with_flow, tiling));
+    for (const Tiling& tiling : path.tilings) sources.push_back(gen::render_kernel(with_flow, tiling));
   }
   for (const rt::Binary& b : impl_->binaries->get(sources))
     if (!b.error.empty()) throw Error(ErrorKind::failure, "tune_decode: " + b.kernel_name + " does not compile: " + b.error);

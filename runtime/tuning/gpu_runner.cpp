@@ -152,13 +152,13 @@ std::vector<std::string> GpuCandidateRunner::compile(const Spec& spec, const std
   // launches it (its fused-Q / TMA twin): the one verified and timed below.
   std::vector<gen::Source> sources;
   std::vector<size_t> launched_at(tilings.size());
-  for (const Tiling& t : tilings) sources.push_back(gen::render_attention(spec, t));
+  for (const Tiling& t : tilings) sources.push_back(gen::render_kernel(spec, t));
   for (size_t i = 0; i < tilings.size(); ++i) {
     const Tiling form = rt_.launch_form(spec, tilings[i]);
     launched_at[i] = i;
     if (form != tilings[i]) {
       launched_at[i] = sources.size();
-      sources.push_back(gen::render_attention(spec, form));
+      sources.push_back(gen::render_kernel(spec, form));
     }
   }
   const std::vector<Binary> bins = rt_.binaries->get(sources);

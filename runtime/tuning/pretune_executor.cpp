@@ -49,6 +49,14 @@ ItemResult tune_decode_item(Runtime& runtime, const PretuneItem& item) {
   return {true, "crossings " + crossings + "; " + std::to_string(t.splits.cells.size()) + " split cells"};
 }
 
+// The built-in linear handler: Runtime::tune_linear over the item's token counts (the table stored).
+ItemResult tune_linear_item(Runtime& runtime, const PretuneItem& item) {
+  LinearSweepOptions o;
+  if (!item.rows.empty()) o.rows = item.rows;
+  const LinearTable t = runtime.tune_linear(item.spec, o);
+  return {true, "M1 " + std::to_string(t.m1()) + ", M2 " + std::to_string(t.m2())};
+}
+
 RuntimeOptions runtime_options_for(const GpuPretuneOptions& o) {
   RuntimeOptions r;
   r.cache_path = o.cache_path;
@@ -83,6 +91,7 @@ std::string GpuPretuneWorker::device_class() { return class_; }
 bool GpuPretuneWorker::done(const PretuneItem& item) {
   if (item.kind == Phase::decode)
     return options_.decode_done ? options_.decode_done(runtime_, item) : runtime_.decode_tuned(item.spec);
+  if (item.kind == Phase::linear) return runtime_.linear_tuned(item.spec);
   Runtime::Impl& rt = RuntimeAccess::impl(runtime_);
   const Spec spec = rt.resolve(item.spec);
   // The same lookup Runtime::kernel() makes: a usable stored winner there means no tuning at run time.
@@ -94,6 +103,7 @@ ItemResult GpuPretuneWorker::run(const PretuneItem& item) {
   if (item.kind == Phase::decode) {
     return options_.decode_handler ? options_.decode_handler(runtime_, item) : tune_decode_item(runtime_, item);
   }
+  if (item.kind == Phase::linear) return tune_linear_item(runtime_, item);
   return tune_prefill(item);
 }
 
@@ -101,7 +111,7 @@ void GpuPretuneWorker::compile_candidates(const Spec& spec, const std::vector<Ti
   const std::string text = to_string(spec);
   if (std::find(compiled_specs_.begin(), compiled_specs_.end(), text) != compiled_specs_.end()) return;
   std::vector<gen::Source> sources;
-  for (const Tiling& t : candidates) sources.push_back(gen::render_attention(spec, t));
+  for (const Tiling& t : candidates) sources.push_back(gen::render_kernel(spec, t));
   // The binary provider compiles a batch on as many threads as it has sources: batches of compile_jobs
   // keep several devices' workers from oversubscribing the CPU. A failed compile is not an error here:
   // the tuner meets it again (from its own compile) and records it as that candidate's outcome.

@@ -28,7 +28,10 @@ enum class Gran : int { none = 0, per_tensor = 1, per_block = 2, per_warp = 3, p
 // `automatic` (the spec's default) lets Runtime::decode choose per call from the tuned inflection table
 // (include/qattn/inflection.hpp), mma where there is none; a kernel is always one of the other two, and
 // an automatic spec compiles as mma (its kernel name carries no flow token, like mma's).
-enum class Dataflow : int { mma = 0, gemv = 1, automatic = 2 };
+// Linear layers (phase linear, FlashDecoding++'s ImplA/B/C) take the other three: `gemv` (CUDA cores),
+// `flat` (a flat GEMM on mma.sync tensor cores, tokens padded to 8 on the mma's narrow side) and `gemm`
+// (a tiled GEMM for many tokens), `automatic` choosing by M from the tuned inflection points.
+enum class Dataflow : int { mma = 0, gemv = 1, automatic = 2, flat = 3, gemm = 4 };
 
 enum class SoftmaxMode : int { exact = 0, unified_max = 1, sas = 2 };
 
@@ -242,6 +245,35 @@ struct KvSmoothParams {
   float softmax_scale;
   int batch, heads, heads_kv, rows;
 };
+
+// Parameters of a linear kernel (qattn/linear/): C[M, N] = A[M, K] . W[N, K]^T (+ bias[N]).
+//  a: [M, K] fp16/bf16, row stride lda elements;  c: [M, N] of the output type, row stride ldc elements;
+//  w: fp16/bf16 [N, K] elements (row stride ldw elements), int8 [N, K] codes (ldw bytes) with
+//     W[n][k] = code * w_scale[n], or int4 [N, K/2] bytes (ldw bytes), two codes per byte, the low nibble
+//     holding the even k, unsigned codes 0..15 with W[n][k] = (code - w_zero[i]) * w_scale[i] for
+//     i = n * (K / kLinearInt4Group) + k / kLinearInt4Group;
+//  bias: [N] of the output type, or null.
+// Split-K (splits > 1): CTA z of the grid (N tiles, M tiles, splits) sums k in [z * k_split, (z + 1) *
+// k_split) into partial[z][M][N] (fp32); the last CTA of an (N, M) tile to finish, counted in
+// tile_counters[y * gridDim.x + x] (zero before the launch), adds the splits in order z = 0, 1, ... (the
+// same bits for any arrival order), adds the bias, writes C and sets its counter back to zero.
+struct LinearParams {
+  const void* a;
+  const void* w;
+  const float* w_scale;
+  const float* w_zero;
+  const void* bias;
+  void* c;
+  float* partial;
+  int* tile_counters;
+  long long lda, ldw, ldc;
+  int m, n, k;
+  int splits, k_split;
+  int pad_;
+};
+
+// Input channels sharing one scale and zero point of an int4 weight (w=int4:per_group).
+constexpr int kLinearInt4Group = 128;
 
 // A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), encoded on the host by the
 // driver's cuTensorMapEncodeTiled and read by the TMA unit from the kernel's parameter space.

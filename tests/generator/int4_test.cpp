@@ -156,11 +156,11 @@ TEST(Int4Prefill, KernelNamesRoundTripAndDifferByForm) {
 // Both set int4_codes (raw, exactly converted S: see prefill_int8/layout.cuh's kRawS).
 TEST(Int4Prefill, RenderPicksTheFormAndSharedMemoryShrinks) {
   const Spec s = int4_spec("per_token", 128, false, Arch::sm_89, " smooth=k");
-  const gen::Source p = gen::render_attention(s, Tiling{64, 64, 4, 2, false, 0, true});
+  const gen::Source p = gen::render_kernel(s, Tiling{64, 64, 4, 2, false, 0, true});
   EXPECT_TRUE(contains(p.text, "  static constexpr bool wgmma = false;\n  static constexpr bool packed_int4 = true;\n"
                                "  static constexpr bool int4_codes = true;\n};"))
       << p.text;
-  const gen::Source c = gen::render_attention(s, Tiling{64, 64, 4, 2});
+  const gen::Source c = gen::render_kernel(s, Tiling{64, 64, 4, 2});
   EXPECT_TRUE(contains(c.text, "  static constexpr bool wgmma = false;\n  static constexpr bool int4_codes = true;\n};"))
       << c.text;
   for (int d : {64, 96, 128, 256}) {

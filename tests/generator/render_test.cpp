@@ -18,7 +18,7 @@ bool embedded(const std::string& path) {
 TEST(Render, TranslationUnitNamesTheKernelAndIncludesOnlyEmbeddedHeaders) {
   for (const Spec& s : gen::default_grid(Arch::sm_90a)) {
     const Tiling t = default_tiling(s, default_limits(s.arch));
-    const gen::Source src = gen::render_attention(s, t);
+    const gen::Source src = gen::render_kernel(s, t);
     EXPECT_EQ(src.arch, Arch::sm_90a);
     EXPECT_NE(src.text.find("extern \"C\" __global__"), std::string::npos);
     const bool decode = s.phase == Phase::decode;
@@ -52,8 +52,8 @@ bool mentions(const gen::Source& x, const std::string& name) {
 // The int8 kernel's configuration selects mma.sync or wgmma; the tiling says which.
 TEST(Render, Int8FormFollowsTheTiling) {
   const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=k arch=sm_90a");
-  const gen::Source wg = gen::render_attention(s, Tiling{64, 128, 4, 2, true});
-  const gen::Source sync = gen::render_attention(s, Tiling{64, 128, 4, 2});
+  const gen::Source wg = gen::render_kernel(s, Tiling{64, 128, 4, 2, true});
+  const gen::Source sync = gen::render_kernel(s, Tiling{64, 128, 4, 2});
   for (const gen::Source* x : {&wg, &sync}) {
     EXPECT_TRUE(sets(*x, "qattn::Gran v_scale = qattn::Gran::per_channel")) << x->text;
     EXPECT_TRUE(sets(*x, "qattn::Fmt out = qattn::Fmt::fp16")) << x->text;
@@ -70,7 +70,7 @@ TEST(Render, Int8FormFollowsTheTiling) {
   EXPECT_GT(kernel_smem_bytes(s, Tiling{64, 128, 4, 2, true}), kernel_smem_bytes(s, Tiling{64, 128, 4, 2}));
   // The launch bounds carry the minimum blocks only when the tiling asks for them.
   EXPECT_NE(wg.text.find("__launch_bounds__(128)"), std::string::npos) << wg.text;
-  const gen::Source mb = gen::render_attention(s, Tiling{64, 128, 4, 3, true, 4});
+  const gen::Source mb = gen::render_kernel(s, Tiling{64, 128, 4, 3, true, 4});
   EXPECT_NE(mb.text.find("__launch_bounds__(128, 4)"), std::string::npos) << mb.text;
 }
 
@@ -78,31 +78,31 @@ TEST(Render, Int8FormFollowsTheTiling) {
 // kernels with fp32 accumulation leave both at DefaultConfig's (the source names neither).
 TEST(Render, PvFormatAndAccumulationAreConfigurationMembers) {
   const Tiling t{64, 64, 4, 2};
-  const gen::Source f16 = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=fp16 out=fp16 d=128 accum=fp16 arch=sm_80"), t);
+  const gen::Source f16 = gen::render_kernel(parse_spec("prefill qk=int8:per_token pv=fp16 out=fp16 d=128 accum=fp16 arch=sm_80"), t);
   EXPECT_TRUE(sets(f16, "qattn::Gran v_scale = qattn::Gran::none")) << f16.text;
   EXPECT_TRUE(sets(f16, "qattn::Fmt pv = qattn::Fmt::fp16")) << f16.text;
   EXPECT_TRUE(sets(f16, "qattn::Accum accum = qattn::Accum::fp16")) << f16.text;
-  const gen::Source f8 = gen::render_attention(
+  const gen::Source f8 = gen::render_kernel(
       parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=bf16 d=64 causal accum=two_level arch=sm_89"), t);
   EXPECT_TRUE(sets(f8, "qattn::Fmt out = qattn::Fmt::bf16") && sets(f8, "bool causal = true")) << f8.text;
   EXPECT_TRUE(sets(f8, "qattn::Fmt pv = qattn::Fmt::fp8e4m3")) << f8.text;
   EXPECT_TRUE(sets(f8, "qattn::Accum accum = qattn::Accum::two_level")) << f8.text;
-  const gen::Source f8a = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_89"), t);
+  const gen::Source f8a = gen::render_kernel(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_89"), t);
   EXPECT_TRUE(sets(f8a, "qattn::Fmt pv = qattn::Fmt::fp8e4m3")) << f8a.text;
   EXPECT_FALSE(mentions(f8a, "accum")) << f8a.text;
-  const gen::Source i8 = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 arch=sm_89"), t);
+  const gen::Source i8 = gen::render_kernel(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 arch=sm_89"), t);
   EXPECT_FALSE(mentions(i8, "pv") || mentions(i8, "accum")) << i8.text;
-  EXPECT_THROW(gen::render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_80"), t), Error);
+  EXPECT_THROW(gen::render_kernel(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 arch=sm_80"), t), Error);
 }
 
 // smooth=q sets q_smooth; other specs render as before, without it.
 TEST(Render, QSmoothingSetsItsConfigurationMember) {
   const Spec s = parse_spec("prefill qk=int8:per_block pv=int8:per_tensor out=fp16 d=128 causal smooth=qk arch=sm_89");
-  const gen::Source q = gen::render_attention(s, Tiling{64, 128, 4, 2});
+  const gen::Source q = gen::render_kernel(s, Tiling{64, 128, 4, 2});
   EXPECT_TRUE(sets(q, "bool q_smooth = true")) << q.text;
   Spec k = s;
   k.smooth = kSmoothK;
-  const gen::Source plain = gen::render_attention(k, Tiling{64, 128, 4, 2});
+  const gen::Source plain = gen::render_kernel(k, Tiling{64, 128, 4, 2});
   EXPECT_FALSE(mentions(plain, "q_smooth")) << plain.text;
   EXPECT_NE(q.kernel_name, plain.kernel_name);
 }
@@ -112,20 +112,20 @@ TEST(Render, QSmoothingSetsItsConfigurationMember) {
 // source is as before.
 TEST(Render, VSmoothingWithInt8PvSetsItsConfigurationMember) {
   const Tiling t{64, 128, 4, 3, true, 4};
-  const gen::Source kv = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), t);
+  const gen::Source kv = gen::render_kernel(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), t);
   EXPECT_TRUE(sets(kv, "bool v_smooth = true")) << kv.text;
   EXPECT_FALSE(mentions(kv, "fused_q") || mentions(kv, "k_block_scale")) << kv.text;
-  const gen::Source k = gen::render_attention(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=k arch=sm_90a"), t);
+  const gen::Source k = gen::render_kernel(parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=k arch=sm_90a"), t);
   EXPECT_FALSE(mentions(k, "v_smooth")) << k.text;
   const gen::Source f8 =
-      gen::render_attention(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), t);
+      gen::render_kernel(parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), t);
   EXPECT_TRUE(sets(f8, "qattn::Fmt pv = qattn::Fmt::fp8e4m3")) << f8.text;
   EXPECT_FALSE(mentions(f8, "v_smooth")) << f8.text;
   // With the fused Q tile, fused_q carries Q's granularity; per_warp K also sets k_block_scale.
   Tiling qf = t;
   qf.q_fused = true;
   const gen::Source fused =
-      gen::render_attention(parse_spec("prefill qk=int8:per_warp pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), qf);
+      gen::render_kernel(parse_spec("prefill qk=int8:per_warp pv=int8:per_channel out=fp16 d=64 smooth=kv arch=sm_90a"), qf);
   EXPECT_TRUE(sets(fused, "qattn::Gran fused_q = qattn::Gran::per_warp")) << fused.text;
   EXPECT_TRUE(sets(fused, "bool v_smooth = true") && sets(fused, "bool k_block_scale = true")) << fused.text;
 }
@@ -139,7 +139,7 @@ TEST(Render, FragmentGranularitiesRenderThePerTokenKernel) {
     Spec s = tok;
     s.qk.gran = std::string(g) == "per_warp" ? Gran::per_warp : Gran::per_thread;
     for (const Tiling& t : {Tiling{64, 128, 4, 2, true}, Tiling{64, 128, 4, 2}}) {
-      const gen::Source a = gen::render_attention(s, t), b = gen::render_attention(tok, t);
+      const gen::Source a = gen::render_kernel(s, t), b = gen::render_kernel(tok, t);
       EXPECT_NE(a.kernel_name, b.kernel_name);
       EXPECT_NE(a.kernel_name.find(std::string("_qki8") + (s.qk.gran == Gran::per_warp ? "wrp" : "thr")),
                 std::string::npos) << a.kernel_name;
@@ -158,17 +158,17 @@ TEST(Render, KBlockScalesFoldOnlyInTheWgmmaForm) {
   const Tiling wg{64, 128, 4, 2, true}, sync{64, 128, 4, 2};
   for (const char* g : {"per_block", "per_tensor"}) {
     const Spec s = parse_spec(std::string("prefill qk=int8:") + g + " pv=int8:per_tensor out=fp16 d=128 smooth=k arch=sm_90a");
-    EXPECT_TRUE(sets(gen::render_attention(s, wg), "bool k_block_scale = true")) << g;
-    EXPECT_FALSE(mentions(gen::render_attention(s, sync), "k_block_scale")) << g;
+    EXPECT_TRUE(sets(gen::render_kernel(s, wg), "bool k_block_scale = true")) << g;
+    EXPECT_FALSE(mentions(gen::render_kernel(s, sync), "k_block_scale")) << g;
   }
   const Spec tok = parse_spec("prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=k arch=sm_90a");
-  EXPECT_FALSE(mentions(gen::render_attention(tok, wg), "k_block_scale"));
+  EXPECT_FALSE(mentions(gen::render_kernel(tok, wg), "k_block_scale"));
 }
 
 TEST(Render, InvalidPointsAreRefusedWithTheReason) {
   Spec s = parse_spec("prefill qk=fp16 pv=fp16 out=fp16 d=80 arch=sm_90a");
   try {
-    gen::render_attention(s, Tiling{});
+    gen::render_kernel(s, Tiling{});
     FAIL() << "rendered an unsupported spec";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::bad_input);
@@ -226,7 +226,7 @@ TEST(Render, DecodeLaunchCoversSplitsAndRowBlocks) {
   EXPECT_EQ(l.grid[2], 3u);
   EXPECT_EQ(l.block, 128u);
   EXPECT_EQ(static_cast<int>(l.smem_bytes), kernel_smem_bytes(s, t));
-  const gen::Source src = gen::render_attention(s, t);
+  const gen::Source src = gen::render_kernel(s, t);
   EXPECT_NE(src.text.find("qattn::Fmt::int4, qattn::Gran::per_token, qattn::Fmt::bf16, 128, true, true, qattn::SoftmaxMode::exact, 16, 32, 4, 2>"),
             std::string::npos) << src.text;
   // The helper kernels of a decode spec: combine and append, named by the family grammar.

@@ -28,7 +28,7 @@ std::vector<std::vector<int>> values_per_field() {
         break;
       case gen::schema::Domain::count:
         vals = {f.lo, f.lo + 1, 7, 64, f.hi};
-        if (f.fallback < f.lo) vals.push_back(f.fallback);   // splitk unset
+        if (f.fallback < f.lo && !f.required) vals.push_back(f.fallback);   // splitk unset (n and k have no unset)
         break;
       case gen::schema::Domain::flag: vals = {0, 1}; break;
       case gen::schema::Domain::smooth:
@@ -41,7 +41,7 @@ std::vector<std::vector<int>> values_per_field() {
             const bool is_float = fmt == Fmt::fp16 || fmt == Fmt::bf16;
             if (is_float != (g == Gran::none)) continue;   // the grammar: floats take no granularity, others need one
             Spec s;
-            s.qk = s.pv = {fmt, g};
+            s.qk = s.pv = s.weight = {fmt, g};
             vals.push_back(f.get(s));
           }
         break;
@@ -51,33 +51,49 @@ std::vector<std::vector<int>> values_per_field() {
   return out;
 }
 
+// A spec of `phase` with its fields at their defaults (a linear spec's n and k at 1: 0 is not in the grammar).
+Spec spec_of_phase(Phase phase) {
+  Spec s;
+  s.phase = phase;
+  if (phase == Phase::linear) s.n = s.k = 1;
+  return s;
+}
+
+// Specs of every phase; the fields of the other family stay at Spec's defaults (the grammar has no
+// token for them).
 std::vector<Spec> generated_specs() {
   const auto values = values_per_field();
   const auto& fields = gen::schema::fields();
   std::vector<Spec> specs;
-  // Every value of every field, the others at their defaults.
-  for (size_t i = 0; i < fields.size(); ++i)
-    for (int v : values[i]) {
-      Spec s;
-      fields[i].set(s, v);
+  for (Phase phase : {Phase::prefill, Phase::decode, Phase::linear}) {
+    // Every value of every field, the others at their defaults.
+    for (size_t i = 1; i < fields.size(); ++i)
+      if (gen::schema::in_phase(fields[i], phase))
+        for (int v : values[i]) {
+          Spec s = spec_of_phase(phase);
+          fields[i].set(s, v);
+          specs.push_back(s);
+        }
+    // A sample of the cross product.
+    std::mt19937 rng(24 + static_cast<int>(phase));
+    for (int n = 0; n < 10000; ++n) {
+      Spec s = spec_of_phase(phase);
+      for (size_t i = 1; i < fields.size(); ++i)
+        if (gen::schema::in_phase(fields[i], phase)) fields[i].set(s, values[i][rng() % values[i].size()]);
       specs.push_back(s);
     }
-  // A sample of the cross product.
-  std::mt19937 rng(24);
-  for (int n = 0; n < 20000; ++n) {
-    Spec s;
-    for (size_t i = 0; i < fields.size(); ++i) fields[i].set(s, values[i][rng() % values[i].size()]);
-    specs.push_back(s);
   }
   return specs;
 }
 
 TEST(SpecSchema, EveryFieldIsInTheTableOnce) {
   std::set<std::string> keys;
-  std::set<int> ranks;
+  std::map<Phase, std::set<int>> ranks;   // a kernel-name position is unique within each phase
   for (const gen::schema::Field& f : gen::schema::fields()) {
     EXPECT_TRUE(keys.insert(f.key).second) << f.key;
-    EXPECT_TRUE(ranks.insert(f.name_rank).second) << f.key;
+    EXPECT_NE(f.phases, 0u) << f.key;
+    for (Phase p : {Phase::prefill, Phase::decode, Phase::linear})
+      if (gen::schema::in_phase(f, p)) EXPECT_TRUE(ranks[p].insert(f.name_rank).second) << f.key;
     EXPECT_NE(f.get, nullptr);
     EXPECT_NE(f.set, nullptr);
   }

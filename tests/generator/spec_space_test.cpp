@@ -54,12 +54,13 @@ TEST(SpecSpace, KnownPointsAreInTheSpace) {
 // the slice, three head dims, every other field's values) holds exactly the enumerated specs of the slice.
 TEST(SpecSpace, PruningLosesNoAcceptedSpec) {
   const auto& fields = gen::schema::fields();
-  for (Phase phase : {Phase::prefill, Phase::decode}) {
+  for (Phase phase : {Phase::prefill, Phase::decode, Phase::linear}) {
     const Arch arch = Arch::sm_89;
     std::set<std::string> enumerated;
     const std::vector<Operand> slice = {{Fmt::int8, Gran::per_token}, {Fmt::fp8e4m3, Gran::per_channel},
                                         {Fmt::fp16, Gran::none}, {Fmt::fp8e4m3, Gran::per_head}};
     auto in_slice = [&](const Spec& s) {
+      if (s.phase == Phase::linear) return true;   // every format at one layer shape
       bool qk = false, pv = false;
       for (const Operand& o : slice) qk = qk || s.qk == o, pv = pv || s.pv == o;
       return qk && pv && (s.head_dim == 64 || s.head_dim == 96 || s.head_dim == 128) && s.gqa <= 2;
@@ -70,6 +71,7 @@ TEST(SpecSpace, PruningLosesNoAcceptedSpec) {
     Spec spec;
     spec.phase = phase;
     spec.arch = arch;
+    if (phase == Phase::linear) spec.n = spec.k = 4096;
     std::function<void(size_t)> walk = [&](size_t i) {
       if (i == fields.size()) {
         if (validate(spec) && in_slice(spec)) product.insert(to_string(spec));
@@ -77,6 +79,8 @@ TEST(SpecSpace, PruningLosesNoAcceptedSpec) {
       }
       const gen::schema::Field& f = fields[i];
       if (!std::strcmp(f.key, "phase") || !std::strcmp(f.key, "arch")) return walk(i + 1);   // fixed
+      if (!gen::schema::in_phase(f, phase)) return walk(i + 1);   // the other family's field: its default
+      if (!std::strcmp(f.key, "n") || !std::strcmp(f.key, "k")) return walk(i + 1);   // 4096, as enumerated
       std::vector<int> values = gen::schema::domain_values(f);
       if (!std::strcmp(f.key, "d")) values = {64, 96, 100, 128};
       if (!std::strcmp(f.key, "gqa")) values = {1, 2};

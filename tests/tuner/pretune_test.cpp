@@ -84,7 +84,7 @@ TEST(PretuneGrid, EveryMalformedDocumentIsOneLineBadInput) {
       {entry({{"spec", "prefill qk=fp16 pv=fp16 out=fp16 d=80"}, {"problems", ok_problems}}), "entries[0].spec: d=80"},
       {entry({{"spec", std::string(kDecode) + " flow=gemv"}, {"kind", "decode"}, {"problems", {{"q_len", 1}, {"kv_len", {64}}}}}),
        "entries[0].spec: a decode entry's flow= and splitk="},
-      {entry({{"spec", kFp16}, {"kind", "train"}, {"problems", ok_problems}}), "entries[0].kind: expected \"prefill\" or \"decode\""},
+      {entry({{"spec", kFp16}, {"kind", "train"}, {"problems", ok_problems}}), "entries[0].kind: expected \"prefill\", \"decode\" or \"linear\""},
       {entry({{"spec", kFp16}, {"kind", "decode"}, {"problems", ok_problems}}), "entries[0].spec: is a prefill spec in a decode entry"},
       {entry({{"spec", kFp16}}), "entries[0].problems: missing"},
       {entry({{"spec", kFp16}, {"problems", {1024}}}), "entries[0].problems: expected an object"},
@@ -137,7 +137,16 @@ TEST(PretuneGrid, ExampleLlamaGridParses) {
   const PretuneGrid g = load_pretune_grid(QATTN_SOURCE_DIR "/examples/grids/llama3_8b.json");
   const std::vector<PretuneItem> items = expand_grid(g);
   EXPECT_GT(items.size(), 5u);
-  for (const PretuneItem& it : items) EXPECT_EQ(it.spec.gqa, 4) << it.key();
+  size_t linear = 0;
+  for (const PretuneItem& it : items) {
+    if (it.kind == Phase::linear) {
+      ++linear;
+      EXPECT_EQ(it.rows.size(), 21u) << it.key();
+      continue;
+    }
+    EXPECT_EQ(it.spec.gqa, 4) << it.key();
+  }
+  EXPECT_EQ(linear, 12u);   // four layer shapes x three weight formats
 }
 
 // ---- Expansion -------------------------------------------------------------------------------------------
@@ -178,16 +187,47 @@ TEST(PretuneExpand, DecodeIsOneSweepItemPerSpec) {
   EXPECT_EQ(items[0].problem, items[0].sweep[0]);
 }
 
+TEST(PretuneExpand, LinearIsOneSweepItemPerSpecWithItsTokenCounts) {
+  const char* layer = "linear a=bf16 w=int4:per_group out=bf16 n=14336 k=4096";
+  const PretuneGrid g = parse_pretune_grid(grid_with({
+      {{"kind", "linear"}, {"spec", layer}, {"problems", {{"m", {8, 1, 64}}}}},
+      {{"spec", layer}, {"problems", {{"m", {1, 4096}}}}},
+      {{"spec", "linear a=fp16 w=fp16 out=fp16 n=4096 k=4096"}}}));
+  const std::vector<PretuneItem> items = expand_grid(g);
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0].key(), std::string(layer) + "|sweep");
+  EXPECT_EQ(items[0].kind, Phase::linear);
+  EXPECT_EQ(items[0].rows, (std::vector<int>{1, 8, 64, 4096}));
+  EXPECT_TRUE(items[1].rows.empty());   // the sweep's default counts
+  const auto refused = [](const nlohmann::json& entries, const std::string& needle) {
+    try {
+      parse_pretune_grid(grid_with(entries), "grid t.json");
+      ADD_FAILURE() << "accepted " << entries.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused({{{"spec", std::string(layer) + " flow=gemv"}}}, "flow= is what its sweep chooses");
+  refused({{{"spec", layer}, {"problems", {{"m", {0}}}}}}, "problems.m: expected an integer in [1, 8192]");
+  refused({{{"spec", layer}, {"problems", {{"q_len", {1}}}}}}, "unknown field 'q_len'; accepted: m");
+  refused({{{"kind", "decode"}, {"spec", layer}}}, "is a linear spec in a decode entry");
+}
+
 TEST(PretuneExpand, DefaultGridIsValidAndSizedForTheBudget) {
   const PretuneGrid g = load_pretune_grid("default");
   const std::vector<PretuneItem> items = expand_grid(g);
   size_t prefill = 0, decode = 0;
-  std::set<std::string> keys, prefill_specs;
+  std::set<std::string> keys, prefill_specs, linear_shapes;
   for (const PretuneItem& it : items) {
     EXPECT_TRUE(keys.insert(it.key()).second) << "duplicate " << it.key();
     EXPECT_TRUE(validate(it.spec)) << it.key();
-    EXPECT_TRUE(validate(it.spec, it.problem)) << it.key();
     EXPECT_EQ(it.spec.arch, Arch::unset) << it.key();
+    if (it.kind == Phase::linear) {   // one sweep per layer over the default token counts
+      EXPECT_TRUE(it.rows.empty()) << it.key();
+      linear_shapes.insert("n" + std::to_string(it.spec.n) + "_k" + std::to_string(it.spec.k));
+      continue;
+    }
+    EXPECT_TRUE(validate(it.spec, it.problem)) << it.key();
     if (it.kind == Phase::prefill) {
       ++prefill;
       prefill_specs.insert(to_string(it.spec));
@@ -212,6 +252,8 @@ TEST(PretuneExpand, DefaultGridIsValidAndSizedForTheBudget) {
   EXPECT_EQ(prefill_specs, shipped);
   EXPECT_EQ(prefill, shipped.size() * 5);
   EXPECT_GT(decode, 0u);
+  // Llama-3-8B: QKV, O, gate/up and down.
+  EXPECT_EQ(linear_shapes, (std::set<std::string>{"n6144_k4096", "n4096_k4096", "n14336_k4096", "n4096_k14336"}));
   // The budget (about 10 minutes on one H100) assumes no more than this many prefill items.
   EXPECT_LE(prefill, 200u);
   // The printed grid is the grid that is used.

@@ -84,11 +84,13 @@ static void check_arg_defaults(void) {
 }
 
 void check_decode_validation(qattn_runtime* rt);
+void check_linear_validation(qattn_runtime* rt);
 void check_calibration(void);
 
 void check_decode_cpu(qattn_runtime* rt) {
   check_sizes();
   check_arg_defaults();
   check_decode_validation(rt);
+  check_linear_validation(rt);
   check_calibration();
 }

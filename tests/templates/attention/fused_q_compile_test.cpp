@@ -63,7 +63,7 @@ TEST(FusedQ, FormAppliesToTokenLocalPlainInt8QOnly) {
   EXPECT_EQ(parse_kernel_name(kernel_name(s, wg)).tiling, wg);
   // fused_q carries Q's granularity (v_smooth stays unset for fp8 P·V, k_block_scale is set for
   // per_warp K in the wgmma form); the fused tile adds 8 bytes per Q row.
-  const gen::Source src = gen::render_attention(s, Tiling{64, 128, 4, 2, true, 0, false, true});
+  const gen::Source src = gen::render_kernel(s, Tiling{64, 128, 4, 2, true, 0, false, true});
   EXPECT_NE(src.text.find("  static constexpr qattn::Gran fused_q = qattn::Gran::per_warp;\n"
                           "  static constexpr bool k_block_scale = true;\n};"),
             std::string::npos)

@@ -45,7 +45,7 @@ std::vector<Spec> int4_points(Arch arch) {
 
 // What a point compiles to: the rendered kernel configuration (Kernel<qattn_config> runs it).
 std::string body_of(const Spec& s, const Tiling& t) {
-  const std::string text = gen::render_attention(s, t).text;
+  const std::string text = gen::render_kernel(s, t).text;
   const size_t at = text.find("struct qattn_config");
   return text.substr(at, text.find("};", at) - at);
 }

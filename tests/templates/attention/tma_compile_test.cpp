@@ -67,7 +67,7 @@ TEST(Tma, OneTokenOfTheGrammarAndTheKernelSource) {
   // The kernel's parameter stays in parameter space (the TMA unit reads the maps there), tma is set in
   // the kernel's configuration, and the launch needs one 8-byte mbarrier per stage more, and 8 bytes
   // for the K scales' address (kept in shared memory, not a register).
-  const gen::Source src = gen::render_attention(s, t);
+  const gen::Source src = gen::render_kernel(s, t);
   EXPECT_NE(src.text.find("const __grid_constant__ qattn::TmaAttentionParams p"), std::string::npos) << src.text;
   EXPECT_NE(src.text.find("::run_tma(p, qattn_smem)"), std::string::npos);
   EXPECT_NE(src.text.find("  static constexpr bool v_smooth = true;\n  static constexpr bool tma = true;\n};"),
@@ -76,7 +76,7 @@ TEST(Tma, OneTokenOfTheGrammarAndTheKernelSource) {
   Tiling no_tma = t;
   no_tma.tma = false;
   EXPECT_EQ(kernel_smem_bytes(s, t), kernel_smem_bytes(s, no_tma) + 8 * 3 + 8);
-  EXPECT_EQ(gen::render_attention(s, no_tma).text.find("TmaAttentionParams"), std::string::npos);
+  EXPECT_EQ(gen::render_kernel(s, no_tma).text.find("TmaAttentionParams"), std::string::npos);
 }
 
 // The runtime's workspace: K [b, h, s16, d] with s padded to 16 rows, V^T [b, h, d, kv_pad].

@@ -48,8 +48,8 @@ TEST(Varlen, ItsOwnSourceWhileTheEqualLengthSourcesStayAsTheyWere) {
     Spec dense = s;
     dense.varlen = false;
     const Tiling t = default_tiling(dense, default_limits(s.arch));
-    const std::string v = gen::render_attention(s, t).text;
-    const std::string d = gen::render_attention(dense, t).text;
+    const std::string v = gen::render_kernel(s, t).text;
+    const std::string d = gen::render_kernel(dense, t).text;
     EXPECT_NE(v, d);
     // The dense source names no varlen at all (its text, and so its binary-cache key, is what it was).
     EXPECT_EQ(d.find("varlen"), std::string::npos) << d;

@@ -39,13 +39,13 @@ TEST(WarpSpecialized, OneTokenOfTheGrammarTheSourceAndTheLaunch) {
   EXPECT_EQ(parse_kernel_name(kernel_name(s, t)).tiling, t);
   // The producer warpgroup is 128 threads more; 8 consumer warps run one block per SM (4 warps: two),
   // which the launch bounds say so that ptxas and setmaxnreg agree on the registers.
-  const gen::Source src = gen::render_attention(s, t);
+  const gen::Source src = gen::render_kernel(s, t);
   EXPECT_NE(src.text.find("__launch_bounds__(384, 1)"), std::string::npos) << src.text;
   EXPECT_NE(src.text.find("::run_ws(p, qattn_smem)"), std::string::npos) << src.text;
   EXPECT_NE(src.text.find("static constexpr bool warp_specialized = true;"), std::string::npos) << src.text;
   EXPECT_NE(src.text.find("const __grid_constant__ qattn::TmaAttentionParams p"), std::string::npos);
   const Tiling w4 = ws_tiling(64, 128, 4, 2);
-  EXPECT_NE(gen::render_attention(s, w4).text.find("__launch_bounds__(256, 2)"), std::string::npos);
+  EXPECT_NE(gen::render_kernel(s, w4).text.find("__launch_bounds__(256, 2)"), std::string::npos);
   EXPECT_EQ(block_threads(t), 384);
   EXPECT_EQ(block_threads(w4), 256);
   EXPECT_EQ(gen::attention_launch(s, t, Problem{2, 32, 8, 1000, 1000}).block, 384u);

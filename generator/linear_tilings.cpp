@@ -1,0 +1,100 @@
+// The tilings of the linear kernels (templates/qattn/linear/linear_shape.h says what each field means
+// per dataflow), the untuned choice for m tokens, and the untuned split-K count.
+#include <algorithm>
+
+#include "generator/search_space.hpp"
+#include "qattn/error.hpp"
+#include "qattn/linear.hpp"
+#include "qattn/linear/linear_shape.h"
+
+namespace qattn {
+namespace {
+
+// Hand-ordered per dataflow, the header's recommended tilings first (each bm's first entry is what a
+// call with that many tokens takes untuned), then neighbours for the tuner.
+std::vector<Tiling> preferred_linear(const Spec& s) {
+  const bool int4 = s.weight.fmt == Fmt::int4;
+  std::vector<Tiling> out;
+  switch (s.flow) {
+    case Dataflow::gemv: {
+      // bn = warps x the rows a warp streams at once (linear_shape.h, gemv_rows): 4 at bm 1 (and bm 2 but
+      // for int4), else 2.
+      const int rows2 = int4 ? 2 : 4;
+      out.insert(out.end(), {{1, 16, 4, int4 ? 2 : 4}, {1, 16, 4, int4 ? 4 : 2}, {1, 8, 2, 4}, {1, 4, 1, 4}});
+      out.insert(out.end(), {{2, 4 * rows2, 4, 2}, {2, 4 * rows2, 4, 4}, {2, 2 * rows2, 2, 2}});
+      for (int bm : {4, 8}) out.insert(out.end(), {{bm, 8, 4, 2}, {bm, 8, 4, 3}, {bm, 4, 2, 2}});
+      break;
+    }
+    case Dataflow::flat:
+      for (int bm : {8, 16})
+        out.insert(out.end(), {{bm, 128, 4, int4 ? 3 : 4}, {bm, 64, 4, int4 ? 3 : 4}, {bm, 128, 4, 2}, {bm, 256, 8, 3},
+                               {bm, 64, 2, 4}});
+      break;
+    case Dataflow::gemm:
+      // bm 128 for many tokens, bm 64 below 512 (linear_block_m), each first in its own list.
+      out.insert(out.end(), {{128, 128, 8, int4 ? 2 : 3}, {64, 128, 4, int4 ? 3 : 4}, {128, 256, 8, 3}, {128, 128, 8, 4},
+                             {64, 64, 4, 4}, {64, 128, 4, 3}});
+      break;
+    default: break;
+  }
+  return out;
+}
+
+}  // namespace
+
+Dataflow default_linear_flow(int m) {
+  return m < kDefaultLinearM1 ? Dataflow::gemv : m < kDefaultLinearM2 ? Dataflow::flat : Dataflow::gemm;
+}
+
+namespace gen {
+
+std::vector<Tiling> linear_candidates(const Spec& spec, const DeviceLimits& limits) {
+  std::vector<Tiling> valid;
+  for (const Tiling& t : preferred_linear(spec))
+    if (validate(spec, t, limits) && std::find(valid.begin(), valid.end(), t) == valid.end()) valid.push_back(t);
+  return valid;
+}
+
+int linear_block_m(Dataflow flow, int m) {
+  switch (flow) {
+    case Dataflow::gemv: {
+      int bm = 1;
+      while (bm < m && bm < 8) bm *= 2;
+      return bm;
+    }
+    case Dataflow::flat: return m <= 8 ? 8 : 16;
+    default: return m < 512 ? 64 : 128;
+  }
+}
+
+Tiling linear_tiling(const Spec& spec, int m, const DeviceLimits& limits) {
+  const std::vector<Tiling> c = linear_candidates(spec, limits);
+  if (c.empty()) throw Error(ErrorKind::failure, "no linear tiling fits " + to_string(spec) + " within the device limits");
+  const int bm = linear_block_m(spec.flow, m);
+  for (const Tiling& t : c)
+    if (t.block_m == bm) return t;
+  return c.front();
+}
+
+LinearSplit linear_split(const Spec& spec, const Tiling& tiling, int m, int requested, int sm_count) {
+  const int step = linear::linear_k_step(spec.flow, spec.weight.fmt, tiling.block_n, tiling.warps);
+  const int steps = (spec.k + step - 1) / step;
+  int splits = requested;
+  if (splits <= 0) {
+    // Enough CTAs for two per SM, each split keeping >= kMinStepsPerSplit steps of K (a split's fixed
+    // cost, its partial tile's write and read back, needs that much work behind it).
+    constexpr int kMinStepsPerSplit = 8;
+    const long long tiles =
+        static_cast<long long>((spec.n + tiling.block_n - 1) / tiling.block_n) * ((m + tiling.block_m - 1) / tiling.block_m);
+    const long long want = (2LL * std::max(1, sm_count) + tiles - 1) / tiles;
+    splits = static_cast<int>(std::min<long long>(want, std::max(1, steps / kMinStepsPerSplit)));
+  }
+  splits = std::clamp(splits, 1, steps);
+  LinearSplit out;
+  out.k_split = (steps + splits - 1) / splits * step;
+  out.splits = (spec.k + out.k_split - 1) / out.k_split;   // no empty split
+  return out;
+}
+
+}  // namespace gen
+}  // namespace qattn
