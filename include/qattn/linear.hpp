@@ -56,6 +56,30 @@ struct LinearRoute {
   std::string kernel; // kernel name
 };
 
+// A linear call decided once and run many times (Runtime::plan_linear): spec, m, strides, dataflow, tiling
+// and split count are the plan's, its kernel loaded; a run (Runtime::run(plan, LinearRun)) takes device
+// pointers only and compiles, allocates and synchronizes nothing, so it may be captured in a CUDA graph,
+// even as the first run. Split-K's tile counters and partials: the plan's own workspace (one run at a
+// time: order the runs, e.g. on one stream) unless a run passes one of workspace_bytes(), zeroed by the
+// caller before its first use (every run leaves it zeroed: the last CTA of each tile resets its counter).
+class LinearPlan {
+ public:
+  virtual ~LinearPlan() = default;
+  virtual const LinearRoute& route() const = 0;
+  virtual int m() const = 0;
+  virtual size_t workspace_bytes() const = 0;   // 0 without split-K
+};
+
+// One run of a linear plan: the call's device pointers; m 0: the plan's, else 1 .. the plan's (the same
+// kernel and split count over fewer tokens).
+struct LinearRun {
+  const void* a = nullptr;
+  LinearWeights weights;    // ldw is the plan's
+  void* c = nullptr;
+  int m = 0;
+  void* workspace = nullptr;   // null: the plan's own; else workspace_bytes(), 256-byte aligned, zeroed once
+};
+
 // The flow an untuned call takes for m tokens (FlashDecoding++'s M1 and M2 before any measurement):
 // gemv below kDefaultLinearM1, flat below kDefaultLinearM2, else gemm. A tuned table replaces it.
 constexpr int kDefaultLinearM1 = 4;

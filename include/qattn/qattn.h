@@ -423,6 +423,28 @@ QATTN_API qattn_status qattn_linear(qattn_runtime* runtime, const qattn_linear_a
  * right alignment): kernel name, dataflow ("gemv", "flat" or "gemm") and split count; any output may be NULL. */
 QATTN_API qattn_status qattn_linear_route(qattn_runtime* runtime, const qattn_linear_args* args, char* name_out,
                                           size_t name_len, char* flow_out, size_t flow_len, int* splits_out);
+/* Plan, then run, for qattn_linear (Runtime::plan_linear, include/qattn/linear.hpp): `args` fixes the spec,
+ * m, strides, tiling and split count (its device pointers are not read); the kernel is loaded. A run
+ * reads only args' device pointers (a, w, w_scale, w_zero, bias, c) and m (0: the plan's, else at most
+ * the plan's); it compiles, allocates and synchronizes nothing, so it may be captured in a CUDA graph,
+ * even as the first run. Flag QATTN_PLAN_CALLER_WORKSPACE: every run with split-K passes a 256-byte
+ * aligned workspace of qattn_linear_plan_workspace_bytes, zeroed before its first use (runs leave it
+ * zeroed). Destroy plans before their runtime. */
+typedef struct qattn_linear_plan qattn_linear_plan;
+QATTN_API qattn_status qattn_linear_plan_create(qattn_runtime* runtime, const qattn_linear_args* args, unsigned flags,
+                                                qattn_linear_plan** out);
+QATTN_API qattn_status qattn_linear_plan_workspace_bytes(const qattn_linear_plan* plan, int64_t* bytes_out);
+QATTN_API const char* qattn_linear_plan_kernel_name(const qattn_linear_plan* plan);
+QATTN_API qattn_status qattn_linear_plan_run(qattn_runtime* runtime, const qattn_linear_plan* plan,
+                                             const qattn_linear_args* args, void* workspace, void* stream);
+QATTN_API void qattn_linear_plan_destroy(qattn_linear_plan* plan);
+/* Times the layer's three dataflows over m (host int rows[rows_count]; NULL or 0: 1 .. 8192, the default
+ * list of include/qattn/linear_inflection.hpp) on this GPU, stores M1 / M2 in the cache and uses them at once;
+ * writes the table (JSON, kind linear_dataflow) into json_out when not NULL and the bytes it needs with
+ * the terminator into json_size_out when not NULL. *tuned_out = 1 when a table of the spec's layer is stored. */
+QATTN_API qattn_status qattn_tune_linear(qattn_runtime* runtime, const char* spec, const int* rows, int rows_count,
+                                         char* json_out, size_t json_len, size_t* json_size_out);
+QATTN_API qattn_status qattn_linear_tuned(qattn_runtime* runtime, const char* spec, int* tuned_out);
 
 /* ---- Decode tuning and unified-max calibration ---- */
 /* qattn_tune_decode's sweeps (host arrays; NULL or count 0: the default list). */

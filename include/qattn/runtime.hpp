@@ -247,6 +247,11 @@ class Runtime {
   void linear(const LinearCall& call, void* stream);
   // What linear() launches for `call`: flow, tiling, split-K and kernel name. Launches and loads nothing.
   LinearRoute linear_route(const LinearCall& call);
+  // A plan for linear calls like `call` (its device pointers are not read and may be null; see LinearPlan
+  // in linear.hpp). own_workspace false: every run with split-K passes its workspace.
+  std::unique_ptr<LinearPlan> plan_linear(const LinearCall& call, bool own_workspace = true);
+  // Queues one run of `plan` on `stream`. Checks only what a plan could not: null and misaligned pointers, m.
+  void run(const LinearPlan& plan, const LinearRun& run, void* stream);
   // Times the three dataflows of the spec's layer over m = 1 .. 8192 on this GPU (options.rows), finds M1
   // and M2 (include/qattn/linear_inflection.hpp), stores the table in the cache (kind linear_dataflow)
   // and uses it at once for flow=auto calls of the family. Minutes per layer shape.

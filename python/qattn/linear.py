@@ -12,7 +12,7 @@ import ctypes
 
 from . import _library
 from .decode import _address, _spec_bytes
-from .errors import BadInput, check
+from .errors import BadInput, QattnError, check
 
 
 def _rows(name, value):
@@ -79,6 +79,24 @@ def linear_route(runtime, spec, a, w, c, **kw):
         check(runtime._lib, runtime._lib.qattn_linear_route(handle, ctypes.byref(args), name, 256, flow, 16,
                                                             ctypes.byref(splits)), "qattn_linear_route")
     return name.value.decode(), flow.value.decode(), splits.value
+
+
+def tune(runtime, spec, rows=None):
+    """Runtime.tune_linear: the sweep's table as a dict (JSON of kind linear_dataflow)."""
+    import json
+    lib = runtime._lib
+    rows = list(rows or [])
+    if any(isinstance(r, bool) or not isinstance(r, int) for r in rows):
+        raise BadInput("rows must be a list of ints (token counts 1..8192)")
+    array = (ctypes.c_int * len(rows))(*rows) if rows else None
+    # One sweep: its table (a few KB for the default rows) fits this buffer many times over.
+    buf, size = ctypes.create_string_buffer(1 << 20), ctypes.c_size_t(0)
+    with runtime._call() as handle:
+        check(lib, lib.qattn_tune_linear(handle, _spec_bytes(spec), array, len(rows), buf, len(buf), ctypes.byref(size)),
+              "qattn_tune_linear")
+    if size.value > len(buf):
+        raise QattnError(f"qattn_tune_linear's table needs {size.value} bytes; the sweep stored it in the cache")
+    return json.loads(buf.value.decode())
 
 
 def pack_weight(w, fmt):

@@ -249,6 +249,11 @@ class Runtime:
         lda, ldw, ldc. Returns c."""
         return _linear.linear(self, spec, a, w, c, **kw)
 
+    def tune_linear(self, spec, rows=None):
+        """Times the layer's GEMV, flat GEMM and GEMM over m (rows: token counts 1..8192; None: the default
+        list) on this GPU, stores M1 / M2 in the cache and uses them at once; returns the table (a dict)."""
+        return _linear.tune(self, spec, rows)
+
     def linear_route(self, spec, a, w, c, **kw):
         """(kernel name, dataflow, split count) that linear() runs for the same arguments."""
         return _linear.linear_route(self, spec, a, w, c, **kw)

@@ -43,3 +43,12 @@ def test_malformed_linear_calls_are_refused_before_the_gpu():
             rt.linear(SPEC, ALIGNED, ALIGNED, ALIGNED)
         with pytest.raises(qattn.BadInput, match="splits must be"):
             rt.linear(SPEC, ALIGNED, ALIGNED, ALIGNED, m=3, splits=-2)
+
+
+@needs_library
+def test_tune_linear_refuses_what_it_cannot_sweep():
+    with qattn.Runtime(use_cache=False) as rt:
+        with pytest.raises(qattn.BadInput, match="tune_linear takes a linear spec"):
+            rt.tune_linear("prefill qk=fp16 pv=fp16 out=fp16 d=128")
+        with pytest.raises(qattn.BadInput, match="rows must be a list of ints"):
+            rt.tune_linear(SPEC, rows=[1, "8"])

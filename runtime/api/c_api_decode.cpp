@@ -102,13 +102,6 @@ DecodeRun decode_run_of(const qattn_decode_args* given, void* workspace) {
   return r;
 }
 
-// Plans over a cache take one flag.
-void require_workspace_flag_only(unsigned flags, const char* what) {
-  if (flags & ~QATTN_PLAN_CALLER_WORKSPACE)
-    throw_bad_input(std::string(what) + ": unknown flags " + std::to_string(flags & ~QATTN_PLAN_CALLER_WORKSPACE) +
-                    "; accepted: QATTN_PLAN_CALLER_WORKSPACE (2)");
-}
-
 // The call of a qattn_append_args (its spec parsed, its pointers taken as they are).
 AppendKvCall append_call_of(const qattn_append_args* given) {
   const qattn_append_args a = read_versioned(given, default_append_args(), kAppendFirstSize, "args");

@@ -8,6 +8,7 @@
 
 #include "qattn/error.hpp"
 #include "qattn/qattn.h"
+#include "qattn/linear.hpp"
 #include "qattn/runtime.hpp"
 
 struct qattn_runtime {
@@ -27,6 +28,11 @@ struct qattn_attention_plan {
 struct qattn_append_plan {
   const qattn_runtime* runtime = nullptr;   // the runtime that made it, the only one that may run it
   std::unique_ptr<qattn::AppendPlan> plan;
+};
+
+struct qattn_linear_plan {
+  const qattn_runtime* runtime = nullptr;
+  std::unique_ptr<qattn::LinearPlan> plan;
 };
 
 struct qattn_decode_plan {
@@ -95,6 +101,13 @@ void init_versioned(T* p, size_t struct_size, const T& defaults, size_t first_si
   T d = defaults;
   d.struct_size = struct_size;
   std::memcpy(static_cast<void*>(p), &d, std::min(struct_size, sizeof(T)));
+}
+
+// A plan's flags where QATTN_PLAN_CALLER_WORKSPACE is the only one accepted.
+inline void require_workspace_flag_only(unsigned flags, const char* what) {
+  if (flags & ~QATTN_PLAN_CALLER_WORKSPACE)
+    qattn::throw_bad_input(std::string(what) + ": unknown flags " + std::to_string(flags & ~QATTN_PLAN_CALLER_WORKSPACE) +
+                           "; accepted: QATTN_PLAN_CALLER_WORKSPACE (2)");
 }
 
 qattn::TensorView view_of(const qattn_tensor& t);

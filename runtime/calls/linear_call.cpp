@@ -1,5 +1,6 @@
-// Runtime::linear: checks the call (no GPU needed to refuse one), routes m tokens to a dataflow, a tiling
-// and a split-K count, and launches one kernel (templates/qattn/linear/).
+// Runtime::linear and its plan: the call checked before any GPU work, m tokens routed to a dataflow, a
+// tiling and a split-K count (the tuned table of the layer, else the default rule), one kernel launched
+// (templates/qattn/linear/).
 #include <cstdint>
 #include <string>
 
@@ -7,7 +8,7 @@
 #include "generator/search_space.hpp"
 #include "qattn/error.hpp"
 #include "qattn/linear.hpp"
-#include "qattn/linear/linear_shape.h"
+#include "runtime/calls/linear_launch.hpp"
 #include "runtime/registry/runtime_impl.hpp"
 
 namespace qattn {
@@ -15,41 +16,19 @@ namespace {
 
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
-// Bytes of one packed W row, and the unit ldw counts in (elements for 16-bit W, else bytes).
-long long packed_w_row(const Spec& s) {
-  return s.weight.fmt == Fmt::int4 ? s.k / 2 : s.weight.fmt == Fmt::int8 ? s.k : s.k;
-}
+// One packed W row in the unit ldw counts in (elements for 16-bit W, else bytes).
+long long packed_w_row(const Spec& s) { return s.weight.fmt == Fmt::int4 ? s.k / 2 : s.k; }
 int ldw_unit_bytes(const Spec& s) { return s.weight.fmt == Fmt::int8 || s.weight.fmt == Fmt::int4 ? 1 : 2; }
 
 std::string ptr_text(const void* p) { return std::to_string(reinterpret_cast<std::uintptr_t>(p)); }
 
-}  // namespace
-
-void Runtime::Impl::check_linear_call(const LinearCall& call) {
+// Everything of a call but its pointers: spec, m, strides, split count.
+void check_linear_shape(const LinearCall& call) {
   const Spec& s = call.spec;
   if (s.phase != Phase::linear)
     throw_bad_input("linear() takes a linear spec (linear a=... w=... out=... n=... k=...), not " + to_string(s));
   require(validate(s));
   if (call.m < 1) throw_bad_input("linear(): m=" + std::to_string(call.m) + " tokens; accepted: m >= 1");
-  const auto need = [&](const void* p, const char* what) {
-    if (!p) throw_bad_input(std::string("linear(") + to_string(s) + "): " + what + " is null");
-    if (!aligned16(p))
-      throw_bad_input(std::string("linear(") + to_string(s) + "): " + what + " at " + ptr_text(p) +
-                      " is not 16-byte aligned; the kernels read and write it in 16-byte units");
-  };
-  need(call.a, "a");
-  need(call.c, "c");
-  need(call.weights.w, "weights.w");
-  const Fmt w = s.weight.fmt;
-  if (w == Fmt::int8 || w == Fmt::int4) need(call.weights.scale, "weights.scale");
-  if (w == Fmt::int4) need(call.weights.zero, "weights.zero");
-  if ((w != Fmt::int8 && w != Fmt::int4) && call.weights.scale)
-    throw_bad_input(std::string("linear(") + to_string(s) + "): weights.scale is set but w=" + to_string(w) + " has no scales");
-  if (w != Fmt::int4 && call.weights.zero)
-    throw_bad_input(std::string("linear(") + to_string(s) + "): weights.zero is set but only w=int4:per_group has zero points");
-  if (s.bias) need(call.weights.bias, "weights.bias (the spec says bias)");
-  else if (call.weights.bias)
-    throw_bad_input(std::string("linear(") + to_string(s) + "): weights.bias is set but the spec has no bias; add the token bias");
   const long long lda = call.lda ? call.lda : s.k, ldc = call.ldc ? call.ldc : s.n;
   const long long ldw = call.weights.ldw ? call.weights.ldw : packed_w_row(s);
   if (lda < s.k || lda % 8 != 0)
@@ -61,8 +40,60 @@ void Runtime::Impl::check_linear_call(const LinearCall& call) {
   if (call.splits < 0) throw_bad_input("linear(): splits=" + std::to_string(call.splits) + "; accepted: 0 (chosen) or >= 1");
 }
 
+}  // namespace
+
+namespace rt {
+
+void check_linear_pointers(const Spec& s, const void* a, const LinearWeights& weights, const void* c, const char* what) {
+  const auto need = [&](const void* p, const char* name) {
+    if (!p) throw_bad_input(std::string(what) + "(" + to_string(s) + "): " + name + " is null");
+    if (!aligned16(p))
+      throw_bad_input(std::string(what) + "(" + to_string(s) + "): " + name + " at " + ptr_text(p) +
+                      " is not 16-byte aligned; the kernels read and write it in 16-byte units");
+  };
+  need(a, "a");
+  need(c, "c");
+  need(weights.w, "weights.w");
+  const Fmt w = s.weight.fmt;
+  const bool scaled = w == Fmt::int8 || w == Fmt::int4;
+  if (scaled) need(weights.scale, "weights.scale");
+  if (w == Fmt::int4) need(weights.zero, "weights.zero");
+  if (!scaled && weights.scale)
+    throw_bad_input(std::string(what) + "(" + to_string(s) + "): weights.scale is set but w=" + to_string(w) + " has no scales");
+  if (w != Fmt::int4 && weights.zero)
+    throw_bad_input(std::string(what) + "(" + to_string(s) + "): weights.zero is set but only w=int4:per_group has zero points");
+  if (s.bias) need(weights.bias, "weights.bias (the spec says bias)");
+  else if (weights.bias)
+    throw_bad_input(std::string(what) + "(" + to_string(s) + "): weights.bias is set but the spec has no bias; add the token bias");
+}
+
+void enqueue_linear(const LinearLaunch& l, int m, const void* a, const LinearWeights& weights, void* c, char* workspace,
+                    CUstream stream) {
+  LinearParams p = l.params;
+  p.a = a;
+  p.w = weights.w;
+  p.w_scale = weights.scale;
+  p.w_zero = weights.zero;
+  p.bias = weights.bias;
+  p.c = c;
+  p.m = m;
+  if (l.workspace_bytes > 0) {
+    p.tile_counters = reinterpret_cast<int*>(workspace);
+    p.partial = reinterpret_cast<float*>(workspace + l.counter_bytes);
+  }
+  Dim3 grid = l.grid;
+  grid.y = static_cast<unsigned>((m + l.route.tiling.block_m - 1) / l.route.tiling.block_m);
+  l.kernel->function().launch(grid, l.block, l.smem_bytes, stream, p);
+}
+
+}  // namespace rt
+
+void Runtime::Impl::check_linear_call(const LinearCall& call) {
+  check_linear_shape(call);
+  rt::check_linear_pointers(call.spec, call.a, call.weights, call.c, "linear");
+}
+
 LinearRoute Runtime::Impl::route_linear(const LinearCall& call) {
-  check_linear_call(call);
   LinearRoute r;
   r.spec = resolve(call.spec);
   int splits = call.splits;
@@ -89,48 +120,56 @@ LinearRoute Runtime::Impl::route_linear(const LinearCall& call) {
   return r;
 }
 
-LinearRoute Runtime::linear_route(const LinearCall& call) { return impl_->route_linear(call); }
+rt::LinearLaunch Runtime::Impl::make_linear_launch(const LinearCall& call) {
+  check_linear_shape(call);
+  rt::LinearLaunch l;
+  l.route = route_linear(call);
+  const Spec& s = l.route.spec;
+  l.kernel = load(s, l.route.tiling);
+  const gen::LaunchShape shape = gen::linear_launch(s, l.route.tiling, call.m, l.route.splits);
+  l.grid = rt::Dim3{shape.grid[0], shape.grid[1], shape.grid[2]};
+  l.block = rt::Dim3{shape.block, 1, 1};
+  l.smem_bytes = shape.smem_bytes;
+  l.params.lda = call.lda ? call.lda : s.k;
+  l.params.ldw = call.weights.ldw ? call.weights.ldw : packed_w_row(s);
+  l.params.ldc = call.ldc ? call.ldc : s.n;
+  l.params.m = call.m;
+  l.params.n = s.n;
+  l.params.k = s.k;
+  l.params.splits = l.route.splits;
+  l.params.k_split = l.route.k_split;
+  if (l.route.splits > 1) {
+    const size_t tiles = static_cast<size_t>(shape.grid[0]) * shape.grid[1];
+    l.counter_bytes = (tiles * sizeof(int) + 255) / 256 * 256;
+    l.workspace_bytes = l.counter_bytes + static_cast<size_t>(l.route.splits) * call.m * s.n * sizeof(float);
+  }
+  return l;
+}
+
+LinearRoute Runtime::linear_route(const LinearCall& call) {
+  check_linear_shape(call);
+  return impl_->route_linear(call);
+}
 
 void Runtime::linear(const LinearCall& call, void* stream) {
-  const LinearRoute r = impl_->route_linear(call);
-  Impl::EagerKey key = Impl::eager_key(r.spec, Problem{1, 1, 1, call.m, call.m}, stream);
-  key.call[0] = r.tiling.block_m, key.call[1] = r.tiling.block_n, key.call[2] = r.tiling.warps;
-  key.call[3] = r.tiling.stages, key.call[4] = r.splits;
-  const bool capturing =
-      impl_->check_capture(key, stream, [&] { return "linear(" + to_string(r.spec) + ", m=" + std::to_string(call.m) + ")"; });
-  const auto kernel = impl_->load(r.spec, r.tiling);
-  const gen::LaunchShape shape = gen::linear_launch(r.spec, r.tiling, call.m, r.splits);
-  LinearParams p{};
-  p.a = call.a;
-  p.w = call.weights.w;
-  p.w_scale = call.weights.scale;
-  p.w_zero = call.weights.zero;
-  p.bias = call.weights.bias;
-  p.c = call.c;
-  p.lda = call.lda ? call.lda : r.spec.k;
-  p.ldw = call.weights.ldw ? call.weights.ldw : packed_w_row(r.spec);
-  p.ldc = call.ldc ? call.ldc : r.spec.n;
-  p.m = call.m;
-  p.n = r.spec.n;
-  p.k = r.spec.k;
-  p.splits = r.splits;
-  p.k_split = r.k_split;
+  Impl::check_linear_call(call);
+  const rt::LinearLaunch l = impl_->make_linear_launch(call);
+  Impl::EagerKey key = Impl::eager_key(l.route.spec, Problem{1, 1, 1, call.m, call.m}, stream);
+  key.call[0] = l.route.tiling.block_m, key.call[1] = l.route.tiling.block_n, key.call[2] = l.route.tiling.warps;
+  key.call[3] = l.route.tiling.stages, key.call[4] = l.route.splits;
+  const bool capturing = impl_->check_capture(
+      key, stream, [&] { return "linear(" + to_string(l.route.spec) + ", m=" + std::to_string(call.m) + ")"; });
   std::lock_guard<std::mutex> lock(impl_->workspace_mutex);
-  if (r.splits > 1) {
-    // The tile counters (zero between calls: the last CTA of a tile sets its counter back) first, then
-    // the fp32 partials. A new buffer is zeroed once, before any kernel sees it.
-    const size_t tiles = static_cast<size_t>(shape.grid[0]) * shape.grid[1];
-    const size_t counter_bytes = (tiles * sizeof(int) + 255) / 256 * 256;
-    const size_t bytes = counter_bytes + static_cast<size_t>(r.splits) * call.m * r.spec.n * sizeof(float);
+  char* workspace = nullptr;
+  if (l.workspace_bytes > 0) {
+    // A new buffer is zeroed once, before any kernel sees it; every run leaves its counters at zero.
     rt::DeviceBuffer& ws = impl_->linear_workspaces[stream];
     const size_t before = ws.size();
-    rt::DeviceBuffer& grown = impl_->stream_workspace(ws, bytes, stream, "linear()");
+    rt::DeviceBuffer& grown = impl_->stream_workspace(ws, l.workspace_bytes, stream, "linear()");
     if (grown.size() != before) grown.fill(0);
-    p.tile_counters = grown.as<int>();
-    p.partial = reinterpret_cast<float*>(grown.as<char>() + counter_bytes);
+    workspace = grown.as<char>();
   }
-  kernel->function().launch(rt::Dim3{shape.grid[0], shape.grid[1], shape.grid[2]}, rt::Dim3{shape.block, 1, 1},
-                            shape.smem_bytes, static_cast<CUstream>(stream), &p, sizeof(p));
+  rt::enqueue_linear(l, call.m, call.a, call.weights, call.c, workspace, static_cast<CUstream>(stream));
   impl_->note_call(key, stream, capturing);
 }
 

@@ -20,6 +20,7 @@
 #include "runtime/calls/append_launch.hpp"
 #include "runtime/calls/attention_stage.hpp"
 #include "runtime/calls/cache_gather.hpp"
+#include "runtime/calls/linear_launch.hpp"
 #include "runtime/jit/binary_provider.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
@@ -216,7 +217,8 @@ struct Runtime::Impl {
   // Linear layers (runtime/calls/linear_call.cpp): refuses a malformed call before any GPU work (bad_input);
   // the route of a call (flow for m, tiling, split-K); per stream, the split-K tile counters and partials.
   static void check_linear_call(const LinearCall& call);
-  LinearRoute route_linear(const LinearCall& call);
+  LinearRoute route_linear(const LinearCall& call);   // the call's shape checked (check_linear_call's first half)
+  rt::LinearLaunch make_linear_launch(const LinearCall& call);   // routed, kernel loaded; no pointers
   std::map<void*, rt::DeviceBuffer> linear_workspaces;
   // flow=auto linear calls' tuned dispatch (runtime/tuning/linear_tuning.cpp): the family's stored table,
   // read from the cache once per family (null: none stored, the default rule serves it).

@@ -99,8 +99,8 @@ class GpuLinearTimer final : public LinearTimer {
 }  // namespace
 
 LinearTable Runtime::tune_linear(const Spec& spec_in, const LinearSweepOptions& options_in) {
+  if (spec_in.phase != Phase::linear) throw_bad_input("tune_linear takes a linear spec; got '" + to_string(spec_in) + "'");
   Spec spec = resolve(spec_in);
-  if (spec.phase != Phase::linear) throw_bad_input("tune_linear takes a linear spec; got '" + to_string(spec) + "'");
   spec.flow = Dataflow::automatic;
   LinearSweepOptions options = options_in;
   if (options.limits.max_smem_per_block <= 0) options.limits = impl_->limits();

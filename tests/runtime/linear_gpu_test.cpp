@@ -7,6 +7,7 @@
 // columns past n (ldc > n) must stay poisoned.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -15,7 +16,9 @@
 #include "qattn/linear.hpp"
 #include "qattn/runtime.hpp"
 #include "reference/metrics.hpp"
+#include "runtime/device/device.hpp"
 #include "runtime/device/device_buffer.hpp"
+#include "runtime/device/driver.hpp"
 #include "tests/common/gpu_test.hpp"
 #include "tests/common/random_data.hpp"
 
@@ -156,6 +159,89 @@ TEST_F(LinearGpu, SplitKIsDeterministicAndLeavesItsCountersClean) {
     EXPECT_EQ(a.rel_l2, b.rel_l2) << r1;
     EXPECT_LT(a.rel_l2, 1.5e-3) << r1;
   }
+}
+
+// A plan gives linear()'s bits, over its m and fewer tokens, with its own workspace or the caller's, and its
+// first run may be captured in a CUDA graph whose replay reads new inputs.
+TEST_F(LinearGpu, PlanRunsWithTheBitsOfLinearAndItsFirstRunCaptures) {
+  if (!rt::driver().cuStreamBeginCapture || !rt::driver().cuGraphInstantiate)
+    GTEST_SKIP() << "this driver has no stream capture entry points";
+  rt::ContextGuard context(0);
+  Runtime rtm;
+  const std::uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (const char* w : {"fp16", "int8:per_channel", "int4:per_group"})
+    for (const char* flow : {"gemv", "flat", "gemm"}) {
+      const int m = std::string(flow) == "gemm" ? 200 : 6, n = 777, k = 2048;
+      const Spec spec = parse_spec(std::string("linear a=fp16 w=") + w + " out=fp16 n=777 k=2048 bias flow=" + flow);
+      std::vector<float> wf(static_cast<size_t>(n) * k);
+      for (float& x : wf) x = 0.02f * g(rng);
+      const PackedLinearWeight packed = pack_linear_weight(spec, wf.data());
+      const auto random_bits = [&](size_t count) {
+        std::vector<std::uint16_t> v(count);
+        for (auto& x : v) x = test::to_half_bits(g(rng), Fmt::fp16);
+        return v;
+      };
+      rt::DeviceBuffer a = rt::DeviceBuffer::from(random_bits(static_cast<size_t>(m) * k));
+      const std::vector<std::uint16_t> a2 = random_bits(static_cast<size_t>(m) * k);
+      rt::DeviceBuffer dw = rt::DeviceBuffer::from(packed.bytes), scale = rt::DeviceBuffer::from(packed.scale),
+                       zero = rt::DeviceBuffer::from(packed.zero), bias = rt::DeviceBuffer::from(random_bits(n));
+      rt::DeviceBuffer c_eager(static_cast<size_t>(m) * n * 2), c_plan(static_cast<size_t>(m) * n * 2);
+      LinearCall call;
+      call.spec = spec;
+      call.a = a.as<void>();
+      call.weights.w = dw.as<void>();
+      call.weights.scale = packed.scale.empty() ? nullptr : scale.as<float>();
+      call.weights.zero = packed.zero.empty() ? nullptr : zero.as<float>();
+      call.weights.bias = bias.as<void>();
+      call.c = c_eager.as<void>();
+      call.m = m;
+      call.splits = 3;   // split-K on every flow: the counters must come back to zero run after run
+      LinearCall shape = call;   // a plan reads no pointer
+      shape.a = shape.c = nullptr;
+      shape.weights = LinearWeights{};
+      const auto plan = rtm.plan_linear(shape);
+      SCOPED_TRACE(plan->route().kernel);
+      ASSERT_GT(plan->workspace_bytes(), 0u);
+      LinearRun run;
+      run.a = call.a;
+      run.weights = call.weights;
+      run.c = c_plan.as<void>();
+      rt::Stream stream;
+      const auto& d = rt::driver();
+      CUgraph graph = nullptr;
+      CUgraphExec exec = nullptr;
+      rt::check(d.cuStreamBeginCapture(stream.get(), CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+      rtm.run(*plan, run, stream.get());   // the plan's first run, captured
+      rt::check(d.cuStreamEndCapture(stream.get(), &graph), "cuStreamEndCapture");
+      rt::check(d.cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate");
+      a.upload(a2.data(), a2.size() * 2);   // the replay reads new activations
+      c_plan.fill(0xff);
+      rt::check(d.cuGraphLaunch(exec, stream.get()), "cuGraphLaunch");
+      rt::check(d.cuGraphLaunch(exec, stream.get()), "cuGraphLaunch");   // and again: counters left clean
+      rtm.linear(call, stream.get());
+      stream.synchronize();
+      EXPECT_EQ(c_plan.to_vector<std::uint16_t>(), c_eager.to_vector<std::uint16_t>()) << "graph replay against linear()";
+      // Fewer tokens through the same plan, with the caller's zeroed workspace.
+      rt::DeviceBuffer ws(plan->workspace_bytes());
+      ws.fill(0);
+      c_plan.fill(0xff);
+      run.m = m - 1;
+      run.workspace = ws.as<void>();
+      rtm.run(*plan, run, stream.get());
+      LinearCall fewer = call;
+      fewer.m = m - 1;
+      fewer.tiling = plan->route().tiling;
+      rtm.linear(fewer, stream.get());
+      stream.synchronize();
+      const auto got = c_plan.to_vector<std::uint16_t>(), want = c_eager.to_vector<std::uint16_t>();
+      EXPECT_TRUE(std::equal(got.begin(), got.begin() + static_cast<long>(m - 1) * n, want.begin())) << "m - 1 tokens";
+      for (size_t i = static_cast<size_t>(m - 1) * n; i < got.size(); ++i) ASSERT_EQ(got[i], 0xffff) << "wrote row m - 1";
+      d.cuGraphExecDestroy(exec);
+      d.cuGraphDestroy(graph);
+    }
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ void check_flashq_gpu(qattn_runtime* rt, const host_data* h);
 void check_tune_decode_gpu(qattn_runtime* rt);
 void check_format_calibration_gpu(qattn_runtime* rt);
 void check_varlen_gpu(qattn_runtime* rt);
+void check_linear_gpu(qattn_runtime* rt);
 
 static devptr upload(const void* host, size_t bytes) {
   const devptr p = dev_alloc(bytes);
@@ -231,6 +232,7 @@ int run_gpu_checks(void) {
   check_tune_decode_gpu(rt);
   check_format_calibration_gpu(rt);
   check_varlen_gpu(rt);
+  check_linear_gpu(rt);
   qattn_runtime_destroy(rt);
   return 0;
 }

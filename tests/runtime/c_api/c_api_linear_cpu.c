@@ -57,6 +57,14 @@ void check_linear_validation(qattn_runtime* rt) {
   a = linear_args();
   a.tiling = "bm8_bn128";
   CHECK_STATUS(qattn_linear(rt, &a, NULL), QATTN_BAD_INPUT, "tiling");
+  {
+    qattn_linear_plan* plan = (qattn_linear_plan*)FAKE(16);
+    a = linear_args();
+    CHECK_STATUS(qattn_linear_plan_create(rt, &a, 1u, &plan), QATTN_BAD_INPUT, "unknown flags 1");
+    CHECK(plan == NULL);
+    CHECK_STATUS(qattn_linear_plan_run(rt, NULL, &a, NULL, NULL), QATTN_BAD_INPUT, "plan is NULL");
+    CHECK(strcmp(qattn_linear_plan_kernel_name(NULL), "") == 0);
+  }
   a = linear_args();
   a.m = -3;
   CHECK_STATUS(qattn_linear_route(rt, &a, NULL, 0, NULL, 0, NULL), QATTN_BAD_INPUT, "m >= 1");
