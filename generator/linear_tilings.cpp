@@ -14,6 +14,7 @@ namespace {
 // call with that many tokens takes untuned), then neighbours for the tuner.
 std::vector<Tiling> preferred_linear(const Spec& s) {
   const bool int4 = s.weight.fmt == Fmt::int4;
+  const bool bits16 = s.weight.fmt == Fmt::fp16 || s.weight.fmt == Fmt::bf16;
   std::vector<Tiling> out;
   switch (s.flow) {
     case Dataflow::gemv: {
@@ -30,11 +31,21 @@ std::vector<Tiling> preferred_linear(const Spec& s) {
         out.insert(out.end(), {{bm, 128, 4, int4 ? 3 : 4}, {bm, 64, 4, int4 ? 3 : 4}, {bm, 128, 4, 2}, {bm, 256, 8, 3},
                                {bm, 64, 2, 4}});
       break;
-    case Dataflow::gemm:
-      // bm 128 for many tokens, bm 64 below 512 (linear_block_m), each first in its own list.
+    case Dataflow::gemm: {
+      // bm 128 for many tokens, bm 64 below 512 (linear_block_m), each first in its own list. On sm_90a the
+      // warpgroup form (_wg) comes first: only wgmma reaches the H100's tensor-core peak (validate() drops
+      // it elsewhere). int4's dequantized tiles leave room for 3 stages at bm 128; at bm 64 two warpgroups
+      // share the dequantization.
+      const auto wg = [](int bm, int bn, int w, int st) { return Tiling{bm, bn, w, st, true}; };
+      if (int4)
+        out.insert(out.end(), {wg(128, 128, 8, 3), wg(64, 128, 8, 3), wg(64, 128, 4, 4), wg(128, 128, 8, 2)});
+      else
+        out.insert(out.end(), {wg(128, 128, 8, 4), wg(64, 128, 4, 4), wg(128, 256, 8, bits16 ? 4 : 3), wg(128, 128, 8, 5),
+                               wg(64, 128, 8, 3)});
       out.insert(out.end(), {{128, 128, 8, int4 ? 2 : 3}, {64, 128, 4, int4 ? 3 : 4}, {128, 256, 8, 3}, {128, 128, 8, 4},
                              {64, 64, 4, 4}, {64, 128, 4, 3}});
       break;
+    }
     default: break;
   }
   return out;

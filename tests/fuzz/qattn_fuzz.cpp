@@ -281,12 +281,24 @@ int main(int argc, char** argv) {
       tilings.push_back(to_string(t));
       names.push_back(kernel_name(s, t));
     }
+  // Linear layers: every weight format and dataflow (their names and tilings too).
+  for (const char* w : {"fp16", "int8:per_channel", "int4:per_group"})
+    for (const char* flow : {"gemv", "flat", "gemm"}) {
+      const Spec s = parse_spec(std::string("linear a=fp16 w=") + w + " out=bf16 n=14336 k=4096 bias flow=" + flow + " arch=sm_90a");
+      const Tiling t = default_tiling(s, default_limits(s.arch));
+      specs.push_back(to_string(s));
+      tilings.push_back(to_string(t));
+      names.push_back(kernel_name(s, t));
+    }
+  specs.push_back("linear a=bf16 w=int4:per_group out=bf16 n=6144 k=4096");
   for (const Problem& p : {Problem{}, Problem{1, 32, 32, 1, 8192}, Problem{4, 64, 8, 4096, 32768}})
     problems.push_back(to_string(p));
   grids.push_back(R"({"version": 1, "entries": [{"specs": ["prefill qk=int8:per_token pv=int8:per_channel out=bf16 d=128 causal gqa=4 smooth=kv"],
                     "problems": {"q_len": [1024, 4096], "batch": [1]}}]})");
   grids.push_back(R"({"version": 1, "description": "x", "entries": [{"specs": ["prefill qk=bf16 pv=bf16 out=bf16 d=128 causal gqa=4"],
                     "problems": {"q_len": [512]}}]})");
+  grids.push_back(R"({"version": 1, "entries": [{"kind": "linear", "specs": ["linear a=bf16 w=int8:per_channel out=bf16 n=4096 k=14336"],
+                    "problems": {"m": [1, 8, 64, 8192]}}]})");
   // The unmutated seeds must pass, or the mutants would only test the first error path.
   for (const std::string& g : grids) (void)parse_pretune_grid(g, "seed grid");
   for (const std::string& t : problems) (void)parse_problem(t);

@@ -156,5 +156,20 @@ TEST(LinearCompile, EveryUntunedKernelBuildsWithoutSpills) {
   EXPECT_GT(test::expect_compiled_without_spills(points), 70u);
 }
 
+// The warpgroup GEMM (_wg, sm_90a) of every weight format, at each of its candidate tilings: no spills and
+// its wgmma pipeline intact (ptxas did not serialize it).
+TEST(LinearCompile, TheWarpgroupGemmKeepsItsPipeline) {
+  std::vector<std::pair<Spec, Tiling>> points;
+  for (const char* w : {"bf16", "int8:per_channel", "int4:per_group"}) {
+    const Spec s = parse_spec(std::string("linear a=bf16 w=") + w + " out=bf16 n=4096 k=14336 bias flow=gemm arch=sm_90a");
+    for (const Tiling& t : gen::candidate_tilings(s, default_limits(Arch::sm_90a)))
+      if (t.wgmma) points.emplace_back(s, t);
+  }
+  ASSERT_GE(points.size(), 12u);
+  EXPECT_TRUE(points.front().second.wgmma && default_tiling(points.front().first, default_limits(Arch::sm_90a)).wgmma)
+      << "the default GEMM on sm_90a is the warpgroup form";
+  test::expect_compiled_with_wgmma_pipeline(points);
+}
+
 }  // namespace
 }  // namespace qattn

@@ -7,34 +7,14 @@ captured in a CUDA graph the first time it runs.
 The checks are Runtime.decode's (python/qattn/decode.py, decode_args); the plan remembers their outcome
 for a key that holds everything they read.
 """
-import ctypes
-
 import torch
 
 from .. import _library
 from .. import decode as _decode
-from ..errors import BadInput, check
 from . import _device, _prefill
 
 _plans = {}
 _device.register_plan_cache(_plans)
-
-
-class _Plan:
-    __slots__ = ("runtime", "device", "index", "handle", "workspace_bytes", "args", "_destroy")
-
-    def __init__(self, runtime, index, handle, args):
-        self.runtime = runtime
-        self.device, self.index = torch.device("cuda", index), index
-        self.handle = handle
-        self.workspace_bytes = 0
-        self.args = args   # the plan's qattn_decode_args; each run copies it and sets the pointers
-        self._destroy = runtime._lib.qattn_decode_plan_destroy
-
-    def __del__(self):
-        if self.handle is not None:
-            self._destroy(self.handle)
-            self.handle = None
 
 
 def _tensor_key(t):
@@ -49,15 +29,7 @@ def _make(q, view, kv_lens, max_kv_len, spec):
     index = _device.device_index(q)
     rt = _device.runtime(index)
     args, _ = _decode.decode_args(rt, spec, q, view, kv_lens, None, None, None, 0, None, None, max_kv_len)
-    lib = rt._lib
-    handle, ws = ctypes.c_void_p(), ctypes.c_int64()
-    with rt._call() as rt_handle:
-        check(lib, lib.qattn_decode_plan_create(rt_handle, ctypes.byref(args), _library.PLAN_CALLER_WORKSPACE,
-                                                ctypes.byref(handle)), "qattn_decode_plan_create")
-    p = _Plan(rt, index, handle.value, args)
-    check(lib, lib.qattn_decode_plan_workspace_bytes(p.handle, ctypes.byref(ws)), "qattn_decode_plan_workspace_bytes")
-    p.workspace_bytes = ws.value
-    return p
+    return _device.make_plan(rt, index, args, "decode")
 
 
 def run(q, view, kv_lens, max_kv_len, spec, scale, tensors):
@@ -79,13 +51,5 @@ def run(q, view, kv_lens, max_kv_len, spec, scale, tensors):
     a.cache.k_head_scale, a.cache.v_head_scale = c.k_head_scale, c.v_head_scale
     a.kv_lens = kv_lens.data_ptr()
     a.softmax_scale = scale
-    rt = p.runtime
-    handle = rt._handle
-    if handle is None:
-        raise BadInput("the qattn Runtime of this device was closed; give the torch calls another with "
-                       "qattn.torch.set_runtime")
-    status = rt._lib.qattn_decode_plan_run(handle, p.handle, ctypes.byref(a), None if ws is None else ws.data_ptr(),
-                                           _prefill.stream_of(p.index))
-    if status:
-        check(rt._lib, status, "qattn_decode_plan_run")
+    p.run(a, ws, _prefill.stream_of(p.index))
     return out

@@ -149,10 +149,7 @@ def _run_plan(p, q, k, v, out, lse, cu_q, cu_kv, scale):
     stream and CUDA-graph capture are safe)."""
     rt = p.runtime
     ws = torch.empty(p.workspace_bytes, dtype=torch.uint8, device=p.device) if p.workspace_bytes else None
-    handle = rt._handle
-    if handle is None:
-        raise BadInput("the qattn Runtime of this device was closed; give the torch calls another with "
-                       "qattn.torch.set_runtime")
+    handle = _device.open_handle(rt)
     status = rt._lib.qattn_attention_plan_run(handle, p.handle, q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                               out.data_ptr(), None if lse is None else lse.data_ptr(), cu_q, cu_kv,
                                               scale, None if ws is None else ws.data_ptr(), stream_of(p.index))

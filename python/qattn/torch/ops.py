@@ -15,6 +15,7 @@ them without a graph break and torch.export sees their output shapes.
                                   spec, scale) -> out
     torch.ops.qattn.decode(q, k_cache, v_cache, kv_lens, block_table, k_head_scale, v_head_scale,
                            capacity, page_size, max_kv_len, spec, scale) -> out
+    torch.ops.qattn.linear(a, w, w_scale, w_zero, bias, spec) -> c   (a [m, k]; c [m, n] of out='s type)
     torch.ops.qattn.flashq_append(cache, block_table, k, v, bits, page_stride, max_blocks, spec) -> ()
     torch.ops.qattn.flashq_decode(q, cache, block_table, bits, page_stride, max_blocks, max_kv_len, spec,
                                   scale) -> out
@@ -31,7 +32,7 @@ from torch import Tensor
 
 from ..decode import KvCache as _CacheView
 from ..layout import LAYOUTS
-from . import _decode, _device, _prefill, flashq as _flashq
+from . import _decode, _device, _linear, _prefill, flashq as _flashq
 
 
 def _lse_shape(q, layout):
@@ -142,6 +143,18 @@ def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_lens: Tensor, block_t
 def _(q, k_cache, v_cache, kv_lens, block_table, k_head_scale, v_head_scale, capacity, page_size, max_kv_len,
       spec, scale):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("qattn::linear", mutates_args=())
+def linear(a: Tensor, w: Tensor, w_scale: Optional[Tensor], w_zero: Optional[Tensor], bias: Optional[Tensor],
+           spec: str) -> Tensor:
+    return _linear.run(a, w, w_scale, w_zero, bias, spec)
+
+
+@linear.register_fake
+def _(a, w, w_scale, w_zero, bias, spec):
+    n, dtype = _linear.spec_fields(spec)
+    return a.new_empty((a.shape[0], n), dtype=dtype)
 
 
 @torch.library.custom_op("qattn::flashq_append", mutates_args=("cache",))

@@ -14,7 +14,7 @@
 //                 then takes the matching consecutive elements of rows g and g + 8 by 8-byte (int8) or
 //                 16-byte (int4, two steps) shared loads.
 //   C             d[0..1] = row g, channels 2t, 2t + 1; d[2..3] = row g + 8.
-// The sm_90a warpgroup form (WGMMA = true) is not written yet: linear_tiling_problem rejects it.
+// The sm_90a warpgroup form (WGMMA = true) is GemmWgmma (gemm_wgmma.cuh), selected below.
 #pragma once
 #include "qattn/abi.h"
 #include "qattn/common/common.cuh"
@@ -22,6 +22,7 @@
 #include "qattn/linear/split_k_epilogue.cuh"
 #include "qattn/linear/stage_loader.cuh"
 #include "qattn/linear/weight_tile.cuh"
+#include "qattn/linear/gemm_wgmma.cuh"
 
 namespace qattn::linear {
 
@@ -194,5 +195,9 @@ struct Gemm {
     Epi::template reduce_splits<BM, BN, kThreads>(p, m0, n0);
   }
 };
+
+// WGMMA = true: the warpgroup form (sm_90a).
+template <Fmt A, Fmt W, Fmt OUT, int N, int K, bool BIAS, int BM, int BN, int WARPS, int STAGES>
+struct Gemm<A, W, OUT, N, K, BIAS, BM, BN, WARPS, STAGES, true> : GemmWgmma<A, W, OUT, N, K, BIAS, BM, BN, WARPS, STAGES> {};
 
 }  // namespace qattn::linear

@@ -25,7 +25,18 @@
 //            dequantized fragments on top of 128 accumulators spill), nor with 4 warps (255 registers
 //            and a spill on sm_90a); int4 not bm 64 with 8 warps (ptxas caps at 128 registers, spills)
 //     stages 2 .. 5
-//   wgmma (gemm on sm_90a warpgroups): not written yet.
+//   gemm with wgmma (sm_90a warpgroups, gemm_wgmma.cuh; tiling token _wg)
+//     bm     64 or 128: 64-row slabs of tokens, the wgmma M side;  bn 64, 128 or 256: W rows, the N side
+//     warps  4 or 8: one or two warpgroups, all of them consumers (no producer warpgroup); a warpgroup
+//            owns wg_slabs(bm, warps) slabs (2 only at bm 128 with 4 warps) of wg_n(bm, bn, warps)
+//            channels (bn, or bn / 2 when two warpgroups share one slab at bm 64 with 8 warps); at most
+//            128 fp32 accumulators per thread (so bm 128 with 4 warps takes bn <= 128)
+//     stages 2 .. 5 cp.async stages (the k tile as in the mma.sync gemm); from 3 stages one wgmma group
+//            stays in flight across the barrier, so stages - 2 tiles are in flight while one is
+//            multiplied (stages - 1 with 2 stages, where the products are waited for every tile)
+//     smem   stages 1024-byte aligned (the 128-byte swizzle atoms), int4 A in two 64-k column blocks, and
+//            for int8 / int4 two dequantized 16-bit W tiles (bn x bk) after the stages, + 1024 bytes of
+//            slack to align the base
 //
 // k tile (linear_bk): every W row of a stage is 128 bytes for flat (64 fp16 / 128 int8 / 256 int4
 // codes) and for gemm with 16-bit weights (64), 64 bytes for gemm with int8 (64) or int4 (128, exactly
@@ -46,6 +57,11 @@
 //         fill the GPU (or split K).
 //   gemm  bm 128, bn 128, warps 8, stages 3 (int4: 2);  bm 64, bn 128, warps 4, stages 4 (int4: 3)
 //         for M < 512.
+//   gemm _wg (sm_90a)  bm 128, bn 128, warps 8, stages 4 (int4: 3, the most that fits);  for M < 512
+//         bm 64, bn 128, warps 4, stages 4 (int4: warps 8, stages 3: two warpgroups share the
+//         dequantization). Stages are worth more here than in the mma.sync form: 130 .. 190 registers
+//         leave one CTA of 8 warps per SM, and only stages - 2 tiles are in flight. Neighbours to tune:
+//         bm 128 bn 256 w8 (s4; int8 s3), s5 at bm 128 bn 128 (16-bit, int8), int4 bm 64 bn 128 w4 s4.
 #pragma once
 #include "qattn/abi.h"
 
@@ -96,11 +112,23 @@ QATTN_LINEAR_FN int stage_bytes(Dataflow flow, Fmt w, int bm, int bn) {
   return w_tile_bytes(flow, w, bn) + a_tile_bytes(flow, w, bm) + sz_tile_bytes(flow, w, bn);
 }
 
+// gemm, wgmma form: a stage (the same regions, the whole on a 1024-byte multiple: the swizzle atoms of
+// the wgmma operands are 1024-byte aligned), the two dequantized W tiles (int8 / int4: bn rows of bk
+// 16-bit elements each, double-buffered so that one is written while wgmma reads the other), and the
+// slack that aligns the dynamic shared-memory base.
+constexpr int kWgmmaAlignBytes = 1024;
+QATTN_LINEAR_FN int wg_stage_bytes(Fmt w, int bm, int bn) {
+  return round_up(stage_bytes(Dataflow::gemm, w, bm, bn), kWgmmaAlignBytes);
+}
+QATTN_LINEAR_FN int wg_dequant_bytes(Fmt w, int bn) { return is_16bit(w) ? 0 : 2 * bn * linear_bk(Dataflow::gemm, w) * 2; }
+
 // Dynamic shared memory of a launch (gemv uses none).
 QATTN_LINEAR_FN int linear_smem_bytes(Dataflow flow, Fmt a, Fmt w, int bm, int bn, int warps, int stages,
                                       bool wgmma) {
-  (void)a, (void)warps, (void)wgmma;
-  return flow == Dataflow::gemv ? 0 : stages * stage_bytes(flow, w, bm, bn);
+  (void)a, (void)warps;
+  if (flow == Dataflow::gemv) return 0;
+  if (wgmma) return kWgmmaAlignBytes + stages * wg_stage_bytes(w, bm, bn) + wg_dequant_bytes(w, bn);
+  return stages * stage_bytes(flow, w, bm, bn);
 }
 
 // The granularity of LinearParams::k_split.
@@ -113,13 +141,29 @@ QATTN_LINEAR_FN int linear_k_step(Dataflow flow, Fmt w, int bn, int warps) {
 QATTN_LINEAR_FN int gemm_warp_m(int bm) { return bm / 2; }
 QATTN_LINEAR_FN int gemm_warp_n(int bn, int warps) { return bn / (warps / 2); }
 
+// gemm, wgmma form: 64-row slabs per warpgroup and the wgmma n of each (two warpgroups on one slab split
+// bn in halves).
+QATTN_LINEAR_FN int wg_slabs(int bm, int warps) { return bm / 64 > warps / 4 ? bm / 64 / (warps / 4) : 1; }
+QATTN_LINEAR_FN int wg_n(int bm, int bn, int warps) { return bm / 64 >= warps / 4 ? bn : bn / (warps / 4); }
+
 // nullptr when (a, w, tiling) is supported, else why not.
 QATTN_LINEAR_FN const char* linear_tiling_problem(Dataflow flow, Fmt a, Fmt w, int bm, int bn, int warps,
                                                   int stages, bool wgmma) {
   if (!is_16bit(a)) return "linear: A must be fp16 or bf16";
   if (is_16bit(w) && w != a) return "linear: 16-bit W must have A's format";
   if (!is_16bit(w) && w != Fmt::int8 && w != Fmt::int4) return "linear: W must be fp16, bf16, int8 or int4";
-  if (wgmma) return "linear: the wgmma form is not written yet";
+  if (wgmma) {
+    if (flow != Dataflow::gemm) return "linear: the wgmma form (_wg) is the gemm dataflow's";
+    if (bm != 64 && bm != 128) return "linear gemm wgmma: bm must be 64 or 128 (64-row slabs)";
+    if (bn != 64 && bn != 128 && bn != 256) return "linear gemm wgmma: bn must be 64, 128 or 256";
+    if (warps != 4 && warps != 8) return "linear gemm wgmma: warps must be 4 or 8 (one or two warpgroups)";
+    if (wg_slabs(bm, warps) * wg_n(bm, bn, warps) > 256)
+      return "linear gemm wgmma: at most 128 fp32 accumulators per thread (bm 128 with 4 warps: bn <= 128)";
+    if (stages < 2 || stages > 5) return "linear gemm wgmma: stages must be 2 .. 5";
+    if (linear_smem_bytes(flow, a, w, bm, bn, warps, stages, wgmma) > kMaxSmemBytes)
+      return "linear: the stages need more than 227 KiB of shared memory";
+    return nullptr;
+  }
   if (flow == Dataflow::gemv) {
     if (bm != 1 && bm != 2 && bm != 4 && bm != 8) return "linear gemv: bm must be 1, 2, 4 or 8";
     if (warps != 1 && warps != 2 && warps != 4) return "linear gemv: warps must be 1, 2 or 4";
