@@ -311,6 +311,9 @@ Tiling launchable_tiling(const Spec& spec, const Problem& problem, const Tiling&
 
 Tiling default_tiling(const Spec& spec, const DeviceLimits& limits) {
   require(validate(spec));
+  if (spec.phase == Phase::linear && spec.flow == Dataflow::automatic)
+    throw_bad_input("'" + to_string(spec) + "' names no kernel: flow=auto is chosen per call by the token count; "
+                    "give flow=gemv, flow=flat or flow=gemm");
   const auto c = gen::candidate_tilings(spec, limits);
   if (c.empty()) throw Error(ErrorKind::failure, "no tiling fits " + to_string(spec) + " within the device limits");
   return c.front();

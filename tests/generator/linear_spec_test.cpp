@@ -69,6 +69,7 @@ TEST(LinearSpec, RefusesWhatNoKernelRuns) {
   const Spec autos = linear_spec("fp16", Dataflow::automatic, Arch::sm_90a);
   EXPECT_FALSE(validate(autos, Tiling{8, 128, 4, 4}, default_limits(Arch::sm_90a)).ok);
   EXPECT_FALSE(validate(linear_spec("fp16", Dataflow::flat, Arch::sm_90a), Tiling{8, 128, 4, 4, true}, default_limits(Arch::sm_90a)).ok);
+  test::expect_bad_input([&] { default_tiling(autos, default_limits(Arch::sm_90a)); }, "give flow=gemv, flow=flat or flow=gemm");
   // An attention shape is not a linear call's.
   EXPECT_FALSE(validate(autos, Problem{}).ok);
 }
