@@ -171,7 +171,7 @@ DeviceLimits default_limits(Arch arch) {
 Verdict validate(const Spec& s) {
   if (Verdict v = validate_family(s); !v) return v;
   if (s.phase == Phase::linear) return validate_linear(s);
-  if (s.flow == Dataflow::flat || s.flow == Dataflow::gemm)
+  if (s.phase == Phase::decode && (s.flow == Dataflow::flat || s.flow == Dataflow::gemm))
     return Verdict::no(std::string("flow=") + to_string(s.flow) + " is a linear-layer dataflow; accepted for decode: auto, mma, gemv");
   if (s.phase == Phase::decode) return validate_decode(s);
   if (s.paged) return Verdict::no("paged applies to a decode KV cache; accepted for prefill: no paged token");

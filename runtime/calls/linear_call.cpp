@@ -1,7 +1,9 @@
 // Runtime::linear and its plan: the call checked before any GPU work, m tokens routed to a dataflow, a
 // tiling and a split-K count (the tuned table of the layer, else the default rule), one kernel launched
 // (templates/qattn/linear/).
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 
 #include "generator/render.hpp"
@@ -19,6 +21,9 @@ bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15
 // One packed W row in the unit ldw counts in (elements for 16-bit W, else bytes).
 long long packed_w_row(const Spec& s) { return s.weight.fmt == Fmt::int4 ? s.k / 2 : s.k; }
 int ldw_unit_bytes(const Spec& s) { return s.weight.fmt == Fmt::int8 || s.weight.fmt == Fmt::int4 ? 1 : 2; }
+
+// Distinct eager call shapes remembered (every m of a few layers); past it the memo starts over.
+constexpr size_t kMaxLinearLaunches = 1 << 14;
 
 std::string ptr_text(const void* p) { return std::to_string(reinterpret_cast<std::uintptr_t>(p)); }
 
@@ -151,9 +156,32 @@ LinearRoute Runtime::linear_route(const LinearCall& call) {
   return impl_->route_linear(call);
 }
 
+Runtime::Impl::LinearKey Runtime::Impl::linear_key(const LinearCall& call) {
+  LinearKey key{};
+  const SpecFields spec = spec_fields(call.spec);
+  std::copy(spec.begin(), spec.end(), key.begin());
+  const Tiling& t = call.tiling;
+  long long* rest = key.data() + spec.size();
+  const long long tail[9] = {call.m, t.block_m, t.block_n, t.warps, t.stages + (t.wgmma ? 1000 : 0), call.splits,
+                             call.lda, call.weights.ldw, call.ldc};
+  std::copy(std::begin(tail), std::end(tail), rest);
+  return key;
+}
+
 void Runtime::linear(const LinearCall& call, void* stream) {
   Impl::check_linear_call(call);
-  const rt::LinearLaunch l = impl_->make_linear_launch(call);
+  const Impl::LinearKey memo = Impl::linear_key(call);
+  rt::LinearLaunch l;
+  {
+    std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+    if (auto it = impl_->linear_launches.find(memo); it != impl_->linear_launches.end()) l = it->second;
+  }
+  if (!l.kernel) {
+    l = impl_->make_linear_launch(call);
+    std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+    if (impl_->linear_launches.size() >= kMaxLinearLaunches) impl_->linear_launches.clear();   // bounded, rebuilt on demand
+    impl_->linear_launches[memo] = l;
+  }
   Impl::EagerKey key = Impl::eager_key(l.route.spec, Problem{1, 1, 1, call.m, call.m}, stream);
   key.call[0] = l.route.tiling.block_m, key.call[1] = l.route.tiling.block_n, key.call[2] = l.route.tiling.warps;
   key.call[3] = l.route.tiling.stages, key.call[4] = l.route.splits;

@@ -219,6 +219,11 @@ struct Runtime::Impl {
   static void check_linear_call(const LinearCall& call);
   LinearRoute route_linear(const LinearCall& call);   // the call's shape checked (check_linear_call's first half)
   rt::LinearLaunch make_linear_launch(const LinearCall& call);   // routed, kernel loaded; no pointers
+  // linear()'s launches by everything but the pointers (spec fields, m, tiling asked, splits asked, lda,
+  // ldw, ldc), so a repeated eager call routes nothing; cleared when a tuned table is installed.
+  using LinearKey = std::array<long long, gen::schema::kFieldCount + 9>;
+  static LinearKey linear_key(const LinearCall& call);
+  std::map<LinearKey, rt::LinearLaunch> linear_launches;
   std::map<void*, rt::DeviceBuffer> linear_workspaces;
   // flow=auto linear calls' tuned dispatch (runtime/tuning/linear_tuning.cpp): the family's stored table,
   // read from the cache once per family (null: none stored, the default rule serves it).

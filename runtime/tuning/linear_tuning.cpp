@@ -133,6 +133,7 @@ LinearTable Runtime::tune_linear(const Spec& spec_in, const LinearSweepOptions& 
     impl_->store->put_decision(rec);
   }
   impl_->linear_dispatches[Impl::spec_fields(spec)] = dispatch;
+  impl_->linear_launches.clear();   // eager calls route again, by the new table
   return table;
 }
 
