@@ -185,7 +185,7 @@ std::vector<Pipeline> pipelines() {
   SimConfig half;
   half.qk_qmax = 127, half.gran = Gran::per_token, half.p = PFormat::fp16, half.v = VFormat::fp16;
   SimConfig fp8;
-  fp8.qk_fp8 = true, fp8.p = PFormat::e4m3_unscaled, fp8.v = VFormat::e4m3_per_tensor;
+  fp8.qk_fp8 = true, fp8.gran = Gran::per_tensor, fp8.p = PFormat::e4m3_unscaled, fp8.v = VFormat::e4m3_per_tensor;
   SimConfig full_smooth = full;
   full_smooth.smooth_k = true;
   p.push_back({"SageAttention (v1)", "INT8 per-block QK, smooth K; P, V fp16", sage1});

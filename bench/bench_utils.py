@@ -77,6 +77,9 @@ QATTN_VARIANTS = {
                           "rotate=hadamard",
     "qattn_int4_fp8_rot": "prefill qk=int4:per_warp pv=fp8e4m3:per_channel out=fp16 d={d}{causal} smooth=qkv "
                           "rotate=hadamard",
+    # FP8 Q·K^T (Hopper): FlashAttention-3's and cuDNN's FP8 input, per token and per 64-key block.
+    "qattn_fp8_per_token": "prefill qk=fp8e4m3:per_token pv=fp8e4m3:per_channel out=fp16 d={d}{causal} smooth=kv",
+    "qattn_fp8_per_block": "prefill qk=fp8e4m3:per_block pv=fp8e4m3:per_channel out=fp16 d={d}{causal} smooth=kv",
 }
 # The variants of the default grid (issue 2's table); --grid formats runs them all.
 DEFAULT_VARIANTS = ["sdpa_flash", "sdpa_cudnn", "qattn_fp16", "qattn_int8_per_token", "qattn_int8_per_block",
@@ -85,7 +88,7 @@ DEFAULT_VARIANTS = ["sdpa_flash", "sdpa_cudnn", "qattn_fp16", "qattn_int8_per_to
 PEER_VARIANTS = {"sage2_per_warp": "per_warp", "sage2_per_thread": "per_thread"}
 # --grid peers: the baselines, qattn's INT8 formats on Hopper and the peer.
 PEER_GRID_VARIANTS = ["sdpa_flash", "sdpa_cudnn", "qattn_int8_per_token", "qattn_int8_fp8", "qattn_int8_fp8_2lvl",
-                      "sage2_per_warp"]
+                      "qattn_fp8_per_token", "qattn_fp8_per_block", "sage2_per_warp"]
 ALL_VARIANTS = list(SDPA_VARIANTS) + list(QATTN_VARIANTS) + list(PEER_VARIANTS)
 BASELINE_OF_RATIO = {"ratio_flash": "sdpa_flash", "ratio_cudnn": "sdpa_cudnn"}
 

@@ -24,16 +24,19 @@ std::string quant_request_error(const QuantRequest& r, const QuantProblem& p) {
              r.gran != Gran::per_channel && r.gran != Gran::per_warp && r.gran != Gran::per_thread) {
     return "row quantization takes per_token, per_block, per_tensor, per_channel, per_warp or per_thread scales";
   }
-  if (r.code != Fmt::int8 && (r.code != Fmt::fp8e4m3 || !r.transpose || r.gran != Gran::per_channel))
-    return "fp8e4m3 codes are written for transposed per_channel V only";
+  if (r.code != Fmt::int8 && r.code != Fmt::fp8e4m3) return "quantizer codes are int8 or fp8e4m3";
+  if (r.code == Fmt::fp8e4m3 && r.transpose && r.gran != Gran::per_channel)
+    return "fp8e4m3 V^T codes take per_channel scales";
+  if (r.code == Fmt::fp8e4m3 && !r.transpose && (r.gran == Gran::per_channel || r.block_mean))
+    return "fp8e4m3 rows (qk=fp8e4m3) take token-wise or per_tensor scales and no block means";
   if (r.qmax < 1 || r.qmax > 127) return "quantizer qmax must be in [1, 127], got " + std::to_string(r.qmax);
   if (r.pack4 && (r.transpose || r.qmax > 7 || r.code != Fmt::int8))
     return "packed int4 output (pack4) takes int8 row quantization (no transpose) with qmax <= 7";
   if (r.block_mean && (r.smooth || r.transpose || r.pack4 || r.gran == Gran::per_channel))
     return "block means (Q smoothing) take unpacked row quantization with token-wise or per_tensor scales and no other smoothing";
   if (r.rotate != kRotateNone &&
-      ((r.rotate != kRotateQ && r.rotate != kRotateK) || r.transpose || r.code != Fmt::int8 || !token_local_gran(r.gran)))
-    return "rotation (rotate 1 = Q, 2 = K) takes int8 row quantization with token-local scales (per_token, per_block, "
+      ((r.rotate != kRotateQ && r.rotate != kRotateK) || r.transpose || !token_local_gran(r.gran)))
+    return "rotation (rotate 1 = Q, 2 = K) takes row quantization with token-local scales (per_token, per_block, "
            "per_warp, per_thread)";
   if (r.rotate != kRotateNone && r.gran == Gran::per_block && r.group != 64)   // 128-token tiles: 16 rows per thread
     return "rotation with per_block takes groups of 64 tokens (the attention specs' group), got " + std::to_string(r.group);
@@ -130,16 +133,16 @@ QuantPlan plan_quant(const QuantRequest& r, const QuantProblem& p) {
   const bool fragment = r.gran == Gran::per_warp || r.gran == Gran::per_thread;
   // QuantizeRows' Group: the per_block / per_warp / per_thread group, 1 for per_token, else 0.
   const int row_group = r.gran == Gran::per_block || fragment ? r.group : r.gran == Gran::per_token ? 1 : 0;
-  // The trailing parameters of QuantizeRows (Pack4, BlockMean, OnePass, Rotate), rendered up to the
-  // last one that is not its default (false, false, false, kRotateNone), so the names of existing
-  // passes do not change.
+  // The trailing parameters of QuantizeRows (Pack4, BlockMean, OnePass, Rotate, Code), rendered up to
+  // the last one that is not its default (false, false, false, kRotateNone, int8), so the names of
+  // existing passes do not change.
   std::string row_flags;
   {
     const std::string args[] = {r.pack4 ? "true" : "false", r.block_mean ? "true" : "false", one_pass ? "true" : "false",
-                                std::to_string(r.rotate)};
-    const bool set[] = {r.pack4, r.block_mean, one_pass, r.rotate != kRotateNone};
+                                std::to_string(r.rotate), fmt_enum(r.code)};
+    const bool set[] = {r.pack4, r.block_mean, one_pass, r.rotate != kRotateNone, r.code != Fmt::int8};
     int last = -1;
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 5; ++i)
       if (set[i]) last = i;
     for (int i = 0; i <= last; ++i) row_flags += ", " + args[i];
   }

@@ -35,6 +35,8 @@
 // in int8 storage); -qmax-1 never appears. On the GPU, x' / scale is x' * (qmax / amax) in fp32, so a
 // code may differ by 1 from an exact float64 evaluation right at a rounding tie.
 //
+// FP8 (qk=fp8e4m3, code = fp8e4m3): the same passes and scale groups with qmax = 448; each code is the
+// e4m3 byte of x' · (448 / amax) (round to nearest even, saturating) instead of an integer.
 // INT4 (qk=int4): qmax = 7, the same passes. The codes go out either one per byte (int8 storage, as
 // above: the int8-compute form of the attention kernel) or, with QuantRequest::pack4 (rows only),
 // packed two per byte for the packed-int4 kernel (mma.sync .s4 operand layout): channel c of row s is
@@ -104,8 +106,9 @@ struct QuantRequest {
   bool smooth = false;          // subtract the per-channel mean over the tokens of (b, h) (or a sample)
   bool transpose = false;       // V: write V^T per head, zero-padded to seq_pad
   int d = 128;                  // 64, 96, 128 or 256
-  Fmt code = Fmt::int8;         // int8 codes, or fp8e4m3 (transposed per_channel V of pv=fp8e4m3:
-                                // e4m3 of x' / scale, RNE, saturating; scale = amax / 448, qmax = 448)
+  Fmt code = Fmt::int8;         // int8 codes, or fp8e4m3 (Q/K rows of qk=fp8e4m3, transposed per_channel V
+                                // of pv=fp8e4m3: e4m3 of x' / scale, RNE, saturating; scale = amax / 448;
+                                // QuantParams::qmax = 448)
   bool pack4 = false;           // rows only, codes within [-7, 7]: two codes per byte (see INT4 above)
   int qmax = 127;               // the QuantParams::qmax the caller passes: 127 (int8) or 7 (int4)
   bool block_mean = false;      // Q smoothing: subtract the mean of each block of kQMeanBlock rows

@@ -78,6 +78,7 @@ Body prefill_int8_body(const Spec& s, const Tiling& t) {
   if (t.int4_mma) member("bool", "packed_int4", b(true));   // int4 without it: the same codes as int8
   if (qsmooth) member("bool", "q_smooth", b(true));
   if (s.qk.fmt == Fmt::int4) member("bool", "int4_codes", b(true));
+  if (s.qk.fmt == Fmt::fp8e4m3) member("bool", "fp8_codes", b(true));
   if (t.q_fused) member("qattn::Gran", "fused_q", gran_enum(s.qk.gran));   // Q's scale groups
   if (vsmooth) member("bool", "v_smooth", b(true));
   if (kblock) member("bool", "k_block_scale", b(true));
@@ -91,7 +92,7 @@ Body prefill_int8_body(const Spec& s, const Tiling& t) {
 
 Body attention_body(const Spec& s, const Tiling& t) {
   if (s.phase == Phase::decode) return decode_body(s, t);
-  if (s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4) return prefill_int8_body(s, t);
+  if (s.quantized()) return prefill_int8_body(s, t);   // int8, int4 and fp8e4m3 Q/K
   std::ostringstream tail;
   tail << s.head_dim << ", " << (s.causal ? "true" : "false") << ", " << t.block_m << ", " << t.block_n << ", "
        << t.warps << ", " << t.stages << (s.varlen ? ", true" : "") << ">";

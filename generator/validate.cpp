@@ -130,6 +130,22 @@ Verdict validate_int8(const Spec& s) {
   return Verdict::yes();
 }
 
+// qk=fp8e4m3: Q and K as e4m3 codes with fp32 scales (the input format of FlashAttention-3's and cuDNN's
+// FP8 attention), on the int8 kernel's wgmma form (e4m3 wgmma, fp32 S); granularities, P·V formats,
+// smoothing and rotation as for qk=int8.
+Verdict validate_fp8_qk(const Spec& s) {
+  if (s.arch != Arch::unset && s.arch != Arch::sm_90a)
+    return Verdict::no("qk=fp8e4m3 on " + std::string(to_string(s.arch)) +
+                       ": FP8 Q·K^T runs on the wgmma kernel only; accepted: arch=sm_90a (elsewhere use qk=int8:<gran>)");
+  if (s.pv.fmt == Fmt::fp16)
+    return Verdict::no("qk=fp8e4m3 with pv=fp16: the wgmma kernel runs quantized P·V only; accepted: pv=fp8e4m3:per_channel, "
+                       "pv=int8:per_tensor|per_channel");
+  if (s.smooth & kSmoothQ)
+    return Verdict::no("smooth=" + smooth_to_string(s.smooth) +
+                       " with qk=fp8e4m3: Q smoothing runs in the mma.sync form only; accepted: none, k, v, kv");
+  return validate_int8(s);
+}
+
 // Decode over a KV cache (templates/qattn/decode/): K and V caches share one format.
 Verdict validate_decode(const Spec& s) {
   if (!kv::format_ok(s.qk.fmt, s.qk.gran))
@@ -185,8 +201,9 @@ Verdict validate(const Spec& s) {
   if (s.gqa < 1 || s.gqa > 64) return Verdict::no("gqa=" + std::to_string(s.gqa) + " is out of range; accepted: 1..64");
   if (is_float(s.qk.fmt)) return validate_float(s);
   if (s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4) return validate_int8(s);
+  if (s.qk.fmt == Fmt::fp8e4m3) return validate_fp8_qk(s);
   return Verdict::no(std::string("qk=") + to_string(s.qk.fmt) +
-                     " is not a prefill Q/K format (the SageAttention2 family quantizes Q/K to integers); accepted: fp16, bf16, int8, int4");
+                     " is not a prefill Q/K format; accepted: fp16, bf16, int8, int4, fp8e4m3");
 }
 
 int kernel_smem_bytes(const Spec& s, const Tiling& t) {
@@ -216,9 +233,9 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
                                   t.q_fused, t.tma, t.warp_specialized);
 }
 
-// What the fused-Q form (_qf) does not do: pack int4 Q, subtract Q's block means, rotate.
+// What the fused-Q form (_qf) does not do: pack int4 Q, subtract Q's block means, rotate, write e4m3.
 static bool fused_q_excluded(const Spec& s, const Tiling& t) {
-  return t.int4_mma || (s.smooth & kSmoothQ) || s.rotate != Rotation::none;
+  return t.int4_mma || (s.smooth & kSmoothQ) || s.rotate != Rotation::none || s.qk.fmt == Fmt::fp8e4m3;
 }
 
 // A linear kernel: one dataflow, the tiling its template accepts (qattn/linear/linear_shape.h).
@@ -245,10 +262,12 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (Verdict v = validate(s); !v) return v;
   if (s.arch == Arch::unset) return Verdict::no("no arch: set arch=<sm_80|sm_86|sm_89|sm_90|sm_90a> or run on a GPU");
   if (s.phase == Phase::linear) return validate_linear_tiling(s, t, limits);
-  const bool int_prefill = s.phase == Phase::prefill && (s.qk.fmt == Fmt::int8 || s.qk.fmt == Fmt::int4);
+  const bool int_prefill = s.phase == Phase::prefill && s.quantized();   // the int8 kernel (int8, int4, fp8e4m3 Q/K)
   if (t.wgmma && !int_prefill)
     return Verdict::no("tiling " + to_string(t) + ": the wgmma form (_wg) exists for the int8 prefill kernel only "
-                       "(qk=int8, or qk=int4 as int8 compute); drop _wg");
+                       "(qk=int8, qk=int4 as int8 compute, qk=fp8e4m3); drop _wg");
+  if (s.phase == Phase::prefill && s.qk.fmt == Fmt::fp8e4m3 && !t.wgmma)
+    return Verdict::no("tiling " + to_string(t) + ": qk=fp8e4m3 runs on the wgmma form only; add _wg, e.g. bm64_bn128_w4_s2_wg");
   if (t.int4_mma && (s.qk.fmt != Fmt::int4 || s.phase != Phase::prefill))
     return Verdict::no("tiling " + to_string(t) + ": _i4mma (packed int4 Q·K^T) applies to prefill qk=int4 only; drop _i4mma");
   if (t.int4_mma && t.wgmma)
@@ -265,14 +284,14 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
                        " (Q smoothing) needs int8 K tiles for its ΔS product; drop _i4mma (qk=int4 then runs as int8 compute)");
   if (t.q_fused && !int_prefill)
     return Verdict::no("tiling " + to_string(t) + ": _qf (Q quantized inside the kernel) applies to the int8 prefill "
-                       "kernel (qk=int8|int4); drop _qf");
+                       "kernel (qk=int8|int4|fp8e4m3); drop _qf");
   if (t.q_fused && !fused_q_gran(s.qk.gran))
     return Verdict::no("tiling " + to_string(t) + ": _qf quantizes Q per CTA tile, and qk=" + to_string(s.qk.fmt) + ":" +
                        to_string(s.qk.gran) + " needs statistics of the whole tensor; accepted with _qf: per_block, "
                        "per_warp, per_thread, per_token");
   if (t.q_fused && fused_q_excluded(s, t))
     return Verdict::no("tiling " + to_string(t) + ": _qf writes plain int8 Q codes; it does not pack int4 (_i4mma), "
-                       "subtract Q's block means (smooth=q) or rotate (rotate=hadamard): drop _qf");
+                       "subtract Q's block means (smooth=q), rotate (rotate=hadamard) or write e4m3 (qk=fp8e4m3): drop _qf");
   if (t.tma && !t.wgmma)
     return Verdict::no("tiling " + to_string(t) + ": _tma (TMA tile loads) exists in the wgmma form only; add _wg or drop _tma");
   if (t.tma && s.head_dim != 64 && s.head_dim != 128)

@@ -43,7 +43,10 @@ int scale_group(Gran g, Role role, int r, int q_block) {
   return 0;
 }
 
-Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax, int q_block, double tensor_amax) {
+namespace {
+
+// The abs-max of each scale group (see quantize_int).
+std::vector<double> group_amax(const Mat& x, Gran g, Role role, int q_block, double tensor_amax) {
   int groups = 0;
   for (int r = 0; r < x.rows; ++r) groups = std::max(groups, scale_group(g, role, r, q_block) + 1);
   std::vector<double> amax(static_cast<size_t>(groups), 0.0);
@@ -53,6 +56,13 @@ Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax, int q_block, d
   }
   if (g == Gran::per_tensor && tensor_amax > 0)
     for (double& a : amax) a = std::max(a, tensor_amax);
+  return amax;
+}
+
+}  // namespace
+
+Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax, int q_block, double tensor_amax) {
+  const std::vector<double> amax = group_amax(x, g, role, q_block, tensor_amax);
   Quantized out;
   out.deq = Mat(x.rows, x.cols);
   out.codes.resize(x.v.size());
@@ -69,6 +79,16 @@ Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax, int q_block, d
     }
   }
   return out;
+}
+
+Mat quantize_e4m3(const Mat& x, Gran g, Role role, int q_block, double tensor_amax) {
+  const std::vector<double> amax = group_amax(x, g, role, q_block, tensor_amax);
+  Mat y(x.rows, x.cols);
+  for (int r = 0; r < x.rows; ++r) {
+    const double s = amax[static_cast<size_t>(scale_group(g, role, r, q_block))] / 448;
+    for (int c = 0; c < x.cols; ++c) y.at(r, c) = s > 0 ? round_e4m3(x.at(r, c) / s) * s : 0.0;
+  }
+  return y;
 }
 
 namespace {
@@ -236,8 +256,8 @@ Mat simulate_attention(const Mat& q, const Mat& k, const Mat& v, const std::vect
   Mat& qh = ops.qh;
   Mat& kh = ops.kh;
   if (cfg.qk_fp8) {
-    qh = e4m3_per_tensor(qh, cfg.q_amax);
-    kh = e4m3_per_tensor(kh, cfg.k_amax);
+    qh = quantize_e4m3(qh, cfg.gran, Role::q, cfg.q_block, cfg.q_amax);
+    kh = quantize_e4m3(kh, cfg.gran, Role::k, kBlockQ, cfg.k_amax);
   } else if (cfg.qk_qmax > 0) {
     qh = quantize_int(qh, cfg.gran, Role::q, cfg.qk_qmax, cfg.q_block, cfg.q_amax).deq;
     kh = quantize_int(kh, cfg.gran, Role::k, cfg.qk_qmax, kBlockQ, cfg.k_amax).deq;

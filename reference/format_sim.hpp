@@ -50,6 +50,10 @@ struct Quantized {
 // which then sets the one scale instead of x's own.
 Quantized quantize_int(const Mat& x, Gran g, Role role, int qmax, int q_block = kBlockQ, double tensor_amax = 0);
 
+// The same groups with e4m3 codes: scale = amax(group) / 448, x̂ = e4m3(x / scale) * scale (round_e4m3);
+// the dequantized values.
+Mat quantize_e4m3(const Mat& x, Gran g, Role role, int q_block = kBlockQ, double tensor_amax = 0);
+
 // Round to the nearest fp16 / FP8 E4M3 (e4m3fn: max 448, subnormal step 2^-9) value, ties to even;
 // E4M3 saturates to +-448 like cvt.satfinite, fp16 overflows to inf.
 double round_fp16(double x);
@@ -81,7 +85,7 @@ struct SimConfig {
   bool smooth_q = false;       // Q - mean of its q_block-row block, plus ΔS = mean · K'ᵀ in float64
   bool delta_s_from_codes = false;   // ΔS = mean · K̂ᵀ from K's quantized values (qattn's kernels: one more
                                      // mma on the K codes) instead of the exact K'; rotated like K when rotate
-  bool qk_fp8 = false;         // Q and K per-tensor e4m3 (scale amax/448) instead of integers
+  bool qk_fp8 = false;         // Q and K as e4m3 codes (scale amax(group) / 448, groups by `gran`) instead of integers
   bool rotate = false;         // Q and K (after smoothing) through the signed Hadamard rotation of
                                // quant_config.h before quantization (QuaRot; SageAttention2's HadmdAttn)
   PFormat p = PFormat::exact;

@@ -15,8 +15,11 @@ PREFILL_FORMATS = {
                  "INT8 Q·Kᵀ per warp, FP8 P·V (SageAttention2)"),
     "int4_fp8": ("qk=int4:per_warp pv=fp8e4m3:per_channel smooth=qkv", (8, 9),
                  "INT4 Q·Kᵀ, FP8 P·V (accuracy depends on the data: run `qattn calibrate` first)"),
+    "fp8_fp8": ("qk=fp8e4m3:per_token pv=fp8e4m3:per_channel smooth=kv", (9, 0),
+                "FP8 Q·Kᵀ per token and FP8 P·V (FlashAttention-3's and cuDNN's FP8 input; Hopper's wgmma only)"),
 }
-# Other names users reach for. "fp8" is P·V's format: Q·Kᵀ stays INT8 (there is no FP8 Q·Kᵀ prefill).
+# Other names users reach for. "fp8" is P·V's format (Q·Kᵀ stays INT8, every FP8 GPU); FP8 Q·Kᵀ is
+# "fp8_fp8" (Hopper).
 PREFILL_ALIASES = {"bf16": "fp16", "none": "fp16", "fp8": "int8_fp8", "sage2": "int8_fp8", "int4": "int4_fp8"}
 
 # Decode (KV-cache) formats: spec tokens of one cache row format.
@@ -57,7 +60,8 @@ def prefill_format(fmt, capability):
         raise BadInput(f"fmt '{fmt}' is not a prefill format; accepted: {accepted}")
     oldest = PREFILL_FORMATS[name][1]
     if tuple(capability) < oldest:
-        raise BadInput(f"fmt '{fmt}' needs sm_{oldest[0]}{oldest[1]} or newer (FP8 tensor cores); this GPU is "
+        what = "Hopper's FP8 wgmma" if oldest >= (9, 0) else "FP8 tensor cores"
+        raise BadInput(f"fmt '{fmt}' needs sm_{oldest[0]}{oldest[1]} or newer ({what}); this GPU is "
                        f"sm_{capability[0]}{capability[1]}: use fmt='int8' or 'auto'")
     return name
 

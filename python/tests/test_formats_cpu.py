@@ -29,6 +29,12 @@ def test_aliases_and_refusals():
         formats.prefill_format(8, (9, 0))
     with pytest.raises(qattn.BadInput, match="not a KV-cache format"):
         formats.decode_format("int8_fp8")
+    # FP8 Q·Kᵀ runs on Hopper's wgmma only.
+    assert formats.prefill_format("fp8_fp8", (9, 0)) == "fp8_fp8"
+    with pytest.raises(qattn.BadInput, match=r"needs sm_90 or newer \(Hopper's FP8 wgmma\).*sm_89"):
+        formats.prefill_format("fp8_fp8", (8, 9))
+    assert formats.prefill_spec("fp8_fp8", (9, 0), 128, "float16", True, 8, 8) == \
+        "prefill qk=fp8e4m3:per_token pv=fp8e4m3:per_channel smooth=kv out=fp16 d=128 causal"
 
 
 def test_prefill_spec_takes_type_head_dim_causal_and_gqa_from_the_tensors():

@@ -15,7 +15,8 @@ pytestmark = needs_gpu
 
 # Cosine floors against float64: 16-bit kernels are exact up to rounding; the quantized formats' floors
 # are the ones their GPU suites use for this kind of data.
-COS_FLOOR = {"fp16": 0.9999, "int8": 0.995, "int8_fp16": 0.995, "int8_fp8": 0.99, "bf16": 0.9999, "fp8": 0.99}
+COS_FLOOR = {"fp16": 0.9999, "int8": 0.995, "int8_fp16": 0.995, "int8_fp8": 0.99, "bf16": 0.9999, "fp8": 0.99,
+             "fp8_fp8": 0.99}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -75,7 +76,7 @@ def _poison(shape, dtype):
     torch.full(shape, float("nan"), dtype=dtype, device="cuda")
 
 
-FORMATS = ["fp16", "int8", "int8_fp16", "int8_fp8"]
+FORMATS = ["fp16", "int8", "int8_fp16", "int8_fp8", "fp8_fp8"]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -84,6 +85,8 @@ FORMATS = ["fp16", "int8", "int8_fp16", "int8_fp8"]
 def test_attention_matches_float64(qt, fmt, layout, causal, sq, skv, d):
     if fmt == "int8_fp8" and not _fp8_ok():
         pytest.skip("FP8 P·V needs sm_89+")
+    if fmt == "fp8_fp8" and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("FP8 Q·Kᵀ needs Hopper (sm_90a)")
     q, k, v = _inputs(2, sq, skv, 8, 2, d, torch.float16, seed=11 + sq, layout=layout)
     _poison(q.shape, q.dtype)
     out = qt.attention(q, k, v, is_causal=causal, layout=layout, fmt=fmt)

@@ -36,6 +36,7 @@ std::array<QuantSlot, 3> quant_slots(const Spec& spec, const Problem& p, bool in
   slots[2].active = spec.pv.fmt != Fmt::fp16;   // pv=fp16: the kernel reads V as given
   slots[0].active = !q_fused;                     // _qf: the kernel quantizes Q as given
   if (spec.rotate == Rotation::hadamard) slots[0].request.rotate = quant::kRotateQ, slots[1].request.rotate = quant::kRotateK;
+  if (spec.qk.fmt == Fmt::fp8e4m3) slots[0].request.code = slots[1].request.code = Fmt::fp8e4m3;
   if (spec.qk.fmt == Fmt::int4)
     for (int i : {0, 1}) {
       slots[static_cast<size_t>(i)].request.qmax = 7;

@@ -54,10 +54,11 @@ std::string fmt3(double x) {
 }  // namespace
 
 sim::SimConfig format_numerics(const Spec& spec, const Tiling& tiling) {
-  if (spec.phase != Phase::prefill || (spec.qk.fmt != Fmt::int8 && spec.qk.fmt != Fmt::int4))
-    throw Error(ErrorKind::bad_input, "the format simulation covers quantized prefill (qk=int8 or int4); got " + to_string(spec));
+  if (spec.phase != Phase::prefill || !spec.quantized())
+    throw Error(ErrorKind::bad_input, "the format simulation covers quantized prefill (qk=int8, int4 or fp8e4m3); got " + to_string(spec));
   sim::SimConfig c;
-  c.qk_qmax = spec.qk.fmt == Fmt::int4 ? 7 : 127;
+  c.qk_fp8 = spec.qk.fmt == Fmt::fp8e4m3;
+  c.qk_qmax = c.qk_fp8 ? 0 : spec.qk.fmt == Fmt::int4 ? 7 : 127;
   c.gran = sim_gran(spec.qk.gran);
   c.smooth_q = (spec.smooth & kSmoothQ) != 0;
   c.smooth_k = (spec.smooth & kSmoothK) != 0;
@@ -98,7 +99,7 @@ std::vector<double> simulate_format_rows(const Spec& spec, const Tiling& tiling,
   };
   // per_tensor is one scale for the whole tensor (every batch and head), as the quantization passes take
   // it: the abs-max of every head's quantized operand.
-  const bool qk_tensor = config.qk_fp8 || (config.qk_qmax > 0 && config.gran == sim::Gran::per_tensor);
+  const bool qk_tensor = (config.qk_fp8 || config.qk_qmax > 0) && config.gran == sim::Gran::per_tensor;
   const bool v_tensor = config.v == sim::VFormat::int8_per_tensor || config.v == sim::VFormat::e4m3_per_tensor;
   if (qk_tensor || v_tensor) {
     sim::OperandAmax all;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "qattn/decode/fp8_e4m3.h"
 #include "qattn/quant/quant_config.h"
 
 namespace qattn {
@@ -23,6 +24,7 @@ void check_config(const QuantConfig& c) {
   if ((c.gran == Gran::per_warp || c.gran == Gran::per_thread) && c.group != 32 && c.group != 64)
     throw std::invalid_argument("quantize_reference: per_warp / per_thread need group 32 (Q) or 64 (K)");
   if (!(c.qmax >= 1)) throw std::invalid_argument("quantize_reference: qmax must be >= 1");
+  if (c.fp8 && c.qmax != 448) throw std::invalid_argument("quantize_reference: e4m3 codes (fp8) take qmax 448");
   if (c.mean_sample < 0) throw std::invalid_argument("quantize_reference: mean_sample must be >= 0");
   if (c.rotate != quant::kRotateNone &&
       ((c.rotate != quant::kRotateQ && c.rotate != quant::kRotateK) || !quant::token_local_gran(c.gran)))
@@ -34,6 +36,16 @@ int round_code(double q, double qmax) {
 }
 
 bool is_fragment(Gran g) { return g == Gran::per_warp || g == Gran::per_thread; }
+
+// The code of x' / scale = q: an integer, or the e4m3 byte (as int8) with fp8.
+int to_code(double q, const QuantConfig& c) {
+  if (c.fp8) return static_cast<std::int8_t>(fp8::encode_e4m3(static_cast<float>(q)));
+  return round_code(q, c.qmax);
+}
+
+double code_value(int code, const QuantConfig& c) {
+  return c.fp8 ? static_cast<double>(fp8::decode_e4m3(static_cast<unsigned char>(code))) : static_cast<double>(code);
+}
 
 }  // namespace
 
@@ -149,10 +161,12 @@ QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config) {
       for (int s = 0; s < sh.seq; ++s)
         for (int c = 0; c < sh.dim; ++c, ++i) {
           const double scale = r.scale(b, h, s, c);
-          r.codes[i] = static_cast<std::int8_t>(scale > 0 ? round_code(xc.at(b, h, s, c) / scale, config.qmax) : 0);
+          r.codes[i] = static_cast<std::int8_t>(scale > 0 ? to_code(xc.at(b, h, s, c) / scale, config) : 0);
         }
   return r;
 }
+
+double QuantRef::value(int b, int h, int s, int c) const { return code_value(code(b, h, s, c), config) * scale(b, h, s, c); }
 
 HostTensor QuantRef::dequantize() const {
   HostTensor t = HostTensor::zeros(shape, Layout::bhsd);
@@ -160,7 +174,7 @@ HostTensor QuantRef::dequantize() const {
     for (int h = 0; h < shape.heads; ++h)
       for (int s = 0; s < shape.seq; ++s)
         for (int c = 0; c < shape.dim; ++c)
-          t.at(b, h, s, c) = code(b, h, s, c) * scale(b, h, s, c) + (config.rotate ? 0.0 : mean_at(b, h, c));
+          t.at(b, h, s, c) = value(b, h, s, c) + (config.rotate ? 0.0 : mean_at(b, h, c));
   return t;
 }
 
@@ -255,10 +269,19 @@ QuantCheck check_quantized(const HostTensor& x, const QuantRef& ref, const Quant
           const int have = got.codes[b * got.strides.sb + h * got.strides.sh + s * got.strides.ss + c * got.strides.sc];
           const double scale = got_scale(b, h, s, c);
           const double q = scale > 0 ? xc.at(b, h, s, c) / scale : 0.0;
-          const int want = scale > 0 ? round_code(q, cfg.qmax) : 0;
+          const int want = scale > 0 ? to_code(q, cfg) : 0;
+          const int ref_code = ref.code(b, h, s, c);
+          if (cfg.fp8) {   // e4m3: the nearest value, or the other neighbour of an exact tie (fp32 arithmetic)
+            const double v = code_value(have, cfg), w = code_value(want, cfg);
+            const bool tie_ok = std::fabs(std::fabs(v - q) - std::fabs(w - q)) <= 1e-3 * std::fabs(v - w);
+            if (have != ref_code) ++r.differ_from_ref;
+            if (!std::isfinite(v) || (have != want && !tie_ok))
+              problem(r.bad_codes, "e4m3 code " + where(b, h, s, c) + " got " + std::to_string(v) + " want " +
+                                       std::to_string(w) + " (x'/scale " + std::to_string(q) + ")");
+            continue;
+          }
           const double tie_distance = std::fabs(q - std::floor(q) - 0.5);
           const bool tie_ok = std::abs(have - want) == 1 && tie_distance <= 1e-3;
-          const int ref_code = ref.code(b, h, s, c);
           if (have != ref_code) ++r.differ_from_ref;
           if (std::abs(have) > cfg.qmax || (have != want && !tie_ok) || std::abs(have - ref_code) > 1)
             problem(r.bad_codes, "code " + where(b, h, s, c) + " got " + std::to_string(have) + " want " +

@@ -13,6 +13,8 @@
 //     a group cut by the sequence end takes the abs-max of its existing rows.
 //   rotate (kRotateQ / kRotateK of qattn/quant/quant_config.h, token-local scales): x' is the rotated
 //   x - mean_c (rotate_row_reference per row); mean_c itself is reported unrotated, as the kernels store it.
+//   fp8 (QuantConfig::fp8, qmax 448; qk=fp8e4m3): the code is the e4m3 byte of x' / scale (round to
+//   nearest even, saturating: qattn/decode/fp8_e4m3.h), dequantized as e4m3(code) * scale.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -33,6 +35,7 @@ struct QuantConfig {
                                  // sampled_token) when seq is longer; 0: every token
   int rotate = 0;                // quant::kRotateNone | kRotateQ | kRotateK (per_token, per_block,
                                  // per_warp, per_thread only)
+  bool fp8 = false;              // e4m3 codes (qmax must be 448); rows only
 };
 
 struct QuantRef {
@@ -51,6 +54,8 @@ struct QuantRef {
     return codes[((static_cast<size_t>(b) * shape.heads + h) * shape.seq + s) * shape.dim + c];
   }
   double scale(int b, int h, int s, int c) const { return scales[scale_index(b, h, s, c)]; }
+  // code * scale: the value the attention kernel multiplies (e4m3-decoded with fp8; no mean added).
+  double value(int b, int h, int s, int c) const;
   double mean_at(int b, int h, int c) const {
     return mean.empty() ? 0.0 : mean[(static_cast<size_t>(b) * shape.heads + h) * shape.dim + c];
   }

@@ -14,13 +14,14 @@ namespace qattn {
 namespace test {
 
 std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, Gran gran, int group, bool smooth_k,
-                                      bool causal, double qmax, bool smooth_q, int k_mean_sample, bool rotate) {
+                                      bool causal, double qmax, bool smooth_q, int k_mean_sample, bool rotate, bool fp8) {
+  if (fp8) qmax = 448;
   // per_warp / per_thread: Q and K take their own mappings (group 32 and 64); `group` is ignored.
   const bool fragment = gran == Gran::per_warp || gran == Gran::per_thread;
   const std::vector<double> q_means = smooth_q ? q_block_means(q) : std::vector<double>();
   const int rot_q = rotate ? quant::kRotateQ : quant::kRotateNone, rot_k = rotate ? quant::kRotateK : quant::kRotateNone;
   const HostTensor q_in = smooth_q ? subtract_q_block_means(q, q_means) : q;   // what Q's quantizer sees
-  const QuantRef qr = quantize_reference(q_in, {gran, fragment ? 32 : group, qmax, false, 0, rot_q});
+  const QuantRef qr = quantize_reference(q_in, {gran, fragment ? 32 : group, qmax, false, 0, rot_q, fp8});
   // The block means as the kernel reads them: rotated like the rows they came from.
   std::vector<double> q_means_seen = q_means;
   if (rotate)
@@ -29,7 +30,7 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
   // The runtime samples K's mean only for token-local scales (generator/quant_plan.hpp, quant_samples_mean);
   // per_tensor and per_channel K keep the mean over every key.
   const int sample = quant::token_local_gran(gran) ? k_mean_sample : 0;
-  const QuantRef kr = quantize_reference(k, {gran, fragment ? 64 : group, qmax, smooth_k, sample, rot_k});
+  const QuantRef kr = quantize_reference(k, {gran, fragment ? 64 : group, qmax, smooth_k, sample, rot_k, fp8});
   const int B = q.shape.batch, HQ = q.shape.heads, HK = k.shape.heads, QL = q.shape.seq, KL = k.shape.seq;
   const int D = q.shape.dim, G = HQ / HK;
   // Dense [b][h][s][c] copies: exact q, dequantized q̂, exact k - mean, dequantized k̂ without the mean
@@ -45,13 +46,13 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
         for (int c = 0; c < D; ++c) {
           const size_t at = ((static_cast<size_t>(b) * HQ + h) * QL + i) * D + c;
           qx[at] = q.at(b, h, i, c);
-          qh[at] = qr.code(b, h, i, c) * qr.scale(b, h, i, c) + (smooth_q ? mean.value(c) : 0.0);
+          qh[at] = qr.value(b, h, i, c) + (smooth_q ? mean.value(c) : 0.0);
           // An exact tie (fp16 inputs make them: x = 1.4375 with a group abs-max of 20.125 and qmax 7 is
           // x / scale = 0.5) goes to the even code here; the fused-Q kernel rounds x · fp32(qmax / amax),
           // whose rounded factor can put it just past the tie, to the other code. Both codes are scale / 2
           // from x, so either is a correct quantization: allow the other one (its scale, times |k̂|).
           const double sq = qr.scale(b, h, i, c);
-          if (!rotate && sq > 0) {
+          if (!rotate && !fp8 && sq > 0) {
             const double t = q_in.at(b, h, i, c) / sq;
             if (std::fabs(std::fabs(t - qr.code(b, h, i, c)) - 0.5) <= 1e-6 * std::max(1.0, std::fabs(t))) q_tie[at] = sq;
           }
@@ -62,7 +63,7 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
         for (int c = 0; c < D; ++c) {
           const size_t at = ((static_cast<size_t>(b) * HK + h) * KL + j) * D + c;
           kx[at] = k.at(b, h, j, c) - kr.mean_at(b, h, c);
-          kh[at] = kr.code(b, h, j, c) * kr.scale(b, h, j, c);
+          kh[at] = kr.value(b, h, j, c);
         }
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));

@@ -4,7 +4,7 @@
 // with the exact q, as the runtime's LSE correction does). LSE is 1-Lipschitz in the largest score
 // change, so no kernel given these quantized inputs can be asked to get its LSE closer than this.
 // `group`: per_block tokens; per_warp / per_thread use the Q mapping for q and the K mapping for k.
-// `qmax`: 127 (int8 Q/K) or 7 (int4 Q/K).
+// `qmax`: 127 (int8 Q/K) or 7 (int4 Q/K); `fp8`: e4m3 Q/K codes instead (qk=fp8e4m3; qmax is then 448).
 // `smooth_q` (smooth=q): q̂ = Q̂' + q̄̂ with Q' = Q minus its 64-row block means (quantized as Q) and q̄̂ the
 // kernel's two-code block means (qsmooth_reference.hpp).
 // `k_mean_sample`: K's mean over that many sampled keys (QuantConfig::mean_sample, the runtime's
@@ -24,7 +24,7 @@ namespace test {
 
 std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, Gran gran, int group, bool smooth_k,
                                       bool causal, double qmax = 127, bool smooth_q = false, int k_mean_sample = 0,
-                                      bool rotate = false);
+                                      bool rotate = false, bool fp8 = false);
 
 }  // namespace test
 }  // namespace qattn

@@ -341,6 +341,38 @@ TEST(QuantShape, Fp8TransposedVPlansE4m3CodesWithQmax448) {
   EXPECT_EQ(quant_params_error(r128, q), "");
 }
 
+// qk=fp8e4m3's Q and K rows: the row passes and scale groups of int8 with QuantizeRows' last parameter
+// (Code) set, after the defaults of the others; per_channel rows and block means refused.
+TEST(QuantShape, Fp8RowsAreTheRowPassWithItsCode) {
+  const QuantProblem p{1, 2, 1000, 1000};
+  QuantRequest q = request(Gran::per_token, 1, false, false);
+  q.code = Fmt::fp8e4m3;
+  const QuantPlan plain = plan_quant(q, p);
+  ASSERT_EQ(plain.launches.size(), 1u);
+  EXPECT_EQ(plain.launches[0].pass, "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_token, 1, false, "
+                                    "false, false, false, 0, qattn::Fmt::fp8e4m3>");
+  QuantRequest k = request(Gran::per_block, 64, true, false);
+  k.code = Fmt::fp8e4m3;
+  k.rotate = kRotateK;
+  const QuantPlan smooth = plan_quant(k, p);
+  ASSERT_EQ(smooth.launches.size(), 3u);
+  EXPECT_EQ(smooth.launches[2].pass, "qattn::quant::QuantizeRows<qattn::Fmt::fp16, 128, qattn::Gran::per_block, 64, true, "
+                                     "false, false, false, 2, qattn::Fmt::fp8e4m3>");
+  EXPECT_EQ(smooth.scale_floats, 2 * 16);   // the int8 plan's scales
+  QuantRequest tensor = request(Gran::per_tensor, 0, false, false);
+  tensor.code = Fmt::fp8e4m3;
+  EXPECT_EQ(plan_quant(tensor, p).launches.size(), 2u);   // the abs-max first
+  QuantRequest bad = request(Gran::per_channel, 0, false, false);
+  bad.code = Fmt::fp8e4m3;
+  EXPECT_NE(quant_request_error(bad, p).find("token-wise or per_tensor"), std::string::npos);
+  bad = q;
+  bad.block_mean = true;
+  EXPECT_NE(quant_request_error(bad, p).find("no block means"), std::string::npos);
+  bad = q;
+  bad.pack4 = true;
+  EXPECT_NE(quant_request_error(bad, p), "");
+}
+
 // d = 96: the same passes and grids (the idle lanes are inside the blocks); FinalizeStats runs d threads.
 TEST(QuantShape, HeadDim96PlansLikeTheOthers) {
   const QuantProblem p{2, 4, 1000, 1024};

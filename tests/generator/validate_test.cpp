@@ -90,7 +90,20 @@ const Row kTable[] = {
     {"prefill qk=int8:per_token pv=int8:per_tensor out=fp16 d=128 smooth=kv", false, "needs per-channel V scales"},
     {"prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 smooth=kv", true, ""},
     {"prefill qk=int4:per_thread pv=int8:per_tensor out=fp16 d=128", true, ""},
-    {"prefill qk=fp8e4m3:per_token pv=int8:per_tensor out=fp16 d=128", false, "accepted: fp16, bf16, int8, int4"},
+    // qk=fp8e4m3: the wgmma kernel (sm_90a), every granularity qk=int8 takes, quantized P·V only, no Q smoothing.
+    {"prefill qk=fp8e4m3:per_token pv=int8:per_tensor out=fp16 d=128", true, ""},
+    {"prefill qk=fp8e4m3:per_block pv=fp8e4m3:per_channel out=bf16 d=128 causal gqa=4 smooth=kv arch=sm_90a", true, ""},
+    {"prefill qk=fp8e4m3:per_warp pv=fp8e4m3:per_channel out=fp16 d=256 accum=two_level arch=sm_90a", true, ""},
+    {"prefill qk=fp8e4m3:per_token pv=fp8e4m3:per_channel out=fp16 d=128 smooth=k rotate=hadamard", true, ""},
+    {"prefill qk=fp8e4m3:per_token pv=fp8e4m3:per_channel out=fp16 d=128 arch=sm_89", false, "accepted: arch=sm_90a"},
+    {"prefill qk=fp8e4m3:per_token pv=fp8e4m3:per_channel out=fp16 d=128 arch=sm_90", false, "wgmma kernel only"},
+    {"prefill qk=fp8e4m3:per_token pv=fp16 out=fp16 d=128", false, "accepted: pv=fp8e4m3:per_channel"},
+    {"prefill qk=fp8e4m3:per_token pv=fp8e4m3:per_channel out=fp16 d=128 smooth=qk", false, "accepted: none, k, v, kv"},
+    {"prefill qk=fp8e4m3:per_channel pv=fp8e4m3:per_channel out=fp16 d=128", false,
+     "accepted: per_tensor, per_block, per_warp, per_thread, per_token"},
+    {"prefill qk=fp8e4m3:per_tensor pv=fp8e4m3:per_channel out=fp16 d=128 rotate=hadamard", false,
+     "accepted: per_block, per_warp, per_thread, per_token"},
+    {"prefill qk=flashq:per_channel pv=flashq:per_channel out=fp16 d=128", false, "accepted: fp16, bf16, int8, int4, fp8e4m3"},
     {"prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 smooth=kv rotate=hadamard", true, ""},
     {"prefill qk=int4:per_thread pv=int8:per_channel out=fp16 d=96 causal smooth=qk rotate=hadamard", true, ""},
     {"prefill qk=int8:per_block pv=fp16 out=bf16 d=256 rotate=hadamard", true, ""},
@@ -301,6 +314,30 @@ TEST(Problem, TextRoundTripAndErrors) {
   EXPECT_THROW(parse_problem("b=0"), std::exception);
   EXPECT_THROW(parse_problem("x=3"), std::exception);
   EXPECT_DOUBLE_EQ(attention_flops(parse_problem("b=1,hq=2,hkv=2,q=10,kv=10"), 64, true), 4.0 * 2 * 100 * 64 / 2);
+}
+
+// qk=fp8e4m3 runs on the wgmma form only: its candidates are all _wg (and _tma / _ws forms of them), never
+// _qf (the fused Q writes int8 codes); the mma.sync shapes are refused with the reason.
+TEST(Validate, Fp8QkTakesTheWgmmaFormOnly) {
+  const Spec s = parse_spec("prefill qk=fp8e4m3:per_token pv=fp8e4m3:per_channel out=fp16 d=128 causal arch=sm_90a");
+  const DeviceLimits lim = default_limits(Arch::sm_90a);
+  const std::vector<Tiling> c = gen::candidate_tilings(s, lim);
+  ASSERT_FALSE(c.empty());
+  EXPECT_TRUE(default_tiling(s, lim).wgmma);
+  bool ws = false;
+  for (const Tiling& t : c) {
+    EXPECT_TRUE(t.wgmma) << to_string(t);
+    EXPECT_FALSE(t.q_fused) << to_string(t);
+    ws |= t.warp_specialized;
+  }
+  EXPECT_TRUE(ws) << "the warp-specialized forms are candidates too";
+  const Verdict v = validate(s, Tiling{64, 128, 4, 2}, lim);
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("add _wg"), std::string::npos) << v.reason;
+  Tiling qf{64, 128, 4, 2, true};
+  qf.q_fused = true;
+  EXPECT_NE(validate(s, qf, lim).reason.find("write e4m3"), std::string::npos);
+  EXPECT_EQ(fused_q_form(s, default_tiling(s, lim), lim), default_tiling(s, lim));   // attention() never fuses it
 }
 
 }  // namespace

@@ -123,6 +123,34 @@ TEST(AccuracySim, E4m3AndFp16Rounding) {
   }
 }
 
+// e4m3 codes per scale group (qk=fp8e4m3): the groups and abs-maxes of the integer quantizer, scale amax /
+// 448, every value on its group's e4m3 grid within half a step of x / scale.
+TEST(AccuracySim, E4m3GroupsFollowTheGranularity) {
+  Mat x(128, 16);
+  for (int r = 0; r < x.rows; ++r)
+    for (int c = 0; c < x.cols; ++c) x.at(r, c) = std::sin(0.7 * r + 1.3 * c) * (1 + r % 5) * (c == 3 ? 20 : 1);
+  for (Gran g : {Gran::per_tensor, Gran::per_block, Gran::per_warp, Gran::per_thread, Gran::per_token})
+    for (Role role : {Role::q, Role::k}) {
+      SCOPED_TRACE(std::string(to_string(g)) + (role == Role::q ? " q" : " k"));
+      const Mat y = quantize_e4m3(x, g, role, 64);
+      const Quantized ints = quantize_int(x, g, role, 127, 64);
+      for (int r = 0; r < x.rows; ++r)
+        for (int c = 0; c < x.cols; ++c) {
+          const double scale = ints.scales[static_cast<size_t>(scale_group(g, role, r, 64))] * 127 / 448;
+          ASSERT_GT(scale, 0);
+          const double code = y.at(r, c) / scale;
+          EXPECT_NEAR(round_e4m3(code), code, 1e-9 * (1 + std::fabs(code))) << r << " " << c;
+          EXPECT_LE(std::fabs(code), 448 * (1 + 1e-12));
+          EXPECT_NEAR(code, x.at(r, c) / scale, std::max(std::ldexp(1.0, -10), std::fabs(x.at(r, c) / scale) / 16) + 1e-12);
+        }
+    }
+  // A coarser group costs more: per-token error below per-tensor's on this channel-outlier data.
+  double err_token = 0, err_tensor = 0;
+  const Mat t = quantize_e4m3(x, Gran::per_token, Role::q), w = quantize_e4m3(x, Gran::per_tensor, Role::q);
+  for (size_t i = 0; i < x.v.size(); ++i) err_token += std::fabs(t.v[i] - x.v[i]), err_tensor += std::fabs(w.v[i] - x.v[i]);
+  EXPECT_LT(err_token, err_tensor);
+}
+
 TEST(AccuracySim, KSmoothingLeavesSoftmaxUnchanged) {
   const Mat q = outlier_matrix(64, 7), k = outlier_matrix(200, 8);
   const std::vector<int> rows = {0, 13, 63};

@@ -1,7 +1,7 @@
 // Every shipped attention kernel against the float64 reference, on fresh random data with channel
 // outliers, outputs (and LSE) poisoned before each run: lengths 1, 17, 63, 65, 1000, 4097, causal with
 // q_len != kv_len, GQA, both layouts, head dims 64, 96, 128 and 256. Thresholds: fp16/bf16 relative L2
-// <= 5e-3; int8 cosine >= 0.999.
+// <= 5e-3; quantized (int8, fp8e4m3 Q/K) cosine >= 0.999, or the format's own error where it misses that.
 // Each spec runs through attention() with its default tiling; where that is the wgmma form (int8 on
 // sm_90a), the mma.sync form (what every other arch runs) is checked too, through prepare_with().
 #include <gtest/gtest.h>
@@ -91,6 +91,15 @@ const char* kSpecs[] = {
     "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal gqa=4 smooth=kv rotate=hadamard",
     "prefill qk=int8:per_token pv=int8:per_channel out=bf16 d=96 smooth=k rotate=hadamard",
     "prefill qk=int8:per_thread pv=int8:per_channel out=fp16 d=64 causal smooth=qkv rotate=hadamard",
+    // qk=fp8e4m3 (e4m3 Q/K codes, e4m3 wgmma; sm_90a only: skipped elsewhere): per_token and per_block
+    // (FlashAttention-3's and cuDNN's FP8 input), per_warp and per_tensor, with fp8 and int8 P·V, d 64 /
+    // 128 / 256, causal, GQA, smoothing, rotation.
+    "prefill qk=fp8e4m3:per_token pv=fp8e4m3:per_channel out=fp16 d=128 smooth=k",
+    "prefill qk=fp8e4m3:per_block pv=fp8e4m3:per_channel out=bf16 d=128 causal gqa=4 smooth=kv",
+    "prefill qk=fp8e4m3:per_token pv=int8:per_channel out=fp16 d=64 causal smooth=k",
+    "prefill qk=fp8e4m3:per_warp pv=fp8e4m3:per_channel out=bf16 d=256 causal",
+    "prefill qk=fp8e4m3:per_tensor pv=fp8e4m3:per_channel out=fp16 d=128 smooth=k",
+    "prefill qk=fp8e4m3:per_token pv=fp8e4m3:per_channel out=fp16 d=128 causal gqa=4 smooth=k rotate=hadamard",
 };
 
 class AttentionVsReference : public test::GpuTest, public ::testing::WithParamInterface<const char*> {};
@@ -136,7 +145,10 @@ TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
   options.use_cache = false;
   options.tune = false;   // the default tiling here; tuned tilings are verified by the tuner itself
   Runtime runtime(options);
-  const Spec spec = runtime.resolve(parse_spec(GetParam()));
+  const Spec parsed = parse_spec(GetParam());
+  if (parsed.qk.fmt == Fmt::fp8e4m3 && runtime.resolve(Spec{}).arch != Arch::sm_90a)
+    GTEST_SKIP() << "qk=fp8e4m3 runs on sm_90a (Hopper) only";
+  const Spec spec = runtime.resolve(parsed);
   const Fmt io = spec.out;
   const int d = spec.head_dim;
   rt::Stream stream;
@@ -174,7 +186,7 @@ TEST_P(AttentionVsReference, EveryLengthLayoutAndMask) {
         slack = test::score_error_bound(q, k, spec.qk.gran, spec.qk.gran == Gran::per_block ? 64 : 0,
                                         (spec.smooth & kSmoothK) != 0, spec.causal, 127, (spec.smooth & kSmoothQ) != 0,
                                         options.k_mean_sample_tokens,   // K's mean as the runtime takes it
-                                        spec.rotate == Rotation::hadamard);
+                                        spec.rotate == Rotation::hadamard, spec.qk.fmt == Fmt::fp8e4m3);
         for (double& x : slack) x += 2e-2;
       }
       const std::vector<float> lse = dlse.to_vector<float>();

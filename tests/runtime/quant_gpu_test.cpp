@@ -35,6 +35,7 @@ struct Request {
   int group;
   bool smooth, transpose;
   int rotate = quant::kRotateNone;
+  Fmt code = Fmt::int8;   // int8 codes, or e4m3 (qk=fp8e4m3 rows)
 };
 
 const Request kRequests[] = {
@@ -55,13 +56,15 @@ class QuantVsReference : public test::GpuTest {
     const int batch = 2, heads = 3;
     const std::uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(std::string(to_string(fmt)) + " d=" + std::to_string(d) + " " + to_string(rq.gran) + " group=" + std::to_string(rq.group) +
-                 (rq.smooth ? " smooth" : "") + (rq.transpose ? " V^T" : "") + " rotate=" + std::to_string(rq.rotate) + " seq=" + std::to_string(seq) +
+                 (rq.smooth ? " smooth" : "") + (rq.transpose ? " V^T" : "") + " rotate=" + std::to_string(rq.rotate) +
+                 " code=" + to_string(rq.code) + " seq=" + std::to_string(seq) +
                  " resident_blocks=" + std::to_string(resident_blocks) + " mean_sample=" + std::to_string(mean_sample) +
                  " " + test::to_string(layout) + " " + test::seed_note(seed));
     HostTensor x = test::random_tensor({batch, heads, seq, d}, layout, test::k_like(), seed);
     test::round_to(x, fmt);
     gen::QuantRequest req{fmt, rq.gran, rq.group, rq.smooth, rq.transpose, d};
     req.rotate = rq.rotate;
+    req.code = rq.code;
     const int pad = rq.transpose ? (seq + kVPadTokens - 1) / kVPadTokens * kVPadTokens : seq;
     const gen::QuantProblem prob{batch, heads, seq, pad, resident_blocks, mean_sample};
     const gen::QuantPlan plan = gen::plan_quant(req, prob);
@@ -82,7 +85,9 @@ class QuantVsReference : public test::GpuTest {
     view.scale_sb = qp.scale.sb;
     view.scale_sh = qp.scale.sh;
     view.mean = rq.smooth ? mean.data() : nullptr;
-    const test::QuantRef ref = test::quantize_reference(x, {rq.gran, rq.group, 127, rq.smooth, mean_sample, rq.rotate});
+    const bool fp8 = rq.code == Fmt::fp8e4m3;
+    const test::QuantRef ref =
+        test::quantize_reference(x, {rq.gran, rq.group, fp8 ? 448.0 : 127.0, rq.smooth, mean_sample, rq.rotate, fp8});
     const test::QuantCheck check = test::check_quantized(x, ref, view);
     EXPECT_TRUE(check.ok()) << check.report();
     if (rq.gran == Gran::per_warp || rq.gran == Gran::per_thread) {
@@ -219,6 +224,38 @@ TEST_F(QuantVsReference, RotatedRowsEveryGranularityAndHeadDim) {
         ++cases;
       }
   std::printf("[ quant   ] %d rotated cases checked code for code\n", cases);
+}
+
+// qk=fp8e4m3's rows: e4m3 codes of every row granularity the attention spec takes (per_token, per_block
+// 64, per_tensor, and per_warp / per_thread in the Q and K mappings), smoothing on and off, the one-pass
+// and sampled-mean forms, a rotated Q and K, ragged lengths, every head dim and both input types, against
+// the float64 encoder (qattn/decode/fp8_e4m3.h), code for code.
+TEST_F(QuantVsReference, Fp8RowsEveryGranularity) {
+  struct Form {
+    Gran gran;
+    int group;
+    bool smooth;
+    int rotate, resident, sample;
+  };
+  const Form forms[] = {{Gran::per_token, 0, false, quant::kRotateNone, 0, 0}, {Gran::per_token, 0, true, quant::kRotateNone, 0, 0},
+                        {Gran::per_block, 64, true, quant::kRotateNone, 0, 0}, {Gran::per_tensor, 0, false, quant::kRotateNone, 0, 0},
+                        {Gran::per_tensor, 0, true, quant::kRotateNone, 0, 0}, {Gran::per_warp, 32, false, quant::kRotateNone, 0, 0},
+                        {Gran::per_thread, 64, true, quant::kRotateNone, 0, 0}, {Gran::per_token, 0, true, quant::kRotateNone, -1, 0},
+                        {Gran::per_token, 0, true, quant::kRotateNone, 0, 256}, {Gran::per_token, 0, false, quant::kRotateQ, 0, 0},
+                        {Gran::per_block, 64, true, quant::kRotateK, 0, 0}};
+  const int seqs[] = {1, 65, 1000, 33, 4097};
+  int cases = 0, turn = 0;
+  for (int d : {64, 96, 128, 256})
+    for (const Form& f : forms) {
+      const Fmt fmt = turn % 3 == 2 ? Fmt::bf16 : Fmt::fp16;
+      const int seq = f.sample ? 1000 : seqs[turn % 5];
+      const Layout layout = turn % 2 ? Layout::bhsd : Layout::bshd;
+      ++turn;
+      run_case(fmt, Request{f.gran, f.group, f.smooth, false, f.rotate, Fmt::fp8e4m3}, seq, layout, d,
+               f.resident < 0 ? resident_blocks() : 0, f.sample);
+      ++cases;
+    }
+  std::printf("[ quant   ] %d e4m3 row cases checked code for code\n", cases);
 }
 
 }  // namespace

@@ -171,10 +171,10 @@ TEST(CalibrateChoice, NonePassingFallsBackToTheReferenceAndSaysWhy) {
 }
 
 TEST(CalibrateChoice, FailingAndUnsupportedCandidatesAreRecordedAndSkipped) {
-  // A row validate() refuses (FP8 Q/K is no prefill format): reported unsupported, never evaluated.
+  // A row validate() refuses (FP8 Q/K runs quantized P·V only): reported unsupported, never evaluated.
   Spec fp8_qk = kReference;
   fp8_qk.qk = {Fmt::fp8e4m3, Gran::per_thread};
-  fp8_qk.pv = {Fmt::fp8e4m3, Gran::per_channel};
+  fp8_qk.pv = {Fmt::fp16, Gran::none};
   std::vector<Spec> list = {fp8_qk, ladder()[0], ladder()[1]};
   FakeEvaluator e;
   e.by_spec[to_string(ladder()[1])] = metrics(0.9999, 0.01);   // ladder()[0] is unknown: throws

@@ -145,6 +145,40 @@ __device__ __forceinline__ void wgmma_m64n32k32_u8s8_rs(int (&d)[ROWS][4], const
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
 }
 
+// d = A (smem, desc a) * B (smem, desc b)^T + (scale_d ? d : 0), m64n64k32, e4m3 x e4m3 -> f32.
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_ss(float (&d)[8][4], u64 a, u64 b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1;\n}\n"
+      :
+        "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(a), "l"(b), "r"(scale_d));
+}
+
+// d = A (smem, desc a) * B (smem, desc b)^T + (scale_d ? d : 0), m64n128k32, e4m3 x e4m3 -> f32.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_ss(float (&d)[16][4], u64 a, u64 b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n}\n"
+      :
+        "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(a), "l"(b), "r"(scale_d));
+}
+
 // The shapes by N (the kernel's bn for Q·K^T, its d for P·V).
 // scale_d = 0: d = A·B (the accumulators' old values are ignored).
 template <int N>
@@ -152,6 +186,13 @@ __device__ __forceinline__ void wgmma_s8s8_ss(int (&d)[N / 8][4], u64 a, u64 b, 
   static_assert(N == 64 || N == 128, "wgmma_s8s8_ss: N must be 64 or 128");
   if constexpr (N == 64) wgmma_m64n64k32_s8s8_ss(d, a, b, scale_d);
   else wgmma_m64n128k32_s8s8_ss(d, a, b, scale_d);
+}
+// The same on e4m3 codes (fp32 accumulators).
+template <int N>
+__device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[N / 8][4], u64 a, u64 b, int scale_d = 1) {
+  static_assert(N == 64 || N == 128, "wgmma_e4m3_ss: N must be 64 or 128");
+  if constexpr (N == 64) wgmma_m64n64k32_e4m3_ss(d, a, b, scale_d);
+  else wgmma_m64n128k32_e4m3_ss(d, a, b, scale_d);
 }
 // The P·V product at N = the kernel's d, B's rows (the N dimension) row_bytes apart: d = 96 and 256
 // take two shapes, the second on B's rows from 64 (d = 96) or 128 (d = 256) on, its own accumulators.

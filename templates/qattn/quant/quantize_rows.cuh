@@ -1,4 +1,4 @@
-// QuantizeRows: fp16/bf16 rows -> int8 codes in the same [b, h, s, c] index order (Q and K).
+// QuantizeRows: fp16/bf16 rows -> int8 (or e4m3: Code) codes in the same [b, h, s, c] index order (Q and K).
 // One block owns one tile of tokens of one (b, h): a whole scale group for per_block (Group tokens),
 // kRowTileTokens tokens otherwise. Every thread loads all its 16-byte vectors before using any, so the
 // tile is read once, from registers, whatever the granularity:
@@ -15,6 +15,8 @@
 //                what per_token costs: the fewer scale loads that make these granularities faster in
 //                SageAttention2 are not taken. Rows past seq_len add nothing to a group's abs-max (a
 //                tail group takes the max of its existing rows only); an all-zero group gets scale 0.
+// Code = fp8e4m3 (qk=fp8e4m3; p.qmax = 448): the bytes are e4m3 of x' · (448 / amax), rounded to nearest
+// even and saturated (dev::e4m3x2, as QuantizeTransposed's fp8 V); the scales are amax / 448.
 // Pack4 (qk=int4's packed form; qmax <= 7): codes go out two per byte, element 2i in the low nibble
 // of byte i (the mma.sync .s4 operand layout), rows of D/2 bytes: a thread's 8 codes are 4 bytes.
 // Smooth subtracts QuantParams::mean (FinalizeStats) before everything. BlockMean (Q smoothing, smooth=q)
@@ -36,6 +38,7 @@
 // means keep seq_len's (the longest sequence's) dense layout.
 #pragma once
 
+#include "qattn/common/fp8_cvt.cuh"
 #include "qattn/quant/block_mean.cuh"
 #include "qattn/quant/head_sync.cuh"
 #include "qattn/quant/rotation.cuh"
@@ -44,8 +47,9 @@ namespace qattn {
 namespace quant {
 
 template <Fmt In, int D, Gran G, int Group, bool Smooth, bool Pack4 = false, bool BlockMean = false,
-          bool OnePass = false, int Rotate = kRotateNone>
+          bool OnePass = false, int Rotate = kRotateNone, Fmt Code = Fmt::int8>
 struct QuantizeRows {
+  static_assert(Code == Fmt::int8 || (Code == Fmt::fp8e4m3 && !Pack4), "row codes: int8 (or packed int4), or fp8e4m3");
   static_assert(supported_head_dim(D), "head dim must be 64, 128 or 256");
   static constexpr bool kFragment = G == Gran::per_warp || G == Gran::per_thread;   // group scales per row
   static_assert(G == Gran::per_tensor || G == Gran::per_block || G == Gran::per_token ||
@@ -260,9 +264,20 @@ struct QuantizeRows {
       if (s >= p.seq_pad || !active) continue;
       int code[kVecElems];
       const Vec8 x = row(j);
+      if constexpr (Code == Fmt::fp8e4m3) {   // the e4m3 bytes, as int8s whose low 8 bits pack4_s8 keeps
 #pragma unroll
-      for (int i = 0; i < kVecElems; ++i)
-        code[i] = s < len ? to_code(x.v[i] - offset(j, i), mult_row[j] * mult_chan[i], qmax) : 0;
+        for (int i = 0; i < kVecElems; i += 2) {
+          const dev::u32 two = s < len ? dev::e4m3x2((x.v[i] - offset(j, i)) * (mult_row[j] * mult_chan[i]),
+                                                     (x.v[i + 1] - offset(j, i + 1)) * (mult_row[j] * mult_chan[i + 1]))
+                                       : 0u;
+          code[i] = static_cast<signed char>(two & 0xFFu);
+          code[i + 1] = static_cast<signed char>(two >> 8);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kVecElems; ++i)
+          code[i] = s < len ? to_code(x.v[i] - offset(j, i), mult_row[j] * mult_chan[i], qmax) : 0;
+      }
       if constexpr (Pack4) {   // byte c0/2 + i of the row holds codes c0 + 2i (low) and c0 + 2i + 1 (high)
         signed char* dst = static_cast<signed char*>(p.y.ptr) + (b * p.y.sb + h * p.y.sh + s * p.y.ss);
         *reinterpret_cast<unsigned*>(dst + c0 / 2) = pack8_s4(code);

@@ -98,7 +98,8 @@ TEST(WarpSpecialized, TheTunerTimesItBesideTheOtherForms) {
 // pipeline intact.
 TEST(WarpSpecializedCompile, EveryFormatCompilesWithoutSpillsOrSerialization) {
   std::vector<std::pair<Spec, Tiling>> work;
-  for (const char* qk : {"int8:per_token", "int8:per_warp", "int8:per_block", "int8:per_thread", "int4:per_thread"})
+  for (const char* qk : {"int8:per_token", "int8:per_warp", "int8:per_block", "int8:per_thread", "int4:per_thread",
+                         "fp8e4m3:per_block"})
     for (int d : {64, 128})
       for (const char* pv : {"pv=int8:per_channel", "pv=fp8e4m3:per_channel", "pv=fp8e4m3:per_channel accum=two_level"})
         for (bool causal : {false, true}) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "reference/format_sim.hpp"
+#include "qattn/decode/fp8_e4m3.h"
 #include "qattn/quant/quant_config.h"
 
 #include "tests/common/quant_reference.hpp"
@@ -75,6 +76,55 @@ TEST(QuantReference, RoundTripWithinHalfScaleAndGroupMaxHitsQmax) {
           for (size_t i = 0; i < q.scales.size(); ++i) ASSERT_GT(q.scales[i], 0) << "random data has no all-zero group";
           for (const auto& [key, m] : group_max_code) EXPECT_EQ(m, static_cast<int>(qmax)) << "scale group " << key;
         }
+  }
+}
+
+// e4m3 codes (qk=fp8e4m3): every value within half an e4m3 step of x / scale (the group's largest at 448),
+// and the code-for-code checker accepts the reference's own codes and catches a code one step off.
+TEST(QuantReference, Fp8CodesAreTheNearestE4m3AndTheCheckerSeesAStepOff) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  HostTensor x = random_tensor(kShape, Layout::bhsd, k_like(), seed);
+  round_to(x, Fmt::fp16);
+  for (const GranCase& g : kGrans) {
+    if (g.gran == Gran::per_channel) continue;   // not a qk=fp8e4m3 granularity
+    SCOPED_TRACE(g.name);
+    const QuantRef q = quantize_reference(x, QuantConfig{g.gran, g.group, 448, false, 0, 0, true});
+    const HostTensor deq = q.dequantize();
+    long long bad = 0;
+    double largest = 0;
+    for (int b = 0; b < kShape.batch; ++b)
+      for (int h = 0; h < kShape.heads; ++h)
+        for (int s = 0; s < kShape.seq; ++s)
+          for (int c = 0; c < kShape.dim; ++c) {
+            const double scale = q.scale(b, h, s, c), u = x.at(b, h, s, c) / scale;
+            const double v = fp8::decode_e4m3(static_cast<unsigned char>(q.code(b, h, s, c)));
+            EXPECT_EQ(deq.at(b, h, s, c), v * scale);
+            bad += !(std::fabs(v - u) <= std::max(std::ldexp(1.0, -10), std::fabs(u) / 16) * (1 + 1e-9));
+            // The nearest e4m3 value, or the other one of a tie that x / scale rounded to float makes.
+            const double w = reference::sim::round_e4m3(u);
+            EXPECT_TRUE(v == w || std::fabs(std::fabs(v - u) - std::fabs(w - u)) <= 1e-6 * std::fabs(u))
+                << b << " " << h << " " << s << " " << c << ": " << v << " for " << u;
+            largest = std::max(largest, std::fabs(v));
+          }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(largest, 448.0);
+    // The checker: the reference's own codes pass; one code moved to its neighbour fails.
+    std::vector<float> scales(q.scales.begin(), q.scales.end());
+    std::vector<std::int8_t> codes = q.codes;
+    QuantizedView view;
+    view.codes = codes.data();
+    view.strides = Strides{static_cast<long long>(kShape.heads) * kShape.seq * kShape.dim,
+                           static_cast<long long>(kShape.seq) * kShape.dim, kShape.dim, 1};
+    view.seq_pad = kShape.seq;
+    view.scales = scales.data();
+    view.scale_sh = q.scales_per_head();
+    view.scale_sb = g.gran == Gran::per_tensor ? 0 : q.scales_per_head() * kShape.heads;
+    if (g.gran == Gran::per_tensor) view.scale_sh = 0;
+    EXPECT_TRUE(check_quantized(x, q, view).ok()) << check_quantized(x, q, view).report();
+    codes[7] = static_cast<std::int8_t>(codes[7] + 1);
+    const QuantCheck off = check_quantized(x, q, view);
+    EXPECT_EQ(off.bad_codes, 1) << off.report();
   }
 }
 

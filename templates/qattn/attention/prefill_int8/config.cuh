@@ -23,6 +23,7 @@ struct DefaultConfig {
   static constexpr bool packed_int4 = false;      // Q·K^T on packed int4 codes, mma m16n8k64 .s4 (tiling _i4mma)
   static constexpr bool q_smooth = false;         // Q smoothing: ΔS of the block means joins the logits (smooth=q)
   static constexpr bool int4_codes = false;       // Q / K hold qk=int4 codes in [-7, 7] (raw, exactly converted S)
+  static constexpr bool fp8_codes = false;        // Q / K hold e4m3 codes: e4m3 wgmma, fp32 S (qk=fp8e4m3; needs wgmma)
   static constexpr Gran fused_q = Gran::none;     // the CTA quantizes Q itself, with these scale groups (tiling _qf)
   static constexpr bool v_smooth = false;         // int8 P·V normalised by the exact row sum (smooth=v)
   static constexpr bool k_block_scale = false;    // K's scale shared by 64-key groups, folded into the row factor

@@ -16,6 +16,7 @@
   static constexpr bool S4 = Cfg::packed_int4;
   static constexpr bool QSMOOTH = Cfg::q_smooth;
   static constexpr bool INT4 = Cfg::int4_codes;
+  static constexpr bool FP8QK = Cfg::fp8_codes;
   static constexpr Gran QF = Cfg::fused_q;
   static constexpr bool VSMOOTH = Cfg::v_smooth;
   static constexpr bool KBLOCK = Cfg::k_block_scale;
@@ -28,6 +29,8 @@
                 "prefill_int8: the fused Q (QF) takes token-local Q scales: per_token, per_warp, per_thread, per_block");
   static_assert(QF == Gran::none || !(S4 || QSMOOTH), "prefill_int8: the fused Q writes plain int8 Q codes (no S4, no smooth=q)");
   static_assert(!S4 || INT4, "prefill_int8: the packed form (S4) holds qk=int4 codes");
+  static_assert(!FP8QK || (WG && !INT4 && QF == Gran::none),
+                "prefill_int8: e4m3 Q / K codes (FP8QK) take the wgmma form, a pre-quantized Q and no int4 codes");
   static_assert(!(KBLOCK && QSMOOTH), "prefill_int8: KBLOCK folds K's scale into the row factor; smooth=q adds ΔS in scaled units");
   static_assert(!(S4 && WG), "prefill_int8: the packed-int4 Q·K^T (S4) exists in the mma.sync form only");
   static_assert(!(QSMOOTH && WG), "prefill_int8: Q smoothing exists in the mma.sync form only");

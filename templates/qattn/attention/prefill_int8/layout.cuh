@@ -57,12 +57,13 @@
   // with no conversion: sm_80's I2F is a quarter-rate op). wgmma form: raw (the first product ignores
   // the old values, so no per-tile initialisation) and converted with I2FP, which sm_90 runs at the
   // rate of plain ALU ops (so cheaper there than the biased start's extra initialisation).
-  using Scores = int[kMT][kSN][4];
   // qk=int4 (INT4, either form) takes raw S too, zeroed before the first mma.sync and converted with
   // I2F: the biased start's -kMagic · k_scale bias rounds in fp32 by up to ~0.75 · k_scale, a code
   // product's worth of error that is nothing next to int8's 127² range but a third of a step with int4's
   // 7² (enough to push causal rows' LSE past the quantization's own bound).
   static constexpr bool kRawS = WG || INT4;
+  // FP8QK: the e4m3 products accumulate in fp32, so S is a float and needs no conversion at all.
+  using Scores = typename Pick<FP8QK, float[kMT][kSN][4], int[kMT][kSN][4]>::type;
   using Logits = float[kMT][kSN][4];    // u = S · k_scale (KBLOCK: u = S, k_scale is in RowFac)
   using RowVals = float[kMT][2];        // one value per row: rows g and g + 8 of each m16 tile
   // Per row and 32-key step ps, the factor from u to the base-2 logit: q_scale · softmax_scale · log2 e

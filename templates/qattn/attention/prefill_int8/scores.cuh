@@ -1,7 +1,7 @@
 // Part of prefill_int8::Kernel, included inside its class body by prefill_int8.cuh (so it uses the
 // kernel's constants and types directly).
-// The consumer's first product: S = Q̂·K̂^T on int8 (mma.sync m16n8k32 or wgmma) or packed int4 (m16n8k64
-// .s4) tensor cores, and the Q fragments it reads.
+// The consumer's first product: S = Q̂·K̂^T on int8 (mma.sync m16n8k32 or wgmma), e4m3 (wgmma) or packed
+// int4 (m16n8k64 .s4) tensor cores, and the Q fragments it reads.
   // This warp's Q A-fragments from the Q tile at sbase (mma.sync form).
   static __device__ __forceinline__ void load_q_fragments(u32 (&qf)[kMT][kQKSteps][4], u32 sbase) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -49,13 +49,16 @@
       // NPS < kPVSteps: the first 32 * NPS keys only (their smem rows come first: k_smem_row permutes
       // within 32 keys), into the first 4 * NPS blocks of S.
       constexpr int kN = 32 * NPS;
-      auto& sn = *reinterpret_cast<int(*)[kN / 8][4]>(&s[0][0][0]);
+      using Elem = typename Pick<FP8QK, float, int>::type;
+      auto& sn = *reinterpret_cast<Elem(*)[kN / 8][4]>(&s[0][0][0]);
       dev::wgmma_fence();
-      dev::wgmma_s8s8_ss<kN>(sn, qd, kd, 0);   // raw S (kRawS)
 #pragma unroll
-      for (int ks = 1; ks < kQKSteps; ++ks) {
+      for (int ks = 0; ks < kQKSteps; ++ks) {
         const int atom = ks / kStepsPerAtom, step = 2 * (ks % kStepsPerAtom);
-        dev::wgmma_s8s8_ss<kN>(sn, qd + atom * (BM * kAtomBytes / 16) + step, kd + atom * (BN * kAtomBytes / 16) + step);
+        const dev::u64 qa = qd + atom * (BM * kAtomBytes / 16) + step, kb = kd + atom * (BN * kAtomBytes / 16) + step;
+        // The first step ignores the old values (raw S, kRawS).
+        if constexpr (FP8QK) dev::wgmma_e4m3_ss<kN>(sn, qa, kb, ks > 0 ? 1 : 0);
+        else dev::wgmma_s8s8_ss<kN>(sn, qa, kb, ks > 0 ? 1 : 0);
       }
       dev::wgmma_commit();   // the caller waits
     } else if constexpr (S4) {

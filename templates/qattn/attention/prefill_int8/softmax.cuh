@@ -62,7 +62,9 @@
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             float x;
-            if constexpr (KBLOCK)   // S itself (the biased start: its float bits minus the bias, exact)
+            if constexpr (FP8QK)   // fp32 S
+              x = KBLOCK ? s[mt][4 * ps + jj][e] : s[mt][4 * ps + jj][e] * ksc[jj][e & 1];
+            else if constexpr (KBLOCK)   // S itself (the biased start: its float bits minus the bias, exact)
               x = kRawS ? int8::i2f(s[mt][4 * ps + jj][e]) : __int_as_float(s[mt][4 * ps + jj][e]) - int8::kMagic;
             else
               x = kRawS ? int8::i2f(s[mt][4 * ps + jj][e]) * ksc[jj][e & 1]
