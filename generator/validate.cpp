@@ -233,9 +233,9 @@ int kernel_smem_bytes(const Spec& s, const Tiling& t) {
                                   t.q_fused, t.tma, t.warp_specialized);
 }
 
-// What the fused-Q form (_qf) does not do: pack int4 Q, subtract Q's block means, rotate, write e4m3.
+// What the fused-Q form (_qf) does not do: pack int4 Q, subtract Q's block means, rotate.
 static bool fused_q_excluded(const Spec& s, const Tiling& t) {
-  return t.int4_mma || (s.smooth & kSmoothQ) || s.rotate != Rotation::none || s.qk.fmt == Fmt::fp8e4m3;
+  return t.int4_mma || (s.smooth & kSmoothQ) || s.rotate != Rotation::none;
 }
 
 // A linear kernel: one dataflow, the tiling its template accepts (qattn/linear/linear_shape.h).
@@ -290,8 +290,8 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
                        to_string(s.qk.gran) + " needs statistics of the whole tensor; accepted with _qf: per_block, "
                        "per_warp, per_thread, per_token");
   if (t.q_fused && fused_q_excluded(s, t))
-    return Verdict::no("tiling " + to_string(t) + ": _qf writes plain int8 Q codes; it does not pack int4 (_i4mma), "
-                       "subtract Q's block means (smooth=q), rotate (rotate=hadamard) or write e4m3 (qk=fp8e4m3): drop _qf");
+    return Verdict::no("tiling " + to_string(t) + ": _qf writes plain Q codes; it does not pack int4 (_i4mma), "
+                       "subtract Q's block means (smooth=q) or rotate (rotate=hadamard): drop _qf");
   if (t.tma && !t.wgmma)
     return Verdict::no("tiling " + to_string(t) + ": _tma (TMA tile loads) exists in the wgmma form only; add _wg or drop _tma");
   if (t.tma && s.head_dim != 64 && s.head_dim != 128)

@@ -316,8 +316,9 @@ TEST(Problem, TextRoundTripAndErrors) {
   EXPECT_DOUBLE_EQ(attention_flops(parse_problem("b=1,hq=2,hkv=2,q=10,kv=10"), 64, true), 4.0 * 2 * 100 * 64 / 2);
 }
 
-// qk=fp8e4m3 runs on the wgmma form only: its candidates are all _wg (and _tma / _ws forms of them), never
-// _qf (the fused Q writes int8 codes); the mma.sync shapes are refused with the reason.
+// qk=fp8e4m3 runs on the wgmma form only: its candidates are all _wg (and _tma / _ws forms of them); the
+// mma.sync shapes are refused with the reason; attention() launches the fused-Q twin (e4m3 Q codes in the
+// kernel's prologue) where the granularity is token-local.
 TEST(Validate, Fp8QkTakesTheWgmmaFormOnly) {
   const Spec s = parse_spec("prefill qk=fp8e4m3:per_token pv=fp8e4m3:per_channel out=fp16 d=128 causal arch=sm_90a");
   const DeviceLimits lim = default_limits(Arch::sm_90a);
@@ -334,10 +335,13 @@ TEST(Validate, Fp8QkTakesTheWgmmaFormOnly) {
   const Verdict v = validate(s, Tiling{64, 128, 4, 2}, lim);
   EXPECT_FALSE(v.ok);
   EXPECT_NE(v.reason.find("add _wg"), std::string::npos) << v.reason;
-  Tiling qf{64, 128, 4, 2, true};
+  Tiling qf = default_tiling(s, lim);
   qf.q_fused = true;
-  EXPECT_NE(validate(s, qf, lim).reason.find("write e4m3"), std::string::npos);
-  EXPECT_EQ(fused_q_form(s, default_tiling(s, lim), lim), default_tiling(s, lim));   // attention() never fuses it
+  EXPECT_TRUE(validate(s, qf, lim)) << validate(s, qf, lim).reason;
+  EXPECT_EQ(fused_q_form(s, default_tiling(s, lim), lim), qf);
+  Spec per_tensor = s;
+  per_tensor.qk.gran = Gran::per_tensor;   // statistics of the whole tensor: the Q pass stays
+  EXPECT_FALSE(fused_q_form(per_tensor, default_tiling(per_tensor, lim), lim).q_fused);
 }
 
 }  // namespace

@@ -29,8 +29,7 @@
                 "prefill_int8: the fused Q (QF) takes token-local Q scales: per_token, per_warp, per_thread, per_block");
   static_assert(QF == Gran::none || !(S4 || QSMOOTH), "prefill_int8: the fused Q writes plain int8 Q codes (no S4, no smooth=q)");
   static_assert(!S4 || INT4, "prefill_int8: the packed form (S4) holds qk=int4 codes");
-  static_assert(!FP8QK || (WG && !INT4 && QF == Gran::none),
-                "prefill_int8: e4m3 Q / K codes (FP8QK) take the wgmma form, a pre-quantized Q and no int4 codes");
+  static_assert(!FP8QK || (WG && !INT4), "prefill_int8: e4m3 Q / K codes (FP8QK) take the wgmma form and no int4 codes");
   static_assert(!(KBLOCK && QSMOOTH), "prefill_int8: KBLOCK folds K's scale into the row factor; smooth=q adds ΔS in scaled units");
   static_assert(!(S4 && WG), "prefill_int8: the packed-int4 Q·K^T (S4) exists in the mma.sync form only");
   static_assert(!(QSMOOTH && WG), "prefill_int8: Q smoothing exists in the mma.sync form only");

@@ -6,7 +6,7 @@
   // max over the row's scale group (per_token: the row; per_warp: 32 consecutive rows; per_thread: rows
   // g, g + 8, g + 16, g + 24 of 32; per_block: 64 rows; all inside the CTA's tile, whose first row is a
   // multiple of bm), scale = amax / qmax, code = round-half-even(x · m) with m = qmax / amax in fp32 (qmax
-  // 7 for qk=int4). Where x / scale is an exact tie (fp16 inputs can make one), the rounded m may put it
+  // 7 for qk=int4; qk=fp8e4m3: qmax 448 and the code is the e4m3 byte of x · m, bit for bit the Q pass's). Where x / scale is an exact tie (fp16 inputs can make one), the rounded m may put it
   // on the other side: the code then differs by one from the Q pass's, and is as close to x.
   // The codes go straight into the swizzled int8 Q tile, the group abs-maxes to shared memory
   // (kFusedQOff; run() turns them into st.qs after its barrier). This saves the Q pass (a read and a
@@ -19,7 +19,7 @@
   // amax| <= qmax, so no clamp. (With conversions and atomics for every d the prologue would cost
   // about half of the Q pass it saves.)
   static constexpr int kFusedQOff = smem_bytes(D, BM, BN, STAGES, false, kVBytes, S4, QSMOOTH);   // after the tiles
-  static constexpr int kQMax = INT4 ? 7 : 127;
+  static constexpr int kQMax = FP8QK ? 448 : INT4 ? 7 : 127;
   static constexpr bool kRowShuffle = kDChunks == 4 || kDChunks == 8 || kDChunks == 16;
   static __device__ void quantize_q_tile(const AttentionParams& p, char* smem, u32 sbase, int b, int h, int q0,
                                          const Span& sp) {
@@ -81,6 +81,11 @@
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const quant::Vec8 x = quant::unpack8<OUT>(raw[it][half]);
+        if constexpr (FP8QK) {   // e4m3 bytes of x · m, as the Q pass writes them (same fp32 product)
+          w[2 * half] = dev::e4m3x4(x.v[0] * mult, x.v[1] * mult, x.v[2] * mult, x.v[3] * mult);
+          w[2 * half + 1] = dev::e4m3x4(x.v[4] * mult, x.v[5] * mult, x.v[6] * mult, x.v[7] * mult);
+          continue;
+        }
         int code[8];   // the low byte of the float bits is the code
 #pragma unroll
         for (int i = 0; i < 8; ++i) code[i] = __float_as_int(fmaf(x.v[i], mult, int8::kMagic));
