@@ -194,7 +194,7 @@ void Runtime::linear(const LinearCall& call, void* stream) {
     rt::DeviceBuffer& ws = impl_->linear_workspaces[stream];
     const size_t before = ws.size();
     rt::DeviceBuffer& grown = impl_->stream_workspace(ws, l.workspace_bytes, stream, "linear()");
-    if (grown.size() != before) grown.fill(0);
+    if (grown.size() != before) grown.fill_async(0, static_cast<CUstream>(stream));   // ordered before the kernel
     workspace = grown.as<char>();
   }
   rt::enqueue_linear(l, call.m, call.a, call.weights, call.c, workspace, static_cast<CUstream>(stream));

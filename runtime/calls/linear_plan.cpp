@@ -16,7 +16,10 @@ class LinearPlanImpl final : public LinearPlan {
   LinearPlanImpl(rt::LinearLaunch launch, int m, int device, bool own_workspace) : launch_(std::move(launch)), m_(m) {
     if (own_workspace && launch_.workspace_bytes > 0) {
       workspace_ = rt::DeviceBuffer(launch_.workspace_bytes, device);
+      // The memset runs on the legacy stream, which the caller's non-blocking streams do not wait for:
+      // done before the plan is returned.
       workspace_.fill(0);
+      rt::synchronize_device(device);
     }
   }
   const LinearRoute& route() const override { return launch_.route; }

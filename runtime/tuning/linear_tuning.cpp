@@ -48,6 +48,7 @@ class GpuLinearTimer final : public LinearTimer {
     std::vector<uint16_t> bias(family.n);
     for (auto& b : bias) b = rt::to_bits(family.out, 0.01f * static_cast<float>(rng() % 100));
     bias_ = rt::DeviceBuffer::from(bias, dev);
+    rt::synchronize_device(dev);   // the uploads ran on the legacy stream; stream_ does not wait for it
   }
 
   double time_us(const Spec& spec, const Tiling& tiling, int m, int splits) override {
@@ -59,6 +60,7 @@ class GpuLinearTimer final : public LinearTimer {
       for (size_t i = 0; i < af.size(); ++i) bits[i] = rt::to_bits(family_.act, af[i]);
       a_ = rt::DeviceBuffer::from(bits, dev);
       c_ = rt::DeviceBuffer(static_cast<size_t>(m) * family_.n * 2, dev);
+      rt::synchronize_device(dev);
     }
     LinearCall call;
     call.spec = spec;

@@ -189,6 +189,7 @@ TEST_F(LinearGpu, PlanRunsWithTheBitsOfLinearAndItsFirstRunCaptures) {
       rt::DeviceBuffer dw = rt::DeviceBuffer::from(packed.bytes), scale = rt::DeviceBuffer::from(packed.scale),
                        zero = rt::DeviceBuffer::from(packed.zero), bias = rt::DeviceBuffer::from(random_bits(n));
       rt::DeviceBuffer c_eager(static_cast<size_t>(m) * n * 2), c_plan(static_cast<size_t>(m) * n * 2);
+      rt::synchronize_device(0);   // the uploads above ran on the legacy stream
       LinearCall call;
       call.spec = spec;
       call.a = a.as<void>();
@@ -219,6 +220,7 @@ TEST_F(LinearGpu, PlanRunsWithTheBitsOfLinearAndItsFirstRunCaptures) {
       rt::check(d.cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate");
       a.upload(a2.data(), a2.size() * 2);   // the replay reads new activations
       c_plan.fill(0xff);
+      rt::synchronize_device(0);   // the legacy-stream copy and fill, done before the non-blocking stream runs
       rt::check(d.cuGraphLaunch(exec, stream.get()), "cuGraphLaunch");
       rt::check(d.cuGraphLaunch(exec, stream.get()), "cuGraphLaunch");   // and again: counters left clean
       rtm.linear(call, stream.get());
@@ -228,6 +230,7 @@ TEST_F(LinearGpu, PlanRunsWithTheBitsOfLinearAndItsFirstRunCaptures) {
       rt::DeviceBuffer ws(plan->workspace_bytes());
       ws.fill(0);
       c_plan.fill(0xff);
+      rt::synchronize_device(0);
       run.m = m - 1;
       run.workspace = ws.as<void>();
       rtm.run(*plan, run, stream.get());
