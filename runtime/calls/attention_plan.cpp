@@ -114,6 +114,21 @@ namespace {
 
 // The plan's launches for one run, as Runtime::run checks and issues them (or records them).
 void enqueue_run(Runtime::Impl& impl, const Plan& plan, const AttentionRun& given, void* stream) {
+  // The run's own pointers first, then the workspace (a refusal names the first thing wrong with the run).
+  if (plan.gather) {
+    if (!given.kv_cache)
+      throw_bad_input("attention plan run: the plan reads a KV cache; pass kv_cache (the cache's pointers and kv_lens)");
+    if (given.k || given.v || given.cu_seqlens_kv)
+      throw_bad_input("attention plan run: a plan over a KV cache reads k and v from the cache; leave k, v and cu_seqlens_kv null");
+    if (!given.q || !given.o || !given.cu_seqlens_q)
+      throw_bad_input("attention plan run: q, o and cu_seqlens_q must be device pointers, got a null one");
+  } else {
+    if (given.kv_cache) throw_bad_input("attention plan run: the plan was made for dense or packed k and v, not a KV cache");
+    if (!given.q || !given.k || !given.v || !given.o)
+      throw_bad_input("attention plan run: q, k, v and o must be device pointers, got a null one");
+    if (misaligned(given.q, 16) || misaligned(given.k, 16) || misaligned(given.v, 16))
+      throw_bad_input("attention plan run: q, k and v must be 16-byte aligned");
+  }
   char* const base = given.workspace ? static_cast<char*>(given.workspace) : plan.own.as<char>();
   if (!base && plan.workspace_bytes() > 0)
     throw_bad_input("attention plan run: the plan has no workspace of its own; pass workspace (" +
@@ -121,23 +136,13 @@ void enqueue_run(Runtime::Impl& impl, const Plan& plan, const AttentionRun& give
   if (misaligned(base, kWorkspaceAlign)) throw_bad_input("attention plan run: workspace must be 256-byte aligned");
   AttentionRun r = given;
   if (plan.gather) {   // the cache's rows into the workspace, then the call over them
-    if (!given.kv_cache)
-      throw_bad_input("attention plan run: the plan reads a KV cache; pass kv_cache (the cache's pointers and kv_lens)");
-    if (given.k || given.v || given.cu_seqlens_kv)
-      throw_bad_input("attention plan run: a plan over a KV cache reads k and v from the cache; leave k, v and cu_seqlens_kv null");
-    if (!given.q || !given.o || !given.cu_seqlens_q)
-      throw_bad_input("attention plan run: q, o and cu_seqlens_q must be device pointers, got a null one");
+    if (misaligned(given.q, 16)) throw_bad_input("attention plan run: q, k and v must be 16-byte aligned");
     plan.gather->enqueue(*given.kv_cache, base, stream, "attention plan run");
     const AttentionCall dense = plan.gather->dense_call(AttentionCall{}, base);
     r.k = dense.k.data;
     r.v = dense.v.data;
     r.cu_seqlens_kv = dense.cu_seqlens_kv;
-  } else if (given.kv_cache) {
-    throw_bad_input("attention plan run: the plan was made for dense or packed k and v, not a KV cache");
   }
-  if (!r.q || !r.k || !r.v || !r.o) throw_bad_input("attention plan run: q, k, v and o must be device pointers, got a null one");
-  if (misaligned(r.q, 16) || misaligned(r.k, 16) || misaligned(r.v, 16))
-    throw_bad_input("attention plan run: q, k and v must be 16-byte aligned");
   TensorView o = plan.o;
   o.data = r.o;
   if (const std::string why = rt::output_layout_problem(plan.spec, o); !why.empty()) throw_bad_input(why);

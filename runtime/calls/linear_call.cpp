@@ -72,8 +72,8 @@ void check_linear_pointers(const Spec& s, const void* a, const LinearWeights& we
     throw_bad_input(std::string(what) + "(" + to_string(s) + "): weights.bias is set but the spec has no bias; add the token bias");
 }
 
-void enqueue_linear(const LinearLaunch& l, int m, const void* a, const LinearWeights& weights, void* c, char* workspace,
-                    CUstream stream) {
+void enqueue_linear(const LinearLaunch& l, int m, const void* a, const LinearWeights& weights, void* c, int* counters,
+                    float* partials, CUstream stream) {
   LinearParams p = l.params;
   p.a = a;
   p.w = weights.w;
@@ -82,10 +82,8 @@ void enqueue_linear(const LinearLaunch& l, int m, const void* a, const LinearWei
   p.bias = weights.bias;
   p.c = c;
   p.m = m;
-  if (l.workspace_bytes > 0) {
-    p.tile_counters = reinterpret_cast<int*>(workspace);
-    p.partial = reinterpret_cast<float*>(workspace + l.counter_bytes);
-  }
+  p.tile_counters = counters;
+  p.partial = partials;
   Dim3 grid = l.grid;
   grid.y = static_cast<unsigned>((m + l.route.tiling.block_m - 1) / l.route.tiling.block_m);
   l.kernel->function().launch(grid, l.block, l.smem_bytes, stream, p);
@@ -188,16 +186,19 @@ void Runtime::linear(const LinearCall& call, void* stream) {
   const bool capturing = impl_->check_capture(
       key, stream, [&] { return "linear(" + to_string(l.route.spec) + ", m=" + std::to_string(call.m) + ")"; });
   std::lock_guard<std::mutex> lock(impl_->workspace_mutex);
-  char* workspace = nullptr;
+  int* counters = nullptr;
+  float* partials = nullptr;
   if (l.workspace_bytes > 0) {
-    // A new buffer is zeroed once, before any kernel sees it; every run leaves its counters at zero.
-    rt::DeviceBuffer& ws = impl_->linear_workspaces[stream];
-    const size_t before = ws.size();
-    rt::DeviceBuffer& grown = impl_->stream_workspace(ws, l.workspace_bytes, stream, "linear()");
-    if (grown.size() != before) grown.fill_async(0, static_cast<CUstream>(stream));   // ordered before the kernel
-    workspace = grown.as<char>();
+    // A new counter buffer is zeroed once, on the call's stream before the kernel; every launch leaves its
+    // counters at zero again.
+    Runtime::Impl::LinearWorkspace& ws = impl_->linear_workspaces[stream];
+    const size_t before = ws.counters.size();
+    rt::DeviceBuffer& grown = impl_->stream_workspace(ws.counters, l.counter_bytes, stream, "linear()");
+    if (grown.size() != before) grown.fill_async(0, static_cast<CUstream>(stream));
+    counters = grown.as<int>();
+    partials = impl_->stream_workspace(ws.partials, l.workspace_bytes - l.counter_bytes, stream, "linear()").as<float>();
   }
-  rt::enqueue_linear(l, call.m, call.a, call.weights, call.c, workspace, static_cast<CUstream>(stream));
+  rt::enqueue_linear(l, call.m, call.a, call.weights, call.c, counters, partials, static_cast<CUstream>(stream));
   impl_->note_call(key, stream, capturing);
 }
 

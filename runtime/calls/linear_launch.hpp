@@ -26,9 +26,9 @@ struct LinearLaunch {
 // Refuses (bad_input naming `what`) null or misaligned pointers, and scales, zero points or a bias that
 // the spec's format does or does not have.
 void check_linear_pointers(const Spec& spec, const void* a, const LinearWeights& weights, const void* c, const char* what);
-// Queues the launch over m tokens (<= the launch's) with these pointers; `workspace` (workspace_bytes,
-// counters zero) only with split-K.
-void enqueue_linear(const LinearLaunch& launch, int m, const void* a, const LinearWeights& weights, void* c, char* workspace,
-                    CUstream stream);
+// Queues the launch over m tokens (<= the launch's) with these pointers; with split-K `counters` (counter_bytes,
+// zero) and `partials` (workspace_bytes - counter_bytes), else null.
+void enqueue_linear(const LinearLaunch& launch, int m, const void* a, const LinearWeights& weights, void* c, int* counters,
+                    float* partials, CUstream stream);
 
 }  // namespace qattn::rt

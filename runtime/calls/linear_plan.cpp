@@ -62,7 +62,10 @@ void Runtime::run(const LinearPlan& plan_in, const LinearRun& run, void* stream)
     if (reinterpret_cast<std::uintptr_t>(workspace) % 256 != 0)
       throw_bad_input("run(LinearPlan): the workspace is not 256-byte aligned");
   }
-  rt::enqueue_linear(l, m, run.a, run.weights, run.c, workspace, static_cast<CUstream>(stream));
+  // The plan's layout is fixed by its own m (counters first), so runs over fewer tokens use the same places.
+  int* counters = workspace ? reinterpret_cast<int*>(workspace) : nullptr;
+  float* partials = workspace ? reinterpret_cast<float*>(workspace + l.counter_bytes) : nullptr;
+  rt::enqueue_linear(l, m, run.a, run.weights, run.c, counters, partials, static_cast<CUstream>(stream));
 }
 
 }  // namespace qattn

@@ -199,7 +199,10 @@ bool ReplayGraph::launch(const LaunchRecorder& ops, CUstream stream) {
   return true;
 }
 
-bool PlanGraphs::capturing(CUstream stream) { return stream_capturing(stream); }
+bool PlanGraphs::capturing(CUstream stream) const {
+  const ContextGuard guard(device_);
+  return stream_capturing(stream);
+}
 
 ReplayGraph* PlanGraphs::graph_for(CUstream stream) {
   for (auto& [s, g] : graphs_)

@@ -129,7 +129,7 @@ class PlanGraphs {
   }
 
  private:
-  static bool capturing(CUstream stream);
+  bool capturing(CUstream stream) const;   // in this device's context (the caller may have none current)
   ReplayGraph* graph_for(CUstream stream);   // made on first use; null: none for it
 
   int device_;

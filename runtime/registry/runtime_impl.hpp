@@ -224,7 +224,12 @@ struct Runtime::Impl {
   using LinearKey = std::array<long long, gen::schema::kFieldCount + 9>;
   static LinearKey linear_key(const LinearCall& call);
   std::map<LinearKey, rt::LinearLaunch> linear_launches;
-  std::map<void*, rt::DeviceBuffer> linear_workspaces;
+  // Per stream: the tile counters (zero between launches: each launch resets its own) and the fp32 partials,
+  // in buffers of their own so that no launch finds another's partials where its counters are.
+  struct LinearWorkspace {
+    rt::DeviceBuffer counters, partials;
+  };
+  std::map<void*, LinearWorkspace> linear_workspaces;
   // flow=auto linear calls' tuned dispatch (runtime/tuning/linear_tuning.cpp): the family's stored table,
   // read from the cache once per family (null: none stored, the default rule serves it).
   std::shared_ptr<const LinearDispatch> linear_dispatch(const Spec& resolved);

@@ -110,6 +110,8 @@ struct QuantCheck {
 //    mean and scale; a difference of 1 is accepted only where that quotient is within 1e-3 of a tie
 //    (fp32 arithmetic), and |code| <= qmax always; codes also within 1 of the float64 reference;
 //  - padded tokens hold 0.
+// fp8 (e4m3) codes: the nearest value to x' / scale, or its neighbour within the kernel's fp32 error of
+// their midpoint (a few ulps of the group's range of 448, d of them for rotated rows).
 // `x` must be exactly the kernel's input (already rounded to fp16/bf16).
 QuantCheck check_quantized(const HostTensor& x, const QuantRef& ref, const QuantizedView& got);
 

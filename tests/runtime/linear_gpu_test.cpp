@@ -144,6 +144,26 @@ TEST_F(LinearGpu, EveryDataflowAndFormatMatchesFloat64OnOddShapes) {
     }
 }
 
+// Split-K calls of other shapes on one stream share its workspace: a call whose tiles need more counters
+// than the previous call had follows one that left fp32 partials past those counters. Each call must still
+// find its counters at zero (they have a buffer of their own), in either order, again and again.
+TEST_F(LinearGpu, SplitKCallsOfOtherShapesShareTheStreamWorkspace) {
+  Runtime rt;
+  const std::uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  const LinearCase few_tiles{"int8:per_channel", Dataflow::flat, 1, 4096, 4096, 8, false};   // 32 tiles, 8 x 4096 partials
+  const LinearCase many_tiles{"int4:per_group", Dataflow::gemv, 9, 1001, 640, 2, true};    // 252 tiles
+  const LinearCase gemm{"16bit", Dataflow::gemm, 200, 257, 2064, 2, false};
+  for (int round = 0; round < 2; ++round)
+    for (const LinearCase& c : {few_tiles, many_tiles, few_tiles, gemm, many_tiles}) {
+      std::string route;
+      const reference::ErrorMetrics e = run_case(rt, c, Fmt::fp16, seed + round, &route);
+      std::printf("[ linear ] shared workspace, round %d: %s %s\n", round, route.c_str(), e.report().c_str());
+      EXPECT_EQ(e.nonfinite, 0) << route;
+      EXPECT_LT(e.rel_l2, 1.5e-3) << route;
+    }
+}
+
 // The split-K counters are left at zero by every call: the same call again, and the same tiles with
 // another split count, give the same result as one split would, bit for bit across repeats.
 TEST_F(LinearGpu, SplitKIsDeterministicAndLeavesItsCountersClean) {
