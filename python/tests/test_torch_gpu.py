@@ -31,8 +31,8 @@ def _fp8_ok():
     return torch.cuda.get_device_capability() >= (8, 9)
 
 
-def _inputs(b, sq, skv, hq, hkv, d, dtype, seed, layout="bshd"):
-    """q [b, sq, hq, d], k/v [b, skv, hkv, d] (bshd) with outliers; views in `layout`."""
+def _inputs(b, sq, skv, hq, hkv, d, dtype, seed, layout="bshd", sink=True):
+    """q [b, sq, hq, d], k/v [b, skv, hkv, d] (bshd) with outliers; views in `layout`. sink: the first key x6."""
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(b, sq, hq, d, generator=gen)
     k = torch.randn(b, skv, hkv, d, generator=gen)
@@ -40,7 +40,8 @@ def _inputs(b, sq, skv, hq, hkv, d, dtype, seed, layout="bshd"):
     q[..., 3] *= 8                        # a few large Q channels
     q[..., d // 2] *= 5
     k += 4 * torch.randn(1, 1, hkv, d, generator=gen)   # channel bias in K
-    k[:, 0] *= 6                          # a sink-like first key
+    if sink:
+        k[:, 0] *= 6                      # a sink-like first key
     t = [x.to(dtype).cuda() for x in (q, k, v)]
     if layout == "bhsd":
         t = [x.transpose(1, 2) for x in t]
@@ -209,9 +210,11 @@ def test_kv_cache_append_then_decode_matches_float64(qt, fmt, page_size):
 def test_k_smoothing_takes_the_channel_bias_out_of_the_cache(qt, fmt):
     """A K-smoothed cache (k_smoothing=True: rows hold k - k_mean, set by the first append) decodes and
     prefills closer to exact attention than the same cache without smoothing, on K with a channel bias;
-    prefill over it and decode agree with each other."""
+    prefill over it and decode agree with each other. No sink key here: a x6 first key's own quantization
+    step (int4 per token: ~1/15 of its range) then sets most of the error whatever the smoothing, and which
+    cache comes out ahead depends on the draw (a float64 model of the formats: 0.57-1.76x over seeds)."""
     b, hq, hkv, d, n0, cap = 2, 16, 4, 128, 500, 512
-    _, k, v = _inputs(b, 1, n0, hq, hkv, d, torch.float16, seed=31)
+    _, k, v = _inputs(b, 1, n0, hq, hkv, d, torch.float16, seed=31, sink=False)
     k, v = k.transpose(1, 2), v.transpose(1, 2)                       # [b, hkv, s, d]
     q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.float16,
                     generator=torch.Generator(device="cuda").manual_seed(32))

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <thread>
 
+#include "qattn/decode/fp8_e4m3.h"
 #include "qattn/quant/quant_config.h"
 #include "tests/common/qsmooth_reference.hpp"
 #include "tests/common/quant_reference.hpp"
@@ -12,6 +13,21 @@
 
 namespace qattn {
 namespace test {
+
+namespace {
+
+// e4m3 codes: the step to the other neighbour where x / scale = t lies within fp32 rounding of the midpoint
+// between two e4m3 values (the kernels form t in fp32, the reference in float64, so either code may come
+// out); 0 elsewhere. In code units.
+double e4m3_tie_step(double t) {
+  const double w = fp8::decode_e4m3(fp8::encode_e4m3(static_cast<float>(t)));
+  const double a = std::fabs(w);
+  const double step = a < std::ldexp(1.0, -6) ? std::ldexp(1.0, -9) : std::ldexp(1.0, std::ilogb(a) - 3);
+  const double from_mid = std::fabs(std::fabs(t - w) - step / 2);
+  return from_mid <= 1e-6 * std::max(std::fabs(t), 1.0) ? step : 0.0;
+}
+
+}  // namespace
 
 std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, Gran gran, int group, bool smooth_k,
                                       bool causal, double qmax, bool smooth_q, int k_mean_sample, bool rotate, bool fp8) {
@@ -36,7 +52,7 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
   // Dense [b][h][s][c] copies: exact q, dequantized q̂, exact k - mean, dequantized k̂ without the mean
   // (q̂ and k̂ rotated when rotating: their dot products are the unrotated ones).
   std::vector<double> qx(static_cast<size_t>(B) * HQ * QL * D), qh(qx.size()), q_tie(qx.size(), 0.0);
-  std::vector<double> kx(static_cast<size_t>(B) * HK * KL * D), kh(kx.size());
+  std::vector<double> kx(static_cast<size_t>(B) * HK * KL * D), kh(kx.size()), k_tie(fp8 ? kx.size() : 0, 0.0);
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < HQ; ++h)
       for (int i = 0; i < QL; ++i) {
@@ -52,6 +68,7 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
           // whose rounded factor can put it just past the tie, to the other code. Both codes are scale / 2
           // from x, so either is a correct quantization: allow the other one (its scale, times |k̂|).
           const double sq = qr.scale(b, h, i, c);
+          if (!rotate && fp8 && sq > 0) q_tie[at] = e4m3_tie_step(q_in.at(b, h, i, c) / sq) * sq;
           if (!rotate && !fp8 && sq > 0) {
             const double t = q_in.at(b, h, i, c) / sq;
             if (std::fabs(std::fabs(t - qr.code(b, h, i, c)) - 0.5) <= 1e-6 * std::max(1.0, std::fabs(t))) q_tie[at] = sq;
@@ -64,6 +81,8 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
           const size_t at = ((static_cast<size_t>(b) * HK + h) * KL + j) * D + c;
           kx[at] = k.at(b, h, j, c) - kr.mean_at(b, h, c);
           kh[at] = kr.value(b, h, j, c);
+          const double sk = kr.scale(b, h, j, c);
+          if (fp8 && !rotate && sk > 0) k_tie[at] = e4m3_tie_step(kx[at] / sk) * sk;
         }
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
@@ -83,6 +102,7 @@ std::vector<double> score_error_bound(const HostTensor& q, const HostTensor& k, 
         for (int c = 0; c < D; ++c) {
           err += qb[c] * kh[kat + c] - qa[c] * kx[kat + c];
           tie += qt[c] * std::fabs(kh[kat + c]);
+          if (fp8) tie += k_tie[kat + c] * std::fabs(qb[c]);
         }
         worst = std::max(worst, (std::fabs(err) + tie) * scale);
       }

@@ -12,7 +12,9 @@
 // `rotate` (rotate=hadamard): q̂ and k̂ are the rotated rows' codes (and Q's rotated block means), whose
 // dot products stand for the unrotated ones.
 // Exact rounding ties of Q (x / scale = n + 1/2; not looked for when rotating) add scale · |k̂_c| each:
-// the fused-Q kernel may take the other code there, which is as close to x (score_error.cpp).
+// the fused-Q kernel may take the other code there, which is as close to x (score_error.cpp). With fp8,
+// Q and K elements within fp32 rounding of a midpoint between e4m3 values add the step to the other one
+// (times |k̂_c|, resp. |q̂_c|): the kernels' fp32 quotient may round either way there.
 #pragma once
 #include <vector>
 
