@@ -102,6 +102,27 @@ TEST(ScoreErrorBound, CoversEitherCodeAtAnExactTie) {
   EXPECT_NEAR(score_error_bound(q, k, Gran::per_token, 0, false, false, 7)[0], std::fabs(hat - truth) * scale, 1e-12);
 }
 
+// e4m3 codes (fp8): a Q element at the midpoint between two e4m3 values may come out as either (the kernel
+// forms x / scale in fp32); the bound covers both, and off the midpoint it is the error itself.
+TEST(ScoreErrorBound, Fp8CoversEitherE4m3NeighbourAtAMidpoint) {
+  HostTensor q = HostTensor::zeros({1, 1, 1, 8}), k = HostTensor::zeros({1, 1, 1, 8});
+  q.at(0, 0, 0, 0) = 448.0;   // abs-max 448: scale 1, codes are the values
+  q.at(0, 0, 0, 1) = 17.0;    // between 16 and 18 (step 2 in [16, 32)): a midpoint, reference code 16 (even)
+  q.at(0, 0, 0, 2) = 17.5;    // no midpoint: code 18, +0.5
+  for (int c = 0; c < 8; ++c) k.at(0, 0, 0, c) = c == 0 ? 448.0 : 0.0;
+  k.at(0, 0, 0, 1) = k.at(0, 0, 0, 2) = 4.0;   // e4m3-exact, so K adds no error
+  const double scale = 1.0 / std::sqrt(8.0);
+  // The reference's code errs by -4 and element 2 by +2 (|sum| 2); the other neighbour errs by +4 (|sum| 6).
+  const double exact = 448.0 * 448.0 + 17.0 * 4.0 + 17.5 * 4.0;
+  const double even = 448.0 * 448.0 + 16.0 * 4.0 + 18.0 * 4.0, other = 448.0 * 448.0 + 18.0 * 4.0 + 18.0 * 4.0;
+  const std::vector<double> bound = score_error_bound(q, k, Gran::per_token, 0, false, false, 127, false, 0, false, true);
+  ASSERT_EQ(bound.size(), 1u);
+  EXPECT_GE(bound[0] + 1e-9, std::fabs(even - exact) * scale);
+  EXPECT_GE(bound[0] + 1e-9, std::fabs(other - exact) * scale);
+  q.at(0, 0, 0, 1) = 16.5;    // nearest 16, no midpoint: the bound is the error alone, |-2 + 2| = 0
+  EXPECT_NEAR(score_error_bound(q, k, Gran::per_token, 0, false, false, 127, false, 0, false, true)[0], 0.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace qattn
