@@ -148,13 +148,6 @@ double abs_max(const Mat& x) {
 }
 
 // Per-tensor e4m3 with scale amax / 448 (the FP8 baseline's Q, K and V); tensor_amax as quantize_int's.
-Mat e4m3_per_tensor(const Mat& x, double tensor_amax = 0) {
-  const double amax = std::max(abs_max(x), tensor_amax);
-  Mat y = x;
-  const double s = amax / 448;
-  for (double& v : y.v) v = s > 0 ? round_e4m3(v / s) * s : 0.0;
-  return y;
-}
 
 // Per-channel symmetric quantization: scale amax_c / max_code, x̂ = code(x / scale) * scale, where `code`
 // rounds onto the format's grid (an all-zero channel stays 0).
@@ -191,7 +184,7 @@ Mat quantize_v(const Mat& v, VFormat f, double tensor_amax) {
     case VFormat::int8_per_tensor: return quantize_int(v, Gran::per_tensor, Role::k, 127, kBlockQ, tensor_amax).deq;
     case VFormat::int8_per_channel: return int8_per_channel(v);
     case VFormat::e4m3_per_channel: return e4m3_per_channel(v);
-    case VFormat::e4m3_per_tensor: return e4m3_per_tensor(v, tensor_amax);
+    case VFormat::e4m3_per_tensor: return quantize_e4m3(v, Gran::per_tensor, Role::k, kBlockQ, tensor_amax);
   }
   return v;
 }

@@ -49,6 +49,8 @@ double code_value(int code, const QuantConfig& c) {
 
 }  // namespace
 
+double e4m3_step(double a) { return a < std::ldexp(1.0, -6) ? std::ldexp(1.0, -9) : std::ldexp(1.0, std::ilogb(a) - 3); }
+
 int fragment_group(const QuantConfig& c, int s) {
   if (c.gran == Gran::per_warp) return s / c.group;
   if (c.gran == Gran::per_thread && c.group == 32) return s / 32 * 8 + s % 8;
@@ -278,7 +280,7 @@ QuantCheck check_quantized(const HostTensor& x, const QuantRef& ref, const Quant
             const double v = code_value(have, cfg), w = code_value(want, cfg);
             const double eps = 448.0 * (cfg.rotate ? sh.dim * std::ldexp(1.0, -24) : std::ldexp(1.0, -21));
             const double larger = std::max(std::fabs(v), std::fabs(w));
-            const double step = larger < std::ldexp(1.0, -6) ? std::ldexp(1.0, -9) : std::ldexp(1.0, std::ilogb(larger) - 3);
+            const double step = e4m3_step(larger);
             const bool tie_ok = std::fabs(v - w) <= step * (1 + 1e-9) &&
                                 std::fabs(v - q) - std::fabs(w - q) <= std::max(1e-3 * std::fabs(v - w), eps);
             if (have != ref_code) ++r.differ_from_ref;

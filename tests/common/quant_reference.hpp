@@ -64,6 +64,10 @@ struct QuantRef {
 
 QuantRef quantize_reference(const HostTensor& x, const QuantConfig& config);
 
+// The spacing of e4m3 values at magnitude a (an e4m3 value): 2^-9 below the smallest normal 2^-6, else
+// 2^(floor(log2 a) - 3).
+double e4m3_step(double a);
+
 // per_warp / per_thread: the index of token s's scale group within its head (groups numbered in the
 // order of their first row); tokens of one group share it. Other granularities: -1.
 int fragment_group(const QuantConfig& config, int s);

@@ -21,8 +21,7 @@ namespace {
 // out); 0 elsewhere. In code units.
 double e4m3_tie_step(double t) {
   const double w = fp8::decode_e4m3(fp8::encode_e4m3(static_cast<float>(t)));
-  const double a = std::fabs(w);
-  const double step = a < std::ldexp(1.0, -6) ? std::ldexp(1.0, -9) : std::ldexp(1.0, std::ilogb(a) - 3);
+  const double step = e4m3_step(std::fabs(w));
   const double from_mid = std::fabs(std::fabs(t - w) - step / 2);
   return from_mid <= 1e-6 * std::max(std::fabs(t), 1.0) ? step : 0.0;
 }

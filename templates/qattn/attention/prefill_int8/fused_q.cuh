@@ -6,8 +6,9 @@
   // max over the row's scale group (per_token: the row; per_warp: 32 consecutive rows; per_thread: rows
   // g, g + 8, g + 16, g + 24 of 32; per_block: 64 rows; all inside the CTA's tile, whose first row is a
   // multiple of bm), scale = amax / qmax, code = round-half-even(x · m) with m = qmax / amax in fp32 (qmax
-  // 7 for qk=int4; qk=fp8e4m3: qmax 448 and the code is the e4m3 byte of x · m, bit for bit the Q pass's). Where x / scale is an exact tie (fp16 inputs can make one), the rounded m may put it
-  // on the other side: the code then differs by one from the Q pass's, and is as close to x.
+  // 7 for qk=int4; qk=fp8e4m3: qmax 448 and the code is the e4m3 byte of x · m, bit for bit the Q pass's).
+  // Where x / scale is an exact tie (fp16 inputs can make one), the rounded m may put it on the other side:
+  // the int code then differs by one from the Q pass's, and is as close to x.
   // The codes go straight into the swizzled int8 Q tile, the group abs-maxes to shared memory
   // (kFusedQOff; run() turns them into st.qs after its barrier). This saves the Q pass (a read and a
   // write of Q through HBM) for a read of the fp16 Q here, overlapping the KV tiles in flight.
