@@ -84,6 +84,7 @@ Body prefill_int8_body(const Spec& s, const Tiling& t) {
   if (kblock) member("bool", "k_block_scale", b(true));
   if (t.tma) member("bool", "tma", b(true));
   if (t.warp_specialized) member("bool", "warp_specialized", b(true));
+  if (t.persistent) member("bool", "persistent", b(true));
   if (s.varlen) member("bool", "varlen", b(true));
   cfg << "};\n";
   return {"qattn/attention/prefill_int8.cuh", "qattn::prefill_int8::Kernel<qattn_config>", "qattn::AttentionParams",
@@ -173,19 +174,32 @@ LaunchShape linear_launch(const Spec& spec, const Tiling& tiling, int m, int spl
   return l;
 }
 
-LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& p, int band_heads) {
+LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& p, int band_heads, int ctas) {
   LaunchShape l;
   const tile_order::Grid g =
       tile_order::grid(prefill_order(spec, tiling), (p.q_len + tiling.block_m - 1) / tiling.block_m, p.heads_q, p.batch, band_heads);
   l.grid[0] = g.x;
   l.grid[1] = g.y;
   l.grid[2] = g.z;
+  if (tiling.persistent) {   // the CTAs loop over that grid's units (tile_order::unit_slot)
+    const long long units = tile_order::unit_count(g);
+    l.grid[0] = static_cast<unsigned>(ctas > 0 && ctas < units ? ctas : std::min<long long>(units, kMaxPersistentUnits));
+    l.grid[1] = l.grid[2] = 1;
+  }
   l.block = static_cast<unsigned>(block_threads(tiling));
   l.smem_bytes = static_cast<unsigned>(kernel_smem_bytes(spec, tiling));
   return l;
 }
 
 Verdict grid_fits(const Spec& spec, const Tiling& tiling, const Problem& p) {
+  if (spec.phase == Phase::prefill && tiling.persistent) {
+    const long long units = tile_order::unit_count(
+        tile_order::grid(prefill_order(spec, tiling), (p.q_len + tiling.block_m - 1) / tiling.block_m, p.heads_q, p.batch, 1));
+    if (units <= kMaxPersistentUnits) return Verdict::yes();
+    return Verdict::no("shape " + to_string(p) + ": tiling " + to_string(tiling) + " loops over " + std::to_string(units) +
+                       " query tiles (batch x heads x q / bm); the persistent form counts at most " +
+                       std::to_string(kMaxPersistentUnits) + " (drop _ps)");
+  }
   const LaunchShape l = spec.phase == Phase::decode ? decode_launch(spec, tiling, p, 1) : attention_launch(spec, tiling, p);
   if (l.grid[1] <= tile_order::kMaxGridYz && l.grid[2] <= tile_order::kMaxGridYz) return Verdict::yes();
   const std::string grid = "(" + std::to_string(l.grid[0]) + ", " + std::to_string(l.grid[1]) + ", " +

@@ -32,7 +32,12 @@ LaunchShape linear_launch(const Spec& spec, const Tiling& tiling, int m, int spl
 // The grid of a prefill kernel (templates/qattn/attention/tile_order.h): the causal INT8 wgmma form's goes
 // in bands of at most band_heads heads, heaviest query tiles first within a band; the other causal
 // kernels' head by head, each head's heaviest tile first.
-LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& problem, int band_heads = 1);
+// A persistent tiling (_ps) launches min(ctas, tiles) CTAs in x (every tile when ctas is 0), which loop over
+// the tiles of the grid it replaces.
+LaunchShape attention_launch(const Spec& spec, const Tiling& tiling, const Problem& problem, int band_heads = 1,
+                             int ctas = 0);
+// The most query tiles a persistent launch loops over: its int unit index plus one stride stays an int.
+constexpr long long kMaxPersistentUnits = 1LL << 30;
 // Whether that grid fits CUDA's limits (y and z at most 65535), and if not, which size is over and what
 // is accepted. The sizes every grid has (batch, heads) are validate(spec, problem)'s; what depends on
 // the tiling is the causal INT8 wgmma form's, whose grid y is the query tiles (q_len / bm).

@@ -272,13 +272,15 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
               if (wg && w == 4) add_unique(all, Tiling{bm, bn, w, st, wg, 4});
             }
   // The warp-specialized forms (a producer warpgroup keeps a ring of stages full; deeper rings pay there),
-  // at bn 128 only: bn 64 was slower at every point measured (bench/results/2026-11-27_warp_specialized_h100).
+  // one CTA per tile and persistent, at bn 128 only: bn 64 was slower at every point measured (bench/results/2026-11-27_warp_specialized_h100).
   if (spec.quantized() && spec.phase == Phase::prefill)
     for (int w : {8, 4})
       for (int st : {2, 3, 4}) {
         Tiling ws{16 * w, 128, w, st, true};
         ws.tma = true;
         ws.warp_specialized = true;
+        add_unique(all, ws);
+        ws.persistent = true;
         add_unique(all, ws);
       }
   std::vector<Tiling> valid;

@@ -242,8 +242,8 @@ static bool fused_q_excluded(const Spec& s, const Tiling& t) {
 static Verdict validate_linear_tiling(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (s.flow == Dataflow::automatic)
     return Verdict::no("a linear kernel is one dataflow: flow=gemv, flat or gemm (flow=auto is a request, chosen per call by M)");
-  if (t.int4_mma || t.q_fused || t.tma || t.warp_specialized || t.min_blocks > 0)
-    return Verdict::no("tiling " + to_string(t) + ": _i4mma, _qf, _tma, _ws and _mb are attention-kernel forms; a linear tiling "
+  if (t.int4_mma || t.q_fused || t.tma || t.warp_specialized || t.persistent || t.min_blocks > 0)
+    return Verdict::no("tiling " + to_string(t) + ": _i4mma, _qf, _tma, _ws, _ps and _mb are attention-kernel forms; a linear tiling "
                        "is bm<tokens>_bn<channels>_w<warps>_s<stages>[_wg]");
   if (t.wgmma && (s.flow != Dataflow::gemm || s.arch != Arch::sm_90a))
     return Verdict::no("tiling " + to_string(t) + ": _wg (wgmma) exists for flow=gemm on arch=sm_90a only; drop _wg");
@@ -300,6 +300,9 @@ Verdict validate(const Spec& s, const Tiling& t, const DeviceLimits& limits) {
   if (t.warp_specialized && !(t.wgmma && t.tma))
     return Verdict::no("tiling " + to_string(t) + ": _ws (a producer warpgroup loading by TMA) needs _wg and _tma, "
                        "e.g. bm128_bn128_w8_s2_wg_tma_ws");
+  if (t.persistent && !t.warp_specialized)
+    return Verdict::no("tiling " + to_string(t) + ": _ps (persistent CTAs) is a form of the warp-specialized kernel; "
+                       "it needs _ws, e.g. bm128_bn128_w8_s2_wg_tma_ws_ps");
   if (t.warp_specialized && t.q_fused)
     return Verdict::no("tiling " + to_string(t) + ": _ws reads a pre-quantized Q; drop _qf or _ws");
   // Its P·V of tile t - 1 stays in flight through tile t's softmax; the fresh two-level accumulator on

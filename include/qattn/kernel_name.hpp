@@ -9,7 +9,7 @@
 //   phase: prefill decode          arch: sm80 sm86 sm89 sm90 sm90a
 //   fmt:   f16 bf16 i8 i4 e4m3 fq  gran: ten blk wrp thr tok chn grp hd (absent for f16 / bf16)
 //   smx:   umax sas                acc:  f16 2lvl     (flow=mma and flow=auto name the same kernel)
-//   tiling: bm<n>_bn<n>_w<n>_s<n>[_wg|_i4mma][_qf][_tma][_mb<n>] (its text form, include/qattn/tiling.hpp)
+//   tiling: bm<n>_bn<n>_w<n>_s<n>[_wg|_i4mma][_qf][_tma][_ws][_ps][_mb<n>] (its text form, include/qattn/tiling.hpp)
 //   e.g. qattn_prefill_sm90a_qki8tok_pvi8chn_of16_d128_causal_gqa4_smoothk__bm128_bn64_w4_s2
 // Helper kernels (launched around an attention kernel; <in> = f16 | bf16, the element type they read):
 //   qattn_quant_<in>_<code><gran>[<group>][_smooth][_qmean][_rotq|_rotk][_vt]_d<n>__<pass>

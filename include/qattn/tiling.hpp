@@ -6,8 +6,10 @@
 // codes stored one per byte (the only fast form on sm_90, where the s4 mma is emulated),
 // then "_qf" when the kernel quantizes its own Q tile, "_tma" when it loads K / V^T tiles with the tensor
 // memory accelerator (sm_90a wgmma form), then "_ws" when a producer warpgroup does those loads for
-// consumer warpgroups (warp-specialized; needs _wg and _tma), then "_mb<k>" when the kernel asks ptxas for k resident blocks
-// per SM (__launch_bounds__(threads, k): registers capped at 64K / (k * threads)),
+// consumer warpgroups (warp-specialized; needs _wg and _tma), then "_ps" when those CTAs are persistent
+// (as many as the GPU holds at once, each looping over query tiles; needs _ws), then "_mb<k>" when the
+// kernel asks ptxas for k resident blocks per SM (__launch_bounds__(threads, k): registers capped at
+// 64K / (k * threads)),
 // e.g. "bm64_bn128_w4_s3_wg_mb4" or "bm64_bn128_w4_s3_wg_qf_tma_mb4".
 #pragma once
 #include <string>
@@ -37,10 +39,14 @@ struct Tiling {
   // of stages for the `warps` consumer warps, which take turns on the tensor cores when there are two
   // warpgroups of them; 1 block per SM with 8 warps, 2 with 4 (no _mb).
   bool warp_specialized = false;
+  // Persistent (token _ps, with _ws): the launch holds as many CTAs as the SMs keep resident, and each
+  // computes query tiles blockIdx.x, + gridDim.x, ... in the order of the grid it replaces; its producer
+  // loads the next tile's K / V^T while the consumers finish the current one.
+  bool persistent = false;
   bool operator==(const Tiling& o) const {
     return block_m == o.block_m && block_n == o.block_n && warps == o.warps && stages == o.stages &&
            wgmma == o.wgmma && min_blocks == o.min_blocks && int4_mma == o.int4_mma && q_fused == o.q_fused &&
-           tma == o.tma && warp_specialized == o.warp_specialized;
+           tma == o.tma && warp_specialized == o.warp_specialized && persistent == o.persistent;
   }
   bool operator!=(const Tiling& o) const { return !(*this == o); }
 };

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "qattn/attention/prefill_int8_shape.h"
 #include "qattn/error.hpp"
 #include "runtime/calls/call_layout.hpp"
 #include "runtime/calls/helper_kernels.hpp"
@@ -104,6 +105,8 @@ AttentionParams Runtime::Impl::shape_params(const Spec& spec, const Tiling& tili
   ap.kv_len = p.kv_len;
   const int band = experiment.causal_band_heads;
   ap.band_heads = band > 0 ? band : gen::attention_band_heads(spec, tiling, p, device().l2_bytes);
+  // A persistent launch: as many CTAs as the SMs hold at once (the form fixes its blocks per SM).
+  if (tiling.persistent) ap.ctas = device().sm_count * prefill_int8::ws_blocks_per_sm(tiling.warps);
   return ap;
 }
 

@@ -24,9 +24,9 @@ std::string rt::LoadedKernel::kernel_name(const Spec& s, const Tiling& t) { retu
 namespace {
 
 // The launch shape of (spec, tiling) for `problem`, after the check that its grid fits the hardware's.
-gen::LaunchShape checked_shape(const Spec& spec, const Tiling& tiling, const Problem& problem, int band_heads) {
-  const gen::LaunchShape l = gen::attention_launch(spec, tiling, problem, band_heads);
-  if (l.grid[1] > tile_order::kMaxGridYz || l.grid[2] > tile_order::kMaxGridYz)
+gen::LaunchShape checked_shape(const Spec& spec, const Tiling& tiling, const Problem& problem, int band_heads, int ctas) {
+  const gen::LaunchShape l = gen::attention_launch(spec, tiling, problem, band_heads, ctas);
+  if (l.grid[1] > tile_order::kMaxGridYz || l.grid[2] > tile_order::kMaxGridYz || tiling.persistent)
     require(gen::grid_fits(spec, tiling, problem));   // says which size
   return l;
 }
@@ -35,7 +35,7 @@ gen::LaunchShape checked_shape(const Spec& spec, const Tiling& tiling, const Pro
 
 void rt::LoadedKernel::launch(const AttentionParams& params, const Problem& problem, void* stream) const {
   if (tiling_.tma) return launch(tma_params(params), problem, stream);
-  const gen::LaunchShape l = checked_shape(spec_, tiling_, problem, params.band_heads);
+  const gen::LaunchShape l = checked_shape(spec_, tiling_, problem, params.band_heads, params.ctas);
   fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
              static_cast<CUstream>(stream), params);
 }
@@ -46,7 +46,7 @@ TmaAttentionParams rt::LoadedKernel::tma_params(const AttentionParams& params) c
 }
 
 void rt::LoadedKernel::launch(const TmaAttentionParams& params, const Problem& problem, void* stream) const {
-  const gen::LaunchShape l = checked_shape(spec_, tiling_, problem, params.a.band_heads);
+  const gen::LaunchShape l = checked_shape(spec_, tiling_, problem, params.a.band_heads, params.a.ctas);
   fn_.launch(rt::Dim3{l.grid[0], l.grid[1], l.grid[2]}, rt::Dim3{l.block, 1, 1}, l.smem_bytes,
              static_cast<CUstream>(stream), params);
 }

@@ -78,9 +78,9 @@ struct AttentionParams {
   float* lse;            // optional natural-log log-sum-exp per row, [b, h_q, q_len] contiguous; may be null
   int batch, heads_q, heads_kv, q_len, kv_len;
   float softmax_scale;   // multiplies Q·K^T before softmax (1/sqrt(d) by default)
-  int band_heads;        // causal INT8 wgmma: heads per band of the launch grid (attention/tile_order.h); read
-                         // by the host's launch only (the kernel finds its band in the grid)
-  int pad_;
+  int band_heads;        // causal INT8 wgmma: heads per band of the launch grid (attention/tile_order.h); the
+                         // kernel finds its band in the grid, a persistent one (_ps) in the grid it replaces
+  int ctas;              // persistent form (_ps): CTAs the host launches (0: one per tile); read by the host only
   // Variable-length batches (spec token `varlen`; null otherwise): sequence b's queries are rows
   // [cu_q[b], cu_q[b + 1]) and its keys rows [cu_kv[b], cu_kv[b + 1]) of the packed tensors the caller
   // passed (sb unused): o, lse (laid out [total_q, heads_q]), and q / k / v wherever the kernel reads the

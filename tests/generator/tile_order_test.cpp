@@ -162,5 +162,52 @@ TEST(TileOrder, CausalWgmmaPastTheGridLimitRunsAnotherTiling) {
   EXPECT_TRUE(gen::grid_fits(causal, sync, far).ok);
 }
 
+// A persistent launch (_ps): unit w is the CTA at linear block index w of the grid it replaces, so the
+// CTAs' units in stride order cover every tile once, in the replaced grid's order; the launch is
+// min(ctas, units) CTAs in x, all of them when the host does not know its SMs.
+TEST(TileOrder, PersistentUnitsAreTheReplacedGridInLaunchOrder) {
+  for (to::Order order : {to::Order::in_order, to::Order::banded})
+    for (int q_tiles : {1, 7, 64})
+      for (int heads : {1, 3, 8})
+        for (int batch : {1, 5})
+          for (int band : {1, 2, 5, 40}) {
+            const to::Grid g = to::grid(order, q_tiles, heads, batch, band);
+            const long long units = to::unit_count(g);
+            ASSERT_EQ(units, 1LL * g.x * g.y * g.z);
+            std::vector<to::Slot> by_unit;
+            for (int w = 0; w < units; ++w) {
+              const to::Slot s = to::unit_slot(order, w, g, heads);
+              if (s.b < batch) by_unit.push_back(s);
+            }
+            const std::vector<to::Slot> launch = schedule(order, q_tiles, heads, batch, band);
+            ASSERT_EQ(by_unit.size(), launch.size());
+            for (size_t i = 0; i < launch.size(); ++i) {
+              EXPECT_EQ(by_unit[i].q_tile, launch[i].q_tile) << i;
+              EXPECT_EQ(by_unit[i].h, launch[i].h) << i;
+              EXPECT_EQ(by_unit[i].b, launch[i].b) << i;
+            }
+            // 132 persistent CTAs, each striding by the grid: every unit exactly once.
+            std::vector<int> taken(static_cast<size_t>(units), 0);
+            for (int cta = 0; cta < 132; ++cta)
+              for (long long w = cta; w < units; w += 132) ++taken[static_cast<size_t>(w)];
+            for (long long w = 0; w < units; ++w) EXPECT_EQ(taken[static_cast<size_t>(w)], 1) << w;
+          }
+  const Spec causal = parse_spec("prefill qk=int8:per_token pv=fp8e4m3:per_channel out=fp16 d=128 causal arch=sm_90a");
+  Tiling ps{128, 128, 8, 2, true};
+  ps.tma = ps.warp_specialized = ps.persistent = true;
+  const Problem p{2, 32, 8, 4096, 4096};   // 32 query tiles x 64 heads: 2048 units
+  const gen::LaunchShape l = gen::attention_launch(causal, ps, p, 16, 132);
+  EXPECT_EQ(l.grid[0], 132u);
+  EXPECT_EQ(l.grid[1], 1u);
+  EXPECT_EQ(l.grid[2], 1u);
+  EXPECT_EQ(gen::attention_launch(causal, ps, p, 16, 0).grid[0], 2048u);
+  EXPECT_EQ(gen::attention_launch(causal, ps, Problem{1, 1, 1, 100, 100}, 1, 132).grid[0], 1u);
+  EXPECT_TRUE(gen::grid_fits(causal, ps, p).ok);
+  // Past 2^30 query tiles the unit index could overflow: refused, with the way out.
+  const Verdict v = gen::grid_fits(causal, ps, Problem{1 << 12, 1 << 12, 1 << 12, 128 * 65, 128 * 65});
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("drop _ps"), std::string::npos) << v.reason;
+}
+
 }  // namespace
 }  // namespace qattn

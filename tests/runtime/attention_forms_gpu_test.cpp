@@ -3,6 +3,7 @@
 // against the TMA form of the same tile shape; on every length, layout and mask of kCases.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -92,11 +93,16 @@ TEST_F(AttentionTma, SameBitsAsTheCpAsyncLoads) {
   }
 }
 
+Tiling persistent(Tiling t) {
+  t.persistent = true;
+  return t;
+}
+
 // The warp-specialized form (_ws) runs the same per-row arithmetic in the same order as the TMA form of
 // the same tile shape (the deferred shift of O adds tile t - 1 before shifting, as the other form does
 // before adding tile t), and two consumer warpgroups taking turns do what one does for each half of
 // their rows (a fully masked tile adds exact zeros): so bit-identical outputs, on odd lengths, GQA and
-// causal q_len != kv_len.
+// causal q_len != kv_len. The persistent form (_ps) computes each tile as one CTA of _ws does.
 class AttentionWarpSpecialized : public test::GpuTest {};
 
 TEST_F(AttentionWarpSpecialized, SameBitsAsTheTmaFormWithOneOrTwoConsumerWarpgroups) {
@@ -130,7 +136,8 @@ TEST_F(AttentionWarpSpecialized, SameBitsAsTheTmaFormWithOneOrTwoConsumerWarpgro
       const test::AttentionCase data = test::attention_case(p, spec.head_dim, spec.causal, c.layout, spec.out, seed);
       const Uploaded in = upload_call(spec, p, data.q, data.k, data.v);
       const HostTensor tma = run_poisoned(runtime, in.call, data.ref, form(64, 4, false), stream);
-      for (const Tiling& ws : {form(64, 4, true), form(128, 8, true)}) {
+      for (const Tiling& ws : {form(64, 4, true), form(128, 8, true), persistent(form(64, 4, true)),
+                               persistent(form(128, 8, true))}) {
         const HostTensor out = run_poisoned(runtime, in.call, data.ref, ws, stream);
         const test::ErrorMetrics m = test::compare(data.ref, out);
         std::printf("[ metrics ] %-30s %-26s %s\n", to_string(ws).c_str(),
@@ -138,6 +145,60 @@ TEST_F(AttentionWarpSpecialized, SameBitsAsTheTmaFormWithOneOrTwoConsumerWarpgro
         EXPECT_EQ(values_differ(out, tma), 0u) << to_string(ws) << " against " << to_string(form(64, 4, false));
         EXPECT_EQ(m.nonfinite, 0) << to_string(ws);
       }
+    }
+  }
+}
+
+// A persistent launch (_ps) where every CTA loops over several query tiles (more tiles than the GPU holds
+// CTAs: 2 x 32 heads x 16 or 32 tiles), so the ring of stages and its barrier phases run on from tile to
+// tile and the next Q tile loads during an epilogue: the bits of the one-tile-per-CTA form, the LSE too,
+// causal and not, GQA, q_len != kv_len, both consumer shapes.
+TEST_F(AttentionWarpSpecialized, PersistentCtasLoopingOverManyTilesGiveTheSameBits) {
+  RuntimeOptions options;
+  options.use_cache = false;
+  options.tune = false;
+  Runtime runtime(options);
+  rt::Stream stream;
+  const char* specs[] = {
+      "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k",
+      "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=bf16 d=64 smooth=kv",
+      "prefill qk=fp8e4m3:per_token pv=fp8e4m3:per_channel out=fp16 d=128 causal smooth=kv",
+  };
+  const Problem problems[] = {{2, 32, 8, 2047, 2047}, {2, 32, 8, 1999, 2400}};
+  int turn = 0;
+  for (const char* text : specs) {
+    const Spec spec = runtime.resolve(parse_spec(text));
+    if (spec.arch != Arch::sm_90a) GTEST_SKIP() << "no persistent form on " << to_string(spec.arch) << ": it needs sm_90a";
+    const Problem p = problems[turn++ % 2];
+    const std::uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(to_string(spec) + " " + to_string(p) + " " + test::seed_note(seed));
+    const test::AttentionCase data = test::attention_case(p, spec.head_dim, spec.causal, test::Layout::bshd, spec.out, seed);
+    Uploaded in = upload_call(spec, p, data.q, data.k, data.v);
+    for (int warps : {4, 8}) {
+      Tiling ws{16 * warps, 128, warps, 3, true};
+      ws.tma = ws.warp_specialized = true;
+      if (!validate(spec, ws, default_limits(spec.arch))) ws.stages = 2;
+      const auto run = [&](const Tiling& t, std::vector<float>& lse) {
+        rt::DeviceBuffer dlse =
+            rt::DeviceBuffer::from(std::vector<float>(static_cast<size_t>(p.batch) * p.heads_q * p.q_len, std::nanf("")));
+        in.call.lse = dlse.as<float>();
+        const HostTensor out = run_poisoned(runtime, in.call, data.ref, t, stream);
+        lse = dlse.to_vector<float>();
+        in.call.lse = nullptr;
+        return out;
+      };
+      std::vector<float> lse_ws, lse_ps;
+      const HostTensor a = run(ws, lse_ws);
+      const HostTensor b = run(persistent(ws), lse_ps);
+      const test::ErrorMetrics m = test::compare(data.ref, b);
+      std::printf("[ metrics ] %-34s %-26s %s\n", to_string(persistent(ws)).c_str(), to_string(p).c_str(), m.report().c_str());
+      EXPECT_EQ(values_differ(a, b), 0u) << to_string(persistent(ws)) << " against " << to_string(ws);
+      EXPECT_EQ(m.nonfinite, 0);
+      ASSERT_EQ(lse_ws.size(), lse_ps.size());
+      size_t lse_differ = 0;
+      for (size_t i = 0; i < lse_ws.size(); ++i) lse_differ += !(lse_ws[i] == lse_ps[i]);
+      EXPECT_EQ(lse_differ, 0u) << "LSE of " << to_string(persistent(ws));
+      EXPECT_GE(m.cosine, 0.99) << m.report();
     }
   }
 }

@@ -165,11 +165,13 @@ size_t lse_differ(const std::vector<float>& a, const std::vector<float>& b) {
 class VarlenAttention : public test::GpuRuntimeTest {
  protected:
   // The tiling a varlen call of `spec` at the batch's bounds launches (its launch form), and the forms
-  // of the same kernel that must give the same bits (TMA, warp-specialized), where the device has them.
+  // of the same kernel that must give the same bits (TMA, warp-specialized, persistent), where the device
+  // has them.
   std::vector<Tiling> forms(const Spec& vspec, const Problem& p) {
     std::vector<Tiling> out{runtime_->launch_form(vspec, runtime_->kernel(vspec, p).tiling())};
     if (vspec.arch == Arch::sm_90a && vspec.quantized() && !vspec.smooth && (vspec.head_dim == 64 || vspec.head_dim == 128))
-      for (const char* t : {"bm64_bn128_w4_s2_wg_tma_ws", "bm128_bn128_w8_s3_wg_tma_ws", "bm64_bn128_w4_s2_wg_qf_tma"}) {
+      for (const char* t : {"bm64_bn128_w4_s2_wg_tma_ws", "bm128_bn128_w8_s3_wg_tma_ws", "bm64_bn128_w4_s2_wg_tma_ws_ps",
+                            "bm128_bn128_w8_s3_wg_tma_ws_ps", "bm64_bn128_w4_s2_wg_qf_tma"}) {
         const Tiling ws = parse_tiling(t);
         if (validate(vspec, ws, default_limits(vspec.arch))) out.push_back(ws);
       }

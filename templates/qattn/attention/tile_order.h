@@ -18,6 +18,7 @@
 //                   (tiles - 1 - y) of head bh = x + width * z, bh = batch * heads_q + h. Bands have equal
 //                   widths; the last band may hold fewer than `bands` CTAs per tile past the last head,
 //                   which exit at once.
+// A persistent launch keeps the order of the grid it replaces (unit_slot below).
 // A grid dimension per quantity, not a division of a linear index: the query tile is then a function of
 // blockIdx alone, which the compiler re-reads inside the main loop instead of holding it (and the mask
 // rows derived from it) in registers; the d 64 INT8 kernels run at their 128-register cap, and a division
@@ -74,6 +75,19 @@ QATTN_TILE_ORDER_FN Slot slot(Order order, unsigned x, unsigned y, unsigned z, u
   if (order == Order::by_head) return Slot{static_cast<int>(nx - 1 - x), static_cast<int>(y), static_cast<int>(z)};
   const int bh = static_cast<int>(x + nx * z);
   return Slot{static_cast<int>(ny - 1 - y), bh % heads_q, bh / heads_q};
+}
+
+// A persistent launch (the warp-specialized form's _ps) runs grid(...)'s CTAs as work units on fewer
+// CTAs: unit w is the CTA at linear block index w of that grid (x fastest), so the units keep its
+// schedule, and a persistent CTA takes units blockIdx.x, blockIdx.x + gridDim.x, ... The host keeps the
+// count within an int (grid_fits).
+QATTN_TILE_ORDER_FN long long unit_count(Grid g) {
+  return static_cast<long long>(g.x) * static_cast<long long>(g.y) * static_cast<long long>(g.z);
+}
+
+QATTN_TILE_ORDER_FN Slot unit_slot(Order order, int w, Grid g, int heads_q) {
+  const unsigned u = static_cast<unsigned>(w), yz = u / g.x;
+  return slot(order, u - yz * g.x, yz % g.y, yz / g.y, g.x, g.y, heads_q);
 }
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)

@@ -1,5 +1,6 @@
 // The warp-specialized form (tiling token _ws: a producer warpgroup loads K / V^T / K-scale tiles by TMA
-// into a ring of stages on mbarriers, one or two consumer warpgroups compute) on the CPU: the grammar,
+// into a ring of stages on mbarriers, one or two consumer warpgroups compute) and its persistent launch
+// (_ps: as many CTAs as the SMs hold, each looping over query tiles) on the CPU: the grammar,
 // the kernel source and launch shape, what validate() refuses and why, the tuner's candidates, and an
 // NVRTC compile of every format at d 64 and 128 for sm_90a without spill stores or a serialized wgmma
 // pipeline.
@@ -21,10 +22,11 @@ namespace {
 
 const DeviceLimits kHopper = default_limits(Arch::sm_90a);
 
-Tiling ws_tiling(int bm, int bn, int warps, int stages) {
+Tiling ws_tiling(int bm, int bn, int warps, int stages, bool persistent = false) {
   Tiling t{bm, bn, warps, stages, true};
   t.tma = true;
   t.warp_specialized = true;
+  t.persistent = persistent;
   return t;
 }
 
@@ -55,6 +57,39 @@ TEST(WarpSpecialized, OneTokenOfTheGrammarTheSourceAndTheLaunch) {
   EXPECT_EQ(kernel_smem_bytes(s, t), kernel_smem_bytes(s, tma_only) + 8 * 3);
 }
 
+TEST(WarpSpecialized, PersistentIsOneMoreTokenAndALaunchOfResidentCtas) {
+  const Tiling t = ws_tiling(128, 128, 8, 2, true);
+  EXPECT_EQ(to_string(t), "bm128_bn128_w8_s2_wg_tma_ws_ps");
+  EXPECT_EQ(parse_tiling("bm128_bn128_w8_s2_wg_tma_ws_ps"), t);
+  for (const char* bad : {"bm128_bn128_w8_s2_wg_tma_ps_ws", "bm128_bn128_w8_s2_wg_ps_tma_ws", "bm128_bn128_w8_s2_wg_tma_ws_ps_ps"})
+    EXPECT_THROW(parse_tiling(bad), Error) << bad;
+  const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal gqa=2 smooth=kv arch=sm_90a");
+  ASSERT_TRUE(validate(s, t, kHopper)) << validate(s, t, kHopper).reason;
+  EXPECT_EQ(parse_kernel_name(kernel_name(s, t)).tiling, t);
+  EXPECT_NE(kernel_name(s, t), kernel_name(s, ws_tiling(128, 128, 8, 2)));
+  const gen::Source src = gen::render_kernel(s, t);
+  EXPECT_NE(src.text.find("static constexpr bool persistent = true;"), std::string::npos) << src.text;
+  EXPECT_NE(src.text.find("::run_ws(p, qattn_smem)"), std::string::npos) << src.text;
+  EXPECT_EQ(gen::render_kernel(s, ws_tiling(128, 128, 8, 2)).text.find("persistent"), std::string::npos);
+  // Same shared memory and threads as the form it loops: the ring runs on across tiles.
+  EXPECT_EQ(kernel_smem_bytes(s, t), kernel_smem_bytes(s, ws_tiling(128, 128, 8, 2)));
+  EXPECT_EQ(block_threads(t), 384);
+  // 132 SMs x 1 block (8 consumer warps) for 4 x 16 heads x 8 query tiles; fewer tiles than that: one each.
+  EXPECT_EQ(gen::attention_launch(s, t, Problem{4, 16, 8, 1024, 1024}, 1, 132).grid[0], 132u);
+  EXPECT_EQ(gen::attention_launch(s, t, Problem{1, 2, 1, 1024, 1024}, 1, 132).grid[0], 16u);
+  // Without _ws there is no persistent form; what validate() says names the way out.
+  Tiling plain{128, 128, 8, 2, true};
+  plain.tma = true;
+  plain.persistent = true;
+  const Verdict v = validate(s, plain, kHopper);
+  EXPECT_FALSE(v);
+  EXPECT_NE(v.reason.find("needs _ws"), std::string::npos) << v.reason;
+  const Spec linear = parse_spec("linear a=fp16 w=int8:per_channel out=fp16 n=4096 k=4096 flow=gemv arch=sm_90a");
+  Tiling lin{8, 64, 4, 2};
+  lin.persistent = true;
+  EXPECT_NE(validate(linear, lin, kHopper).reason.find("_ps"), std::string::npos);
+}
+
 TEST(WarpSpecialized, RefusedWhereItCannotRunWithTheWayOut) {
   const Spec s = parse_spec("prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 arch=sm_90a");
   const auto reason = [&](const Spec& spec, const Tiling& t) {
@@ -83,8 +118,12 @@ TEST(WarpSpecialized, RefusedWhereItCannotRunWithTheWayOut) {
 
 TEST(WarpSpecialized, TheTunerTimesItBesideTheOtherForms) {
   const auto count_ws = [](const Spec& s) {
-    int n = 0;
-    for (const Tiling& t : gen::candidate_tilings(s, default_limits(s.arch))) n += t.warp_specialized;
+    int n = 0, persistent = 0;
+    for (const Tiling& t : gen::candidate_tilings(s, default_limits(s.arch))) {
+      n += t.warp_specialized;
+      persistent += t.persistent;
+    }
+    EXPECT_EQ(2 * persistent, n) << to_string(s) << ": each _ws candidate also persistent";
     return n;
   };
   EXPECT_GE(count_ws(parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 arch=sm_90a")), 4);
@@ -117,6 +156,28 @@ TEST(WarpSpecializedCompile, EveryFormatCompilesWithoutSpillsOrSerialization) {
         }
   test::expect_compiled_with_wgmma_pipeline(work);
   std::printf("[ compiled ] %zu _ws kernels for sm_90a\n", work.size());
+}
+
+// The persistent form over every Q/K granularity x d 64 / 128, causal and not, each P·V format on
+// alternate points, one and two consumer warpgroups: no spill stores (its producer keeps 24 registers
+// for the tile loop), the wgmma pipeline intact.
+TEST(WarpSpecializedCompile, PersistentFormCompilesWithoutSpillsOrSerialization) {
+  std::vector<std::pair<Spec, Tiling>> work;
+  int turn = 0;
+  for (const char* qk : {"int8:per_token", "int8:per_warp", "int8:per_block", "int8:per_thread", "int4:per_thread",
+                         "fp8e4m3:per_block", "fp8e4m3:per_token"})
+    for (int d : {64, 128})
+      for (bool causal : {false, true}) {
+        const char* pv = turn++ % 2 ? "pv=int8:per_channel" : "pv=fp8e4m3:per_channel";
+        const std::string text = std::string("prefill qk=") + qk + " " + pv + " out=" + (causal ? "bf16" : "fp16") +
+                                 " d=" + std::to_string(d) + (causal ? " causal gqa=4" : "") + " smooth=kv arch=sm_90a";
+        const Spec s = parse_spec(text);
+        const Tiling t = turn % 4 < 2 ? ws_tiling(128, 128, 8, 2, true) : ws_tiling(64, 128, 4, 2, true);
+        ASSERT_TRUE(validate(s, t, kHopper)) << text << " " << to_string(t);
+        work.emplace_back(s, t);
+      }
+  test::expect_compiled_with_wgmma_pipeline(work);
+  std::printf("[ compiled ] %zu _ws_ps kernels for sm_90a\n", work.size());
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ struct DefaultConfig {
   static constexpr bool k_block_scale = false;    // K's scale shared by 64-key groups, folded into the row factor
   static constexpr bool tma = false;              // K / V^T tiles by tensor-map copies (tiling _tma)
   static constexpr bool warp_specialized = false; // a producer warpgroup feeds the consumers (tiling _ws; needs tma)
+  static constexpr bool persistent = false;       // _ws CTAs loop over the grid's tiles (tiling _ps; needs warp_specialized)
   static constexpr bool varlen = false;           // packed sequences of their own lengths (AttentionParams::cu_q)
 };
 

@@ -22,6 +22,7 @@
   static constexpr bool KBLOCK = Cfg::k_block_scale;
   static constexpr bool TMA = Cfg::tma;
   static constexpr bool WS = Cfg::warp_specialized;
+  static constexpr bool PERSISTENT = Cfg::persistent;
   static constexpr bool VARLEN = Cfg::varlen;
 
   static_assert(QF == Gran::none || QF == Gran::per_token || QF == Gran::per_warp || QF == Gran::per_thread ||
@@ -48,3 +49,4 @@
                 "prefill_int8: TMA loads (one swizzle atom per K row) exist in the wgmma form at d 64 and 128");
   static_assert(!WS || (TMA && QF == Gran::none),
                 "prefill_int8: the warp-specialized form (WS) loads by TMA and reads a pre-quantized Q");
+  static_assert(!PERSISTENT || WS, "prefill_int8: persistent CTAs (PERSISTENT) are a form of the warp-specialized entry (WS)");

@@ -12,7 +12,9 @@
 // softmax of tile t runs while that P·V is on the tensor cores (consume()). With two consumer
 // warpgroups the issues also take turns (named barriers 2 and 3): a warpgroup issues its pair only after
 // the other issued its own, so one warpgroup's softmax runs while the other's products occupy the
-// tensor cores.
+// tensor cores. PERSISTENT (_ps): the CTA loops over query tiles (units_of, next_unit); the ring runs on
+// from tile to tile, so the producer fills the next tile's stages during this one's last products, and
+// the consumers load the next Q tile during this one's epilogue.
  public:
   static constexpr int kProducerThreads = 128;
   static constexpr int kWsThreads = ws_threads(WARPS);   // kThreads + kProducerThreads
@@ -20,15 +22,6 @@
   static __device__ __forceinline__ void run_ws(const TmaAttentionParams& tp, char* smem) {
     static_assert(WS, "run_ws is the entry of the warp-specialized form");
     const AttentionParams& p = tp.a;
-    constexpr tile_order::Order kOrder = CAUSAL ? tile_order::Order::banded : tile_order::Order::in_order;
-    const tile_order::Slot slot = tile_order::this_cta<kOrder>(p.heads_q);
-    if (kOrder == tile_order::Order::banded && slot.b >= p.batch) return;   // past the last head of the last band
-    const int h = slot.h, b = slot.b, h_kv = h / (p.heads_q / p.heads_kv);
-    const int q0 = slot.q_tile * BM;
-    const Span sp = span_of(p, b);
-    if (VARLEN && q0 >= sp.q_len()) return;   // past this sequence's queries
-    Ctx cx = make_ctx(p, sp, b, h_kv, q0, &tp.k_map, &tp.v_map);
-    const KvTiles kv = kv_tiles(sp, cx, q0);
     const u32 sbase = align_smem(smem);
     if (threadIdx.x == 0) {
       for (int s = 0; s < STAGES; ++s) {
@@ -38,51 +31,109 @@
       dev::fence_mbar_init();
     }
     __syncthreads();   // the last CTA-wide barrier: from here on the roles never wait for each other's threads
+    const Units units = units_of(p);
+    tile_order::Slot slot;
+    int w = next_unit(p, units, units.first, slot);
     if (threadIdx.x >= kThreads) {
       dev::release_registers<kProducerRegs>();
-      if (threadIdx.x < kThreads + 32) produce(cx, sbase, kv.n_tiles);
+      if (threadIdx.x >= kThreads + 32) return;
+      // Ring position of each unit's first tile: the stages and their phases run on across units, so
+      // the producer fills the next unit's stages while the consumers finish this one.
+      for (int ring = 0; w < units.end; w = next_unit(p, units, w + units.step, slot)) {
+        const int q0 = slot.q_tile * BM;
+        const Span sp = span_of(p, slot.b);
+        Ctx cx = make_ctx(p, sp, slot.b, slot.h / (p.heads_q / p.heads_kv), q0, &tp.k_map, &tp.v_map);
+        const int n_tiles = kv_tiles(sp, cx, q0).n_tiles;
+        produce(cx, sbase, n_tiles, ring);
+        ring += n_tiles;
+      }
       return;
     }
     dev::claim_registers<kConsumerRegs>();
-    State st;
-    init_state(st, p, sp, cx, b, h);
-    load_q_tile(p, sp.q_len(), sbase, b, h, q0);
+    if (w < units.end) load_q_tile(p, span_of(p, slot.b).q_len(), sbase, slot.b, slot.h, slot.q_tile * BM);
     dev::cp_async_commit();
-    dev::cp_async_wait<0>();
-    dev::fence_proxy_async();                   // the Q tile, visible to wgmma
-    dev::named_sync(kConsumerBarrier, kThreads);
-    if (kPingPong && threadIdx.x >= 128) dev::named_arrive(kTurnBarrier, 2 * 128);   // warpgroup 0 goes first
-    consume(st, cx, kv, smem, sbase);
-    if (kPingPong && threadIdx.x < 128) dev::named_sync(kTurnBarrier, 2 * 128);   // warpgroup 1's last turn
-    if constexpr (kOrder == tile_order::Order::banded) {
-      const tile_order::Slot end = tile_order::this_cta_again<kOrder>(p.heads_q);
-      store_output(p, st, cx, end.b, end.h, end.h / (p.heads_q / p.heads_kv));
-    } else {
-      store_output(p, st, cx, b, h, h_kv);
+    for (int ring = 0; w < units.end;) {
+      const int h = slot.h, b = slot.b, h_kv = h / (p.heads_q / p.heads_kv);
+      const int q0 = slot.q_tile * BM;
+      const Span sp = span_of(p, b);
+      Ctx cx = make_ctx(p, sp, b, h_kv, q0, &tp.k_map, &tp.v_map);
+      const KvTiles kv = kv_tiles(sp, cx, q0);
+      State st;
+      init_state(st, p, sp, cx, b, h);
+      dev::cp_async_wait<0>();
+      dev::fence_proxy_async();                   // the Q tile, visible to wgmma
+      dev::named_sync(kConsumerBarrier, kThreads);
+      if (kPingPong && threadIdx.x >= 128) dev::named_arrive(kTurnBarrier, 2 * 128);   // warpgroup 0 goes first
+      consume(st, cx, kv, smem, sbase, ring);
+      if (kPingPong && threadIdx.x < 128) dev::named_sync(kTurnBarrier, 2 * 128);   // warpgroup 1's last turn
+      ring += kv.n_tiles;
+      const int w_next = next_unit(p, units, w + units.step, slot);
+      if (PERSISTENT && w_next < units.end) {   // the next Q tile loads during this one's epilogue
+        dev::named_sync(kConsumerBarrier, kThreads);   // both warpgroups' last Q·K^T read this Q tile
+        load_q_tile(p, span_of(p, slot.b).q_len(), sbase, slot.b, slot.h, slot.q_tile * BM);
+        dev::cp_async_commit();
+      }
+      if constexpr (kWsOrder == tile_order::Order::banded) {
+        // Head and batch again rather than held through the main loop.
+        const tile_order::Slot end =
+            PERSISTENT ? tile_order::unit_slot(kWsOrder, w, units.grid, p.heads_q) : tile_order::this_cta_again<kWsOrder>(p.heads_q);
+        store_output(p, st, cx, end.b, end.h, end.h / (p.heads_q / p.heads_kv));
+      } else {
+        store_output(p, st, cx, b, h, h_kv);
+      }
+      w = w_next;
     }
+  }
+
+  // The CTA's work units: its own tile (units [0, 1)), or with PERSISTENT every gridDim.x-th unit of the
+  // grid tile_order::grid() gives for the call, from unit blockIdx.x (tile_order.h, unit_slot).
+  static constexpr tile_order::Order kWsOrder = CAUSAL ? tile_order::Order::banded : tile_order::Order::in_order;
+  struct Units {
+    tile_order::Grid grid;
+    int first, step, end;
+  };
+  static __device__ __forceinline__ Units units_of(const AttentionParams& p) {
+    if constexpr (!PERSISTENT) return Units{tile_order::Grid{1, 1, 1}, 0, 1, 1};
+    const tile_order::Grid g = tile_order::grid(kWsOrder, (p.q_len + BM - 1) / BM, p.heads_q, p.batch, p.band_heads);
+    return Units{g, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), static_cast<int>(tile_order::unit_count(g))};
+  }
+
+  // The first unit from w on (stepping by units.step) with work: a tile of a real head (the last band
+  // may be short) and of a query row of its sequence. Its slot into `slot`; units.end if none is left.
+  static __device__ __forceinline__ int next_unit(const AttentionParams& p, const Units& units, int w, tile_order::Slot& slot) {
+    for (; w < units.end; w += units.step) {
+      slot = PERSISTENT ? tile_order::unit_slot(kWsOrder, w, units.grid, p.heads_q) : tile_order::this_cta<kWsOrder>(p.heads_q);
+      if (kWsOrder == tile_order::Order::banded && slot.b >= p.batch) continue;   // past the last head of the last band
+      if (VARLEN && slot.q_tile * BM >= span_of(p, slot.b).q_len()) continue;   // past this sequence's queries
+      return w;
+    }
+    return units.end;
   }
 
   // The consumer's loop. Per tile t >= 1: S_t = Q·K_t^T and O += P_{t-1}·V_{t-1} issued back to back;
   // once S_t is in, tile t's softmax (logits, R's raise, P_t) while P·V runs; then (P·V done) stage
-  // t - 1 is released and O, which now includes tile t - 1, shifts to the raised R.
-  static __device__ __forceinline__ void consume(State& st, const Ctx& cx, const KvTiles& kv, const char* smem, u32 sbase) {
+  // t - 1 is released and O, which now includes tile t - 1, shifts to the raised R. Tile t sits at ring
+  // position ring + t (stage_of, phase_of).
+  static __device__ __forceinline__ void consume(State& st, const Ctx& cx, const KvTiles& kv, const char* smem, u32 sbase,
+                                                 int ring) {
     if (kv.n_tiles == 0) return;
     Scores s;
     PFrag pf[2];   // P of even / odd tiles: the P·V in flight reads one while the softmax writes the other
-    dev::mbar_wait(stage_barrier(sbase, 0), 0);
+    const int stage0 = stage_of(ring);
+    dev::mbar_wait(stage_barrier(sbase, stage0), phase_of(ring));
     take_turn();
-    qk(s, st, sbase + k_off(0), q_tile_addr(sbase));
+    qk(s, st, sbase + k_off(stage0), q_tile_addr(sbase));
     pass_turn();
     dev::wgmma_wait<0>();
     dev::fence_operands(s[0]);
     int k[kMT][2];   // R's steps per row, applied to O once its P·V landed (none for the first tile: O = 0)
-    if (kv.n_full > 0) softmax_tile<false>(st, cx, s, smem, 0, pf[0], k);
-    else softmax_tile<true>(st, cx, s, smem, 0, pf[0], k);
+    if (kv.n_full > 0) softmax_tile<false>(st, cx, s, smem, 0, stage0, pf[0], k);
+    else softmax_tile<true>(st, cx, s, smem, 0, stage0, pf[0], k);
     for (int t = 1; t < kv.n_tiles; t += 2) {
-      overlapped_tile(st, cx, kv, s, k, smem, sbase, t, pf[0], pf[1]);
-      if (t + 1 < kv.n_tiles) overlapped_tile(st, cx, kv, s, k, smem, sbase, t + 1, pf[1], pf[0]);
+      overlapped_tile(st, cx, kv, s, k, smem, sbase, t, ring, pf[0], pf[1]);
+      if (t + 1 < kv.n_tiles) overlapped_tile(st, cx, kv, s, k, smem, sbase, t + 1, ring, pf[1], pf[0]);
     }
-    const int last = (kv.n_tiles - 1) % STAGES;
+    const int last = stage_of(ring + kv.n_tiles - 1);
     take_turn();
     if ((kv.n_tiles - 1) & 1) issue_pv(st, pf[1], sbase + v_off(last));
     else issue_pv(st, pf[0], sbase + v_off(last));
@@ -95,34 +146,38 @@
   // Tile t >= 1: S_t and P·V of tile t - 1 (P in `prev`) issued, tile t's softmax into `next` while that
   // P·V runs, then its stage released and O shifted to the raised R.
   static __device__ __forceinline__ void overlapped_tile(State& st, const Ctx& cx, const KvTiles& kv, Scores& s,
-                                                         int (&k)[kMT][2], const char* smem, u32 sbase, int t,
+                                                         int (&k)[kMT][2], const char* smem, u32 sbase, int t, int ring,
                                                          const PFrag& prev, PFrag& next) {
-    const int stage = t % STAGES;
-    dev::mbar_wait(stage_barrier(sbase, stage), (t / STAGES) & 1);
+    const int stage = stage_of(ring + t), prev_stage = stage_of(ring + t - 1);
+    dev::mbar_wait(stage_barrier(sbase, stage), phase_of(ring + t));
     take_turn();
     qk(s, st, sbase + k_off(stage), q_tile_addr(sbase));
-    issue_pv(st, prev, sbase + v_off((t - 1) % STAGES));
+    issue_pv(st, prev, sbase + v_off(prev_stage));
     pass_turn();
     dev::wgmma_wait<1>();   // S_t (P·V of t - 1 may still run)
     dev::fence_operands(s[0]);
-    if (t < kv.n_full) softmax_tile<false>(st, cx, s, smem, t, next, k);
-    else softmax_tile<true>(st, cx, s, smem, t, next, k);
+    if (t < kv.n_full) softmax_tile<false>(st, cx, s, smem, t, stage, next, k);
+    else softmax_tile<true>(st, cx, s, smem, t, stage, next, k);
     dev::wgmma_wait<0>();   // P·V of tile t - 1 is in O: its stage is free, and O moves to the raised R
     dev::fence_operands(st.o[0]);
-    dev::mbar_arrive(empty_barrier(sbase, (t - 1) % STAGES));
+    dev::mbar_arrive(empty_barrier(sbase, prev_stage));
     shift_o_rows(st, k);
   }
+
+  // The stage of ring position i and the phase its barriers are in there.
+  static __device__ __forceinline__ int stage_of(int i) { return i % STAGES; }
+  static __device__ __forceinline__ u32 phase_of(int i) { return static_cast<u32>(i / STAGES) & 1u; }
 
   // Tile t's softmax on S (in registers): logits and tile max, R's raise (l rescaled; O's steps into k,
   // applied by the caller once P·V of tile t - 1 landed) and P_t into pf.
   template <bool MASKED>
   static __device__ __forceinline__ void softmax_tile(State& st, const Ctx& cx, const Scores& s, const char* smem,
-                                                      int t, PFrag& pf, int (&k)[kMT][2]) {
+                                                      int t, int stage, PFrag& pf, int (&k)[kMT][2]) {
     Logits u;
     RowVals m_tile;
     RowFac fac;
     const bool raise = logits<MASKED, kPVSteps>(u, m_tile, fac, s, st, cx,
-                                               reinterpret_cast<const float*>(smem + scale_off(t % STAGES)), t * BN,
+                                               reinterpret_cast<const float*>(smem + scale_off(stage)), t * BN,
                                                reinterpret_cast<const float*>(smem + kDsOff));
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) k[mt][0] = k[mt][1] = 0;
@@ -158,14 +213,14 @@
 
   static __device__ __forceinline__ u32 empty_barrier(u32 sbase, int stage) { return stage_barrier(sbase, STAGES + 1 + stage); }
 
-  // The producer warp: tile t into stage t % STAGES once the consumers released the tile before it there.
-  // Lane 0 issues the K and V^T boxes; every lane copies BN / 32 K scales (zero past kv_len) and counts
-  // one arrival when they land.
-  static __device__ __forceinline__ void produce(const Ctx& cx, u32 sbase, int n_tiles) {
+  // The producer warp: the unit's tile t into ring position ring + t once the consumers released the tile
+  // before it in that stage. Lane 0 issues the K and V^T boxes; every lane copies BN / 32 K scales (zero
+  // past kv_len) and counts one arrival when they land.
+  static __device__ __forceinline__ void produce(const Ctx& cx, u32 sbase, int n_tiles, int ring) {
     const int lane = threadIdx.x & 31;
     for (int t = 0; t < n_tiles; ++t) {
-      const int stage = t % STAGES, k0 = t * BN;
-      if (t >= STAGES) dev::mbar_wait(empty_barrier(sbase, stage), (t / STAGES - 1) & 1);
+      const int stage = stage_of(ring + t), k0 = t * BN;
+      if (ring + t >= STAGES) dev::mbar_wait(empty_barrier(sbase, stage), phase_of(ring + t) ^ 1u);
       const u32 full = stage_barrier(sbase, stage);
       if (lane == 0) {
         dev::mbar_arrive_expect_tx(full, kTmaTileBytes);
