@@ -164,12 +164,13 @@ TEST_F(AttentionWarpSpecialized, PersistentCtasLoopingOverManyTilesGiveTheSameBi
       "prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=bf16 d=64 smooth=kv",
       "prefill qk=fp8e4m3:per_token pv=fp8e4m3:per_channel out=fp16 d=128 causal smooth=kv",
   };
-  const Problem problems[] = {{2, 32, 8, 2047, 2047}, {2, 32, 8, 1999, 2400}};
+  const int lengths[][2] = {{2047, 2047}, {1999, 2400}};
   int turn = 0;
   for (const char* text : specs) {
     const Spec spec = runtime.resolve(parse_spec(text));
     if (spec.arch != Arch::sm_90a) GTEST_SKIP() << "no persistent form on " << to_string(spec.arch) << ": it needs sm_90a";
-    const Problem p = problems[turn++ % 2];
+    const int* len = lengths[turn++ % 2];
+    const Problem p{2, 32, 32 / spec.gqa, len[0], len[1]};
     const std::uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(to_string(spec) + " " + to_string(p) + " " + test::seed_note(seed));
     const test::AttentionCase data = test::attention_case(p, spec.head_dim, spec.causal, test::Layout::bshd, spec.out, seed);
