@@ -272,7 +272,9 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
               if (wg && w == 4) add_unique(all, Tiling{bm, bn, w, st, wg, 4});
             }
   // The warp-specialized forms (a producer warpgroup keeps a ring of stages full; deeper rings pay there),
-  // one CTA per tile and persistent, at bn 128 only: bn 64 was slower at every point measured (bench/results/2026-11-27_warp_specialized_h100).
+  // one CTA per tile, and persistent with one consumer warpgroup (with two it was slower still:
+  // bench/results/2026-12-07_persistent_ws_h200), at bn 128 only: bn 64 was slower at every point
+  // measured (bench/results/2026-11-27_warp_specialized_h100).
   if (spec.quantized() && spec.phase == Phase::prefill)
     for (int w : {8, 4})
       for (int st : {2, 3, 4}) {
@@ -281,7 +283,7 @@ std::vector<Tiling> candidate_tilings(const Spec& spec, const DeviceLimits& limi
         ws.warp_specialized = true;
         add_unique(all, ws);
         ws.persistent = true;
-        add_unique(all, ws);
+        if (w == 4) add_unique(all, ws);   // the persistent launch of the one-consumer form (the faster one)
       }
   std::vector<Tiling> valid;
   for (const Tiling& t : all)

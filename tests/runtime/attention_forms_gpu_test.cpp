@@ -30,6 +30,14 @@ using test::upload_call;
 using test::Uploaded;
 using test::values_differ;
 
+// Default tilings, nothing cached: each test names the forms it compares.
+RuntimeOptions untuned() {
+  RuntimeOptions options;
+  options.use_cache = false;
+  options.tune = false;
+  return options;
+}
+
 // The TMA form (_tma: K / V^T tiles as tensor-map boxes on an mbarrier) reads the same bytes into the
 // same shared-memory layout as every thread's cp.async, so its output is bit-identical to the cp.async
 // form of the same tiling (plain and fused-Q), on every length, layout and mask of kCases; and it meets
@@ -38,10 +46,7 @@ using test::values_differ;
 class AttentionTma : public test::GpuTest {};
 
 TEST_F(AttentionTma, SameBitsAsTheCpAsyncLoads) {
-  RuntimeOptions options;
-  options.use_cache = false;
-  options.tune = false;
-  Runtime runtime(options);
+  Runtime runtime(untuned());
   rt::Stream stream;
   const char* specs[] = {
       "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 smooth=kv",
@@ -106,10 +111,7 @@ Tiling persistent(Tiling t) {
 class AttentionWarpSpecialized : public test::GpuTest {};
 
 TEST_F(AttentionWarpSpecialized, SameBitsAsTheTmaFormWithOneOrTwoConsumerWarpgroups) {
-  RuntimeOptions options;
-  options.use_cache = false;
-  options.tune = false;
-  Runtime runtime(options);
+  Runtime runtime(untuned());
   rt::Stream stream;
   const char* specs[] = {
       "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=64 causal gqa=2 smooth=kv",
@@ -154,10 +156,7 @@ TEST_F(AttentionWarpSpecialized, SameBitsAsTheTmaFormWithOneOrTwoConsumerWarpgro
 // tile and the next Q tile loads during an epilogue: the bits of the one-tile-per-CTA form, the LSE too,
 // causal and not, GQA, q_len != kv_len, both consumer shapes.
 TEST_F(AttentionWarpSpecialized, PersistentCtasLoopingOverManyTilesGiveTheSameBits) {
-  RuntimeOptions options;
-  options.use_cache = false;
-  options.tune = false;
-  Runtime runtime(options);
+  Runtime runtime(untuned());
   rt::Stream stream;
   const char* specs[] = {
       "prefill qk=int8:per_token pv=int8:per_channel out=fp16 d=128 causal gqa=4 smooth=k",

@@ -123,7 +123,8 @@ TEST(WarpSpecialized, TheTunerTimesItBesideTheOtherForms) {
       n += t.warp_specialized;
       persistent += t.persistent;
     }
-    EXPECT_EQ(2 * persistent, n) << to_string(s) << ": each _ws candidate also persistent";
+    EXPECT_GE(persistent, 2) << to_string(s) << ": the persistent launch is a candidate too";
+    EXPECT_LT(persistent, n) << to_string(s);
     return n;
   };
   EXPECT_GE(count_ws(parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 arch=sm_90a")), 4);
