@@ -123,8 +123,12 @@ TEST(WarpSpecialized, TheTunerTimesItBesideTheOtherForms) {
       n += t.warp_specialized;
       persistent += t.persistent;
     }
-    EXPECT_GE(persistent, 2) << to_string(s) << ": the persistent launch is a candidate too";
-    EXPECT_LT(persistent, n) << to_string(s);
+    if (n > 0) {   // the persistent launch of the one-consumer form is a candidate too
+      EXPECT_GE(persistent, 2) << to_string(s);
+      EXPECT_LT(persistent, n) << to_string(s);
+    } else {
+      EXPECT_EQ(persistent, 0) << to_string(s);
+    }
     return n;
   };
   EXPECT_GE(count_ws(parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 arch=sm_90a")), 4);
