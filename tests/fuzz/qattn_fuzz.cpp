@@ -291,6 +291,12 @@ int main(int argc, char** argv) {
       names.push_back(kernel_name(s, t));
     }
   specs.push_back("linear a=bf16 w=int4:per_group out=bf16 n=6144 k=4096");
+  // The prefill forms no default tiling takes (warp-specialized, persistent, explicit blocks per SM).
+  const Spec hopper = parse_spec("prefill qk=int8:per_warp pv=fp8e4m3:per_channel out=fp16 d=128 causal arch=sm_90a");
+  for (const char* t : {"bm128_bn128_w8_s3_wg_tma_ws", "bm64_bn128_w4_s2_wg_tma_ws_ps", "bm64_bn128_w4_s3_wg_qf_tma_mb4"}) {
+    tilings.push_back(t);
+    names.push_back(kernel_name(hopper, parse_tiling(t)));
+  }
   for (const Problem& p : {Problem{}, Problem{1, 32, 32, 1, 8192}, Problem{4, 64, 8, 4096, 32768}})
     problems.push_back(to_string(p));
   grids.push_back(R"({"version": 1, "entries": [{"specs": ["prefill qk=int8:per_token pv=int8:per_channel out=bf16 d=128 causal gqa=4 smooth=kv"],
