@@ -9,10 +9,11 @@
 // Fragments (lane = 4g + t; mma.cuh for the m16n8k16 layouts):
 //   W, 16-bit  ldmatrix.x4 of rows 16i + 0..7 / 8..15 at chunks 2s / 2s + 1: the A operand as stored.
 //   W, int8 / int4  the same ldmatrix on the codes; lane gets 4 int8 or 8 int4 codes of rows g and g + 8
-//              per tile, decoded in registers to A's type in the k order of weight_tile.cuh.
+//              per tile, decoded in registers to A's type in the k order of weight_tile.cuh (int4: the
+//              order of int4x8_to_step_pairs, which takes no byte permute).
 //   tokens     16-bit W: ldmatrix (.x2 for one n8 fragment, .x4 for two) of the A tile, rows = tokens;
 //              quantized W: the 4 (int8) or 8 (int4) consecutive activations of the same permuted k
-//              (one 8- or 16-byte shared load per row and step).
+//              (one 8- or 16-byte shared load per row and step; int4: paired by 4 byte permutes).
 //   C          d[0..1] = channel g, tokens 2t, 2t + 1; d[2..3] = channel g + 8.
 #pragma once
 #include "qattn/abi.h"
@@ -106,41 +107,33 @@ struct FlatGemm {
     }
   }
 
-  // int4: chunks 2cp, 2cp + 1 (32 codes, two k16 steps each); sc / sh: (scale, shift) of rows g and
-  // g + 8 of every m tile for the group of these chunks.
+  // int4: chunks 2cp, 2cp + 1 (32 codes, two k16 steps each) in the k order of int4x8_to_step_pairs;
+  // s2 / nzs2: the (s, -z s) pairs of rows g and g + 8 of every m tile for the group of these chunks.
   static __device__ __forceinline__ void steps_int4(Acc& acc, u32 w_tile, u32 a_tile, int wrow, int cp,
-                                                    const float (&sc)[kMT][2], const float (&sh)[kMT][2], int lane) {
+                                                    const u32 (&s2)[kMT][2], const u32 (&nzs2)[kMT][2], int lane) {
     const int g = lane >> 2, t = lane & 3;
-    // Activations 32c + 8t .. + 7 of token 8j + g (chunk c = 2cp + h): chunk 4c + t of its row; words
-    // 2s, 2s + 1 are the b fragment of step s.
-    u32 b[2][kNT][4];
+    // Activations 32c + 8t .. + 7 of token 8j + g (chunk c = 2cp + h): chunk 4c + t of its row.
+    u32 b[2][kNT][2][2];
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        const dev::U32x4 v = dev::ld_shared_16(a_tile + dev::swizzled_offset<kAChunks>(8 * j + g, 4 * (2 * cp + h) + t));
-        b[h][j][0] = v.x, b[h][j][1] = v.y, b[h][j][2] = v.z, b[h][j][3] = v.w;
-      }
+      for (int j = 0; j < kNT; ++j)
+        activation_step_pairs(dev::ld_shared_16(a_tile + dev::swizzled_offset<kAChunks>(8 * j + g, 4 * (2 * cp + h) + t)),
+                              b[h][j]);
 #pragma unroll
     for (int i = 0; i < kMT; ++i) {
       u32 r[4];
       load_w(r, w_tile, wrow + 16 * i, 2 * cp, lane);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        u32 a[4];
-        int4x4_to_pairs<A, 0>(r[2 * h], sc[i][0], sh[i][0], a[0], a[2]);
-        int4x4_to_pairs<A, 0>(r[2 * h + 1], sc[i][1], sh[i][1], a[1], a[3]);
+        u32 lo_g[2], hi_g[2], lo_g8[2], hi_g8[2];   // rows g and g + 8
+        int4x8_to_step_pairs<A>(r[2 * h], s2[i][0], nzs2[i][0], lo_g, hi_g);
+        int4x8_to_step_pairs<A>(r[2 * h + 1], s2[i][1], nzs2[i][1], lo_g8, hi_g8);
 #pragma unroll
-        for (int j = 0; j < kNT; ++j) {
-          const u32 bb[2] = {b[h][j][0], b[h][j][1]};
-          mma(acc[i][j], a, bb);
-        }
-        int4x4_to_pairs<A, 2>(r[2 * h], sc[i][0], sh[i][0], a[0], a[2]);
-        int4x4_to_pairs<A, 2>(r[2 * h + 1], sc[i][1], sh[i][1], a[1], a[3]);
+        for (int s = 0; s < 2; ++s) {
+          const u32 a[4] = {lo_g[s], lo_g8[s], hi_g[s], hi_g8[s]};
 #pragma unroll
-        for (int j = 0; j < kNT; ++j) {
-          const u32 bb[2] = {b[h][j][2], b[h][j][3]};
-          mma(acc[i][j], a, bb);
+          for (int j = 0; j < kNT; ++j) mma(acc[i][j], a, b[h][j][s]);
         }
       }
     }
@@ -155,19 +148,18 @@ struct FlatGemm {
       const int g = lane >> 2;
 #pragma unroll
       for (int grp = 0; grp < Loader::kGroups; ++grp) {
-        float sc[kMT][2], sh[kMT][2];
+        u32 s2[kMT][2], nzs2[kMT][2];
 #pragma unroll
         for (int i = 0; i < kMT; ++i)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int row = wrow + 16 * i + g + 8 * e;
             const dev::U32x2 v = ld_shared_8(st + Loader::kSzOffset + (row * Loader::kGroups + grp) * 8);
-            sc[i][e] = __uint_as_float(v.x);
-            sh[i][e] = int4_shift(sc[i][e], __uint_as_float(v.y));
+            int4_pair_scales<A>(__uint_as_float(v.x), __uint_as_float(v.y), s2[i][e], nzs2[i][e]);
           }
         // A group is 128 codes = 4 chunks = 2 chunk pairs.
 #pragma unroll
-        for (int q = 0; q < 2; ++q) steps_int4(acc, w_tile, a_tile, wrow, 2 * grp + q, sc, sh, lane);
+        for (int q = 0; q < 2; ++q) steps_int4(acc, w_tile, a_tile, wrow, 2 * grp + q, s2, nzs2, lane);
       }
     } else {
 #pragma unroll

@@ -85,6 +85,66 @@ __device__ __forceinline__ void int4x4_to_pairs(u32 w, float scale, float shift,
   hi = dev::pack2<A>(fmaf(x[2], scale, shift), fmaf(x[3], scale, shift));
 }
 
+// ---- int4 in packed 16-bit arithmetic (flat_gemm.cuh)
+//
+// The flat GEMM takes its own k order inside a word, one that needs no byte permute on the weights: a
+// mask and a fixed exponent (one LOP3) turn the low nibbles of bytes j and j + 2 into the pair
+// (M + q_j, M + q_{j+2}) of A's type (M = 1024 for fp16, 128 for bf16; the value's units are 1 there).
+// So step s of a word's two k16 steps takes
+//   logical (2t, 2t + 1)     <- codes (8t + 2s,     8t + 2s + 4)      the low nibbles of bytes s, s + 2
+//   logical (2t + 8, 2t + 9) <- codes (8t + 2s + 1, 8t + 2s + 5)      their high nibbles
+// and activation_step_pairs builds the activations in that order. fp16 reads a high nibble in place
+// (M + 16q, exact below 2048); bf16 shifts it down first (its exponent's low bit sits at bit 7).
+// One fma makes q exact; a second gives q s - z s, where s, z s and the weight are each rounded to A's
+// type (unit roundoff 2^-11 for fp16, 2^-9 for bf16), two roundings more than the fp32 fold above and
+// far below the int4 step s.
+
+// (s, s) and (-z s, -z s) of a group as A's pairs, for int4x8_to_step_pairs.
+template <Fmt A>
+__device__ __forceinline__ void int4_pair_scales(float scale, float zero, u32& s2, u32& nzs2) {
+  s2 = dev::pack2<A>(scale, scale);
+  const float nzs = -zero * scale;
+  nzs2 = dev::pack2<A>(nzs, nzs);
+}
+
+template <Fmt A>
+__device__ __forceinline__ u32 fma2(u32 a, u32 b, u32 c) {
+  u32 d;
+  if constexpr (A == Fmt::fp16) asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  else asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// The eight codes of w (byte j: k = 2j low nibble, 2j + 1 high), dequantized, as the pairs of the word's
+// two k16 steps: lo[s] for logical k (2t, 2t + 1), hi[s] for (2t + 8, 2t + 9) (order above).
+template <Fmt A>
+__device__ __forceinline__ void int4x8_to_step_pairs(u32 w, u32 s2, u32 nzs2, u32 (&lo)[2], u32 (&hi)[2]) {
+  constexpr bool kHalf = A == Fmt::fp16;
+  constexpr u32 kMagic = kHalf ? 0x64006400u : 0x43004300u;        // (M, M)
+  constexpr u32 kOne = kHalf ? 0x3C003C00u : 0x3F803F80u;          // (1, 1)
+  constexpr u32 kMinusM = kHalf ? 0xE400E400u : 0xC300C300u;       // (-M, -M)
+  constexpr u32 kSixteenth = 0x2C002C00u, kMinusM16 = 0xD400D400u;   // fp16 (1/16, 1/16), (-64, -64)
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    const u32 ws = w >> (8 * s);
+    const u32 q_lo = fma2<A>((ws & 0x000F000Fu) | kMagic, kOne, kMinusM);
+    u32 q_hi;
+    if constexpr (kHalf) q_hi = fma2<A>((ws & 0x00F000F0u) | kMagic, kSixteenth, kMinusM16);
+    else q_hi = fma2<A>(((ws >> 4) & 0x000F000Fu) | kMagic, kOne, kMinusM);
+    lo[s] = fma2<A>(q_lo, s2, nzs2);
+    hi[s] = fma2<A>(q_hi, s2, nzs2);
+  }
+}
+
+// The activations of one lane's 8 k (a 16-byte load, v.x = (k 0, 1) .. v.w = (k 6, 7)) in the order of
+// int4x8_to_step_pairs: b[s][0] = (k 2s, 2s + 4), b[s][1] = (k 2s + 1, 2s + 5).
+__device__ __forceinline__ void activation_step_pairs(const dev::U32x4& v, u32 (&b)[2][2]) {
+  b[0][0] = prmt(v.x, v.z, 0x5410u);
+  b[0][1] = prmt(v.x, v.z, 0x7632u);
+  b[1][0] = prmt(v.y, v.w, 0x5410u);
+  b[1][1] = prmt(v.y, v.w, 0x7632u);
+}
+
 // (scale, zero) of a group as the (scale, shift) of int4x4_to_pairs / the gemv fold.
 __device__ __forceinline__ float int4_shift(float scale, float zero) { return -(128.f + zero) * scale; }
 
