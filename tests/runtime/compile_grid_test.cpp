@@ -9,8 +9,8 @@
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
 #include "generator/search_space.hpp"
-#include "runtime/calls/helper_kernels.hpp"
 #include "tests/common/compile_all.hpp"
+#include "tests/common/compile_helpers.hpp"
 
 namespace qattn {
 namespace {
@@ -26,12 +26,20 @@ TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
   RuntimeOptions o;
   o.use_cache = false;
   Runtime rt(o);
+  // Points that name the same kernel (grid entries that differ only in what the kernel does not see)
+  // are compiled once.
   std::vector<std::pair<Spec, Tiling>> points;
+  std::set<std::string> names;
+  size_t grid_points = 0;
+  const auto add = [&](const Spec& s, const Tiling& t) {
+    ++grid_points;
+    if (names.insert(kernel_name(s, t)).second) points.emplace_back(s, t);
+  };
   for (const Spec& s : gen::default_grid(GetParam())) {
     if (test_level() >= 2)
-      for (const Tiling& t : gen::candidate_tilings(s, default_limits(s.arch))) points.emplace_back(s, t);
+      for (const Tiling& t : gen::candidate_tilings(s, default_limits(s.arch))) add(s, t);
     else
-      points.emplace_back(s, default_tiling(s, default_limits(s.arch)));
+      add(s, default_tiling(s, default_limits(s.arch)));
   }
   const std::vector<test::CompileOutcome> done = test::compile_all(rt, points);
   for (size_t i = 0; i < points.size(); ++i) {
@@ -57,52 +65,29 @@ TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
       }
     }
   }
-  std::printf("[ compiled ] %zu kernels for %s\n", points.size(), to_string(GetParam()));
-}
-
-// Quantized Q·K^T with fp16 / fp8 P·V (issue #3): every such grid point, default tiling, no spill
-// (the subset of the test above that the P·V formats add; quick to run alone).
-TEST_P(CompileGrid, FloatPvPointsCompileWithoutSpills) {
-  RuntimeOptions o;
-  o.use_cache = false;
-  Runtime rt(o);
-  int n = 0;
-  for (const Spec& s : gen::default_grid(GetParam())) {
-    if (s.qk.fmt != Fmt::int8 || s.pv.fmt == Fmt::int8) continue;
-    const Tiling t = default_tiling(s, default_limits(s.arch));
-    const std::string name = kernel_name(s, t);
-    try {
-      const CompiledKernel k = rt.compile(s, t);
-      EXPECT_FALSE(k.cubin.empty()) << name;
-      EXPECT_EQ(k.spill_bytes, 0) << name;
-      std::printf("[ pv ] %s: %d registers, %d spill bytes\n", name.c_str(), k.registers, k.spill_bytes);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << name << ": " << e.what();
-    }
-    ++n;
-  }
-  EXPECT_GE(n, GetParam() == Arch::sm_80 ? 12 : 24);
+  // The grid holds the quantized Q·K^T points with fp16 / fp8 P·V (compiled above with the rest).
+  int float_pv = 0;
+  for (const Spec& s : gen::default_grid(GetParam())) float_pv += s.qk.fmt == Fmt::int8 && s.pv.fmt != Fmt::int8;
+  EXPECT_GE(float_pv, GetParam() == Arch::sm_80 ? 12 : 24);
+  std::printf("[ compiled ] %zu kernels (%zu grid points) for %s\n", points.size(), grid_points, to_string(GetParam()));
 }
 
 TEST_P(CompileGrid, EveryHelperKernelOfTheGridCompiles) {
-  RuntimeOptions o;
-  o.use_cache = false;
-  Runtime rt(o);
-  std::set<std::string> names;
+  std::vector<Spec> specs;
   for (const Spec& s : gen::default_grid(GetParam())) {
-    // Many points share their helpers (decode's combine, append and gather differ by format and d only):
-    // compile a point's helpers only when one of them is new.
-    bool fresh = false;
-    for (const gen::Source& src : rt::helper_sources(s, o.k_mean_sample_tokens)) fresh |= !names.count(src.kernel_name);
-    if (!fresh) continue;
-    for (const CompiledKernel& k : rt.compile_helpers(s)) {
-      EXPECT_FALSE(k.cubin.empty()) << k.kernel_name;
-      EXPECT_EQ(k.spill_bytes, 0) << k.kernel_name;
-      names.insert(k.kernel_name);
-    }
+    ASSERT_TRUE(validate(s).ok) << to_string(s);
+    specs.push_back(s);
   }
-  EXPECT_GE(names.size(), 8u) << "quantization passes for Q/K/V rows, V^T, statistics and the LSE fix";
-  std::printf("[ compiled ] %zu helper kernels for %s\n", names.size(), to_string(GetParam()));
+  const test::HelperCompiles h = test::compile_distinct_helpers(specs);
+  ASSERT_EQ(h.binaries.size(), h.sources.size());
+  for (size_t i = 0; i < h.binaries.size(); ++i) {
+    EXPECT_EQ(h.binaries[i].error, "") << h.sources[i].kernel_name;
+    EXPECT_FALSE(h.binaries[i].cubin.empty()) << h.sources[i].kernel_name;
+    EXPECT_EQ(h.binaries[i].spill_bytes, 0) << h.sources[i].kernel_name;
+  }
+  EXPECT_EQ(h.compiles, static_cast<long long>(h.sources.size()));
+  EXPECT_GE(h.sources.size(), 8u) << "quantization passes for Q/K/V rows, V^T, statistics and the LSE fix";
+  std::printf("[ compiled ] %zu helper kernels for %s\n", h.sources.size(), to_string(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CompileGrid, ::testing::Values(Arch::sm_80, Arch::sm_89, Arch::sm_90a),

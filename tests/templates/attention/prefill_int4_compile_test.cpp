@@ -19,6 +19,7 @@
 #include "generator/search_space.hpp"
 #include "qattn/validate.hpp"
 #include "tests/common/compile_all.hpp"
+#include "tests/common/compile_helpers.hpp"
 
 namespace qattn {
 namespace {
@@ -99,20 +100,22 @@ TEST_P(Int4CompileGrid, EveryPointAndCandidateCompilesWithoutSpills) {
 }
 
 TEST_P(Int4CompileGrid, EveryHelperKernelCompiles) {
-  RuntimeOptions o;
-  o.use_cache = false;
-  Runtime rt(o);
-  std::set<std::string> names;
-  for (const Spec& s : int4_points(GetParam()))
-    for (const CompiledKernel& k : rt.compile_helpers(s)) {
-      EXPECT_FALSE(k.cubin.empty()) << k.kernel_name;
-      names.insert(k.kernel_name);
-    }
+  std::vector<Spec> specs;
+  for (const Spec& s : int4_points(GetParam())) {
+    ASSERT_TRUE(validate(s).ok) << to_string(s);
+    specs.push_back(s);
+  }
+  const test::HelperCompiles h = test::compile_distinct_helpers(specs);
+  ASSERT_EQ(h.binaries.size(), h.sources.size());
+  for (size_t i = 0; i < h.binaries.size(); ++i) {
+    EXPECT_EQ(h.binaries[i].error, "") << h.sources[i].kernel_name;
+    EXPECT_FALSE(h.binaries[i].cubin.empty()) << h.sources[i].kernel_name;
+  }
   // The packed quantizers (_i4p) serve Q and K on the archs whose default is the packed form.
   bool packed = false;
-  for (const std::string& n : names) packed |= n.find("_i4p") != std::string::npos;
+  for (const gen::Source& src : h.sources) packed |= src.kernel_name.find("_i4p") != std::string::npos;
   EXPECT_EQ(packed, int4_mma_by_default(GetParam()));
-  std::printf("[ compiled ] %zu helper kernels for %s\n", names.size(), to_string(GetParam()));
+  std::printf("[ compiled ] %zu helper kernels for %s\n", h.sources.size(), to_string(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, Int4CompileGrid, ::testing::Values(Arch::sm_80, Arch::sm_89, Arch::sm_90a),
