@@ -87,6 +87,17 @@ Tiling linear_tiling(const Spec& spec, int m, const DeviceLimits& limits) {
   return c.front();
 }
 
+std::vector<Tiling> linear_sweep_tilings(const Spec& spec, int m, const DeviceLimits& limits, int count) {
+  const std::vector<Tiling> c = linear_candidates(spec, limits);
+  if (c.empty()) throw Error(ErrorKind::failure, "no linear tiling fits " + to_string(spec) + " within the device limits");
+  const int bm = linear_block_m(spec.flow, m);
+  std::vector<Tiling> out;
+  for (const Tiling& t : c)
+    if (t.block_m == bm && static_cast<int>(out.size()) < std::max(1, count)) out.push_back(t);
+  if (out.empty()) out.push_back(c.front());
+  return out;
+}
+
 LinearSplit linear_split(const Spec& spec, const Tiling& tiling, int m, int requested, int sm_count) {
   const int step = linear::linear_k_step(spec.flow, spec.weight.fmt, tiling.block_n, tiling.warps);
   const int steps = (spec.k + step - 1) / step;

@@ -34,6 +34,9 @@ std::vector<Tiling> linear_candidates(const Spec& spec, const DeviceLimits& limi
 int linear_block_m(Dataflow flow, int m);
 // The untuned tiling for m tokens: the first candidate with linear_block_m's rows.
 Tiling linear_tiling(const Spec& spec, int m, const DeviceLimits& limits);
+// The tilings the linear sweep times for m tokens: the first `count` candidates with linear_block_m's
+// rows, the untuned one first (the first candidate alone where none has those rows).
+std::vector<Tiling> linear_sweep_tilings(const Spec& spec, int m, const DeviceLimits& limits, int count);
 // Split-K of a linear launch: requested > 0 taken (clamped to K's steps); else enough CTAs for two per SM,
 // each split at least 8 k steps. k_split is a multiple of the kernel's k step, and no split is empty.
 struct LinearSplit {

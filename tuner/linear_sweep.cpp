@@ -68,20 +68,24 @@ LinearTable sweep_linear(const Spec& family_in, const LinearSweepOptions& o, Lin
     for (size_t i = 0; i < t.rows.size(); ++i) {
       const int m = t.rows[i];
       if (m > max_rows(spec.flow, o)) continue;
-      const Tiling tiling = gen::linear_tiling(spec, m, limits);
-      t.tilings[k][i] = tiling;
-      // Each distinct split count the clamping leaves, once; the fastest (ties: the fewer splits) stays.
-      std::set<int> tried;
-      for (int asked : o.splits) {
-        const int splits = gen::linear_split(spec, tiling, m, asked, o.sm_count).splits;
-        if (!tried.insert(splits).second) continue;
-        const double us = time_point(timer, spec, tiling, m, splits);
-        if (std::isfinite(us) && (!std::isfinite(t.us[k][i]) || us < t.us[k][i] ||
-                                  (us == t.us[k][i] && splits < t.splits[k][i]))) {
-          t.us[k][i] = us;
-          t.splits[k][i] = splits;
+      // Each tiling at each distinct split count the clamping leaves; the fastest stays (ties: the
+      // earlier tiling, then the fewer splits).
+      for (const Tiling& tiling : gen::linear_sweep_tilings(spec, m, limits, o.tilings_per_point)) {
+        std::set<int> tried;
+        for (int asked : o.splits) {
+          const int splits = gen::linear_split(spec, tiling, m, asked, o.sm_count).splits;
+          if (!tried.insert(splits).second) continue;
+          const double us = time_point(timer, spec, tiling, m, splits);
+          const bool same_tiling = tiling == t.tilings[k][i];
+          if (std::isfinite(us) && (!std::isfinite(t.us[k][i]) || us < t.us[k][i] ||
+                                    (us == t.us[k][i] && same_tiling && splits < t.splits[k][i]))) {
+            t.us[k][i] = us;
+            t.splits[k][i] = splits;
+            t.tilings[k][i] = tiling;
+          }
         }
       }
+      if (t.tilings[k][i].block_m == 0) t.tilings[k][i] = gen::linear_tiling(spec, m, limits);   // all failed
       if (o.progress) o.progress(++done, total, "m" + std::to_string(m) + " " + to_string(spec.flow));
     }
   }
@@ -97,15 +101,19 @@ LinearDispatch::LinearDispatch(const LinearTable& t) {
   for (int m = 1; m <= kMaxLinearTunedRows; ++m) {
     size_t path = 0;
     while (path + 1 < paths && m >= t.choice.crossings[path]) ++path;
-    // The split count measured for this path at the largest measured m <= m, else the smallest measured.
+    // The split count and tiling measured for this path at the largest measured m <= m, else the
+    // smallest measured; the tiling only where its rows per CTA are m's.
     int splits = 0;
+    Tiling tiling{0, 0, 0, 0};
     for (size_t i = 0; i < t.rows.size(); ++i)
-      if (t.splits[path][i] > 0 && (t.rows[i] <= m || splits == 0)) splits = t.splits[path][i];
+      if (t.splits[path][i] > 0 && (t.rows[i] <= m || splits == 0)) splits = t.splits[path][i], tiling = t.tilings[path][i];
     LinearChoice c;
     c.flow = kLinearPaths[path];
     c.splits = splits;
-    auto it = std::find_if(choices_.begin(), choices_.end(),
-                           [&](const LinearChoice& x) { return x.flow == c.flow && x.splits == c.splits; });
+    if (tiling.block_m == gen::linear_block_m(c.flow, m)) c.tiling = tiling;
+    auto it = std::find_if(choices_.begin(), choices_.end(), [&](const LinearChoice& x) {
+      return x.flow == c.flow && x.splits == c.splits && x.tiling == c.tiling;
+    });
     if (it == choices_.end()) {
       if (choices_.size() == 255) throw_bad_input("linear dispatch: more than 255 distinct choices");
       choices_.push_back(c);

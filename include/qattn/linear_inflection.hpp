@@ -47,6 +47,9 @@ struct LinearSweepOptions {
   // Split-K counts tried at each point (each clamped to K's steps, repeats dropped); 0 is the runtime's
   // own heuristic count.
   std::vector<int> splits = {0, 1, 2, 4, 8, 16};
+  // Tilings timed at each point: the first this many candidates with the point's rows per CTA (the
+  // untuned one first), each at every split count; 1 times the untuned tiling alone.
+  int tilings_per_point = 4;
   // A dataflow is timed up to its largest sensible m (gemv rereads W once per 8 tokens, flat per 16);
   // beyond, its points are failed (never chosen).
   int gemv_max_rows = 64;
@@ -60,7 +63,7 @@ struct LinearTable {
   std::string family;                       // linear_family_key
   std::vector<int> rows;                    // measured m, ascending
   std::vector<std::vector<double>> us;      // [path][point] (gemv, flat, gemm), NaN = failed or not timed
-  std::vector<std::vector<Tiling>> tilings; // [path][point] the kernel timed
+  std::vector<std::vector<Tiling>> tilings; // [path][point] the fastest tiling timed
   std::vector<std::vector<int>> splits;     // [path][point] the fastest split count (0 = failed)
   CrossingChoice choice;                    // crossings {M1, M2}; chosen path per point
   int m1() const { return choice.crossings.size() > 0 ? choice.crossings[0] : kMaxLinearTunedRows + 1; }
@@ -93,9 +96,9 @@ struct LinearChoice {
 };
 
 // Built once from a table; choose(m) indexes a fixed array by m (no maps, no strings): the path the
-// crossings give m, the split count measured for that path at the largest measured m <= m (else the
-// smallest measured), and the tiling left to the runtime (its untuned tiling for m: the timed points use
-// exactly that).
+// crossings give m, and the split count and tiling measured for that path at the largest measured m <= m
+// (else the smallest measured). The tiling is kept only where its rows per CTA are the ones m takes
+// (gen::linear_block_m); elsewhere it is left to the runtime's untuned rule (block_m 0).
 class LinearDispatch {
  public:
   LinearDispatch() = default;
@@ -104,7 +107,7 @@ class LinearDispatch {
   LinearChoice choose(int m) const;
 
  private:
-  std::vector<LinearChoice> choices_;   // distinct (flow, splits); < 256
+  std::vector<LinearChoice> choices_;   // distinct (flow, tiling, splits); < 256
   std::vector<std::uint8_t> index_;     // [m], m in 0 .. kMaxLinearTunedRows
 };
 

@@ -100,16 +100,20 @@ LinearRoute Runtime::Impl::route_linear(const LinearCall& call) {
   LinearRoute r;
   r.spec = resolve(call.spec);
   int splits = call.splits;
+  Tiling tuned_tiling{0, 0, 0, 0};
   if (r.spec.flow == Dataflow::automatic) {
     const std::shared_ptr<const LinearDispatch> table = linear_dispatch(r.spec);
     const LinearChoice choice = table ? table->choose(call.m) : LinearChoice{};
     r.tuned = choice.flow != Dataflow::automatic;
     r.spec.flow = r.tuned ? choice.flow : default_linear_flow(call.m);
     if (splits == 0) splits = choice.splits;
+    tuned_tiling = choice.tiling;
   }
   if (call.tiling.block_m != 0) {
     require(validate(r.spec, call.tiling, limits()));
     r.tiling = call.tiling;
+  } else if (tuned_tiling.block_m != 0 && validate(r.spec, tuned_tiling, limits())) {
+    r.tiling = tuned_tiling;
   } else {
     r.tiling = gen::linear_tiling(r.spec, call.m, limits());
   }

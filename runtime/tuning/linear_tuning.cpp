@@ -124,8 +124,8 @@ LinearTable Runtime::tune_linear(const Spec& spec_in, const LinearSweepOptions& 
     std::vector<Tiling> seen;
     for (int m : options.rows) {
       if (m < 1 || m > kMaxLinearTunedRows) continue;
-      const Tiling t = gen::linear_tiling(with_flow, m, options.limits);
-      if (std::find(seen.begin(), seen.end(), t) == seen.end()) seen.push_back(t), sources.push_back(gen::render_kernel(with_flow, t));
+      for (const Tiling& t : gen::linear_sweep_tilings(with_flow, m, options.limits, options.tilings_per_point))
+        if (std::find(seen.begin(), seen.end(), t) == seen.end()) seen.push_back(t), sources.push_back(gen::render_kernel(with_flow, t));
     }
   }
   for (const rt::Binary& b : impl_->binaries->get(sources))

@@ -7,10 +7,13 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "qattn/error.hpp"
 #include "qattn/linear.hpp"
 #include "qattn/linear_inflection.hpp"
+#include "generator/search_space.hpp"
+#include "qattn/validate.hpp"
 #include "tests/common/expect_error.hpp"
 
 namespace qattn {
@@ -27,14 +30,18 @@ class FakeTimer final : public LinearTimer {
   std::map<std::pair<Dataflow, int>, bool> fail;   // (flow, m) that fail
   std::mt19937 rng{7};
   int calls = 0;
+  bool prefer_narrow_flat = false;   // flat tiles of 64 channels 5 % faster than the untuned 128
+  std::vector<std::pair<int, Tiling>> timed;   // (m, tiling) of every call
 
   double time_us(const Spec& s, const Tiling& t, int m, int splits) override {
     ++calls;
+    timed.emplace_back(m, t);
     EXPECT_NE(s.flow, Dataflow::automatic);
     EXPECT_GE(t.block_m, 1);
     if (fail.count({s.flow, m})) throw Error(ErrorKind::failure, "launch failed");
     double us = s.flow == Dataflow::gemv ? 10.0 * m : s.flow == Dataflow::flat ? 30.0 + 2.0 * ((m + 15) / 16) : 80.0 + 0.05 * m;
     us *= splits == 4 ? 0.9 : 1.0;   // the split count this model likes
+    if (prefer_narrow_flat && s.flow == Dataflow::flat && t.block_n == 64) us *= 0.95;
     std::uniform_real_distribution<double> u(-noise, noise);
     return us * (1.0 + u(rng));
   }
@@ -65,6 +72,47 @@ TEST(LinearSweep, FindsM1AndM2AndTheBestSplits) {
   EXPECT_EQ(d.choose(1 << 20).flow, Dataflow::gemm);   // past the table: its last choice
   EXPECT_EQ(d.choose(0).flow, Dataflow::gemv);
   EXPECT_EQ(d.choose(7).splits, 4);
+}
+
+TEST(LinearSweep, TheFastestTilingOfEachPointIsKeptAndDispatchedWhereItsRowsFit) {
+  FakeTimer timer;
+  timer.prefer_narrow_flat = true;
+  const LinearTable t = sweep_linear(kFamily, LinearSweepOptions{}, timer);
+  // Every timed tiling has the rows per CTA its point takes, and more than one was timed per point.
+  std::map<std::pair<int, int>, std::set<int>> widths;   // (m, bm) -> bn timed
+  for (const auto& [m, tiling] : timer.timed) widths[{m, tiling.block_m}].insert(tiling.block_n);
+  for (const auto& [m, tiling] : timer.timed) {
+    const bool ok = tiling.block_m == gen::linear_block_m(Dataflow::gemv, m) ||
+                    tiling.block_m == gen::linear_block_m(Dataflow::flat, m) ||
+                    tiling.block_m == gen::linear_block_m(Dataflow::gemm, m);
+    EXPECT_TRUE(ok) << m << " " << to_string(tiling);
+  }
+  EXPECT_GE((widths[{8, 8}].size()), 2u);
+  for (size_t i = 0; i < t.rows.size(); ++i) {
+    if (!std::isfinite(t.us[1][i])) continue;
+    EXPECT_EQ(t.tilings[1][i].block_n, 64) << t.rows[i];
+    EXPECT_EQ(t.tilings[1][i].block_m, gen::linear_block_m(Dataflow::flat, t.rows[i])) << t.rows[i];
+  }
+  const LinearDispatch d(t);
+  ASSERT_EQ(d.choose(8).flow, Dataflow::flat);
+  EXPECT_EQ(d.choose(8).tiling, t.tilings[1][5]);   // rows 1, 2, 3, 4, 6, 8: the point of m 8
+  EXPECT_EQ(d.choose(8).tiling.block_n, 64);
+  // m 9 is served by the point of m 8 (bm 8), whose rows do not hold 9 tokens: the untuned rule decides.
+  EXPECT_EQ(d.choose(9).flow, Dataflow::flat);
+  EXPECT_EQ(d.choose(9).tiling.block_m, 0);
+  EXPECT_EQ(d.choose(12).tiling.block_m, 16);
+  EXPECT_EQ(d.choose(12).tiling.block_n, 64);
+
+  // One tiling per point: the untuned one, as before.
+  FakeTimer one;
+  one.prefer_narrow_flat = true;
+  LinearSweepOptions o;
+  o.tilings_per_point = 1;
+  const LinearTable u = sweep_linear(kFamily, o, one);
+  for (size_t i = 0; i < u.rows.size(); ++i)
+    if (std::isfinite(u.us[1][i])) EXPECT_EQ(u.tilings[1][i], gen::linear_tiling(parse_spec(
+        "linear a=fp16 w=int4:per_group out=fp16 n=4096 k=4096 flow=flat arch=sm_90a"), u.rows[i], default_limits(Arch::sm_90a)));
+  EXPECT_LT(one.calls, timer.calls);
 }
 
 TEST(LinearSweep, NoiseAndFailuresNeverBreakM1BeforeM2) {
