@@ -73,19 +73,8 @@ TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
 }
 
 TEST_P(CompileGrid, EveryHelperKernelOfTheGridCompiles) {
-  std::vector<Spec> specs;
-  for (const Spec& s : gen::default_grid(GetParam())) {
-    ASSERT_TRUE(validate(s).ok) << to_string(s);
-    specs.push_back(s);
-  }
-  const test::HelperCompiles h = test::compile_distinct_helpers(specs);
-  ASSERT_EQ(h.binaries.size(), h.sources.size());
-  for (size_t i = 0; i < h.binaries.size(); ++i) {
-    EXPECT_EQ(h.binaries[i].error, "") << h.sources[i].kernel_name;
-    EXPECT_FALSE(h.binaries[i].cubin.empty()) << h.sources[i].kernel_name;
-    EXPECT_EQ(h.binaries[i].spill_bytes, 0) << h.sources[i].kernel_name;
-  }
-  EXPECT_EQ(h.compiles, static_cast<long long>(h.sources.size()));
+  const test::HelperCompiles h = test::compile_distinct_helpers(gen::default_grid(GetParam()));
+  test::expect_compiled(h, true);
   EXPECT_GE(h.sources.size(), 8u) << "quantization passes for Q/K/V rows, V^T, statistics and the LSE fix";
   std::printf("[ compiled ] %zu helper kernels for %s\n", h.sources.size(), to_string(GetParam()));
 }
