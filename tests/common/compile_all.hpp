@@ -1,17 +1,19 @@
 // NVRTC compiles of many (spec, tiling) points on a bounded pool of threads (one per core: each NVRTC
-// instance takes a core and a few hundred MB), for the compile-grid tests. Header-only: those tests
-// link the runtime (qattn/runtime.hpp).
+// instance takes a core and a few hundred MB), each distinct kernel body once, for the compile-grid
+// tests. Header-only: those tests link the runtime (qattn/runtime.hpp) and the generator.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <atomic>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "generator/render.hpp"
 #include "qattn/kernel_name.hpp"
 #include "qattn/runtime.hpp"
 
@@ -22,13 +24,38 @@ struct CompileOutcome {
   std::string error;       // what() of the exception, "" when it compiled
 };
 
+// The rendered source less what only names the kernel (its first comment line and its symbol): points
+// with the same body compile to the same machine code (e.g. Q/K per_token and per_thread, whose scales
+// the quantizer expands per row). A point that does not render gets a key of its own.
+inline std::string kernel_body(const Spec& spec, const Tiling& tiling, size_t index) {
+  try {
+    std::string text = gen::render_kernel(spec, tiling).text;
+    if (text.rfind("// qattn generated:", 0) == 0) text.erase(0, text.find('\n') + 1);
+    const std::string name = kernel_name(spec, tiling);
+    for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at)) text.replace(at, name.size(), "K");
+    return text;
+  } catch (const std::exception&) {
+    return "unrendered " + std::to_string(index);
+  }
+}
+
+// Each distinct kernel body is compiled once (on a pool of one thread per core); every point gets its
+// body's outcome under its own name.
 inline std::vector<CompileOutcome> compile_all(Runtime& runtime, const std::vector<std::pair<Spec, Tiling>>& points) {
+  std::map<std::string, size_t> first;   // body -> index of the point compiled for it
+  std::vector<size_t> source_of(points.size()), distinct;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const auto [it, fresh] = first.emplace(kernel_body(points[i].first, points[i].second, i), i);
+    source_of[i] = it->second;
+    if (fresh) distinct.push_back(i);
+  }
   std::vector<CompileOutcome> out(points.size());
   std::atomic<size_t> next{0};
   std::vector<std::thread> pool;
   for (unsigned w = 0; w < std::max(1u, std::thread::hardware_concurrency()); ++w)
     pool.emplace_back([&] {
-      for (size_t i = next++; i < points.size(); i = next++) {
+      for (size_t j = next++; j < distinct.size(); j = next++) {
+        const size_t i = distinct[j];
         try {
           out[i].kernel = runtime.compile(points[i].first, points[i].second);
         } catch (const std::exception& e) {
@@ -37,6 +64,11 @@ inline std::vector<CompileOutcome> compile_all(Runtime& runtime, const std::vect
       }
     });
   for (auto& t : pool) t.join();
+  for (size_t i = 0; i < points.size(); ++i)
+    if (source_of[i] != i) {
+      out[i] = out[source_of[i]];
+      if (out[i].error.empty()) out[i].kernel.kernel_name = kernel_name(points[i].first, points[i].second), out[i].kernel.spec = points[i].first;
+    }
   return out;
 }
 
