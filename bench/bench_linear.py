@@ -1,9 +1,10 @@
 """Linear layers on the GPU: qattn's linear call (flow=auto: the tuned M1/M2 table when the cache holds
 one, else the default rule; with --flows also each dataflow forced) against torch.matmul (cuBLAS) with
-fp16 weights, in the same run on the same inputs, for the Llama-3-8B shapes and every M of the grid.
+16-bit weights of the activations' type, in the same run on the same inputs, for the Llama-3-8B shapes
+and every M of the grid.
 
   python3 bench/bench_linear.py [--shapes qkv,o,gateup,down] [--m 1,2,4,...] [--formats fp16,int8,int4]
-                                [--flows auto,gemv,flat,gemm] [--tune] [--cache F] [--out DIR]
+                                [--flows auto,gemv,flat,gemm] [--act fp16|bf16] [--tune] [--cache F] [--out DIR]
 
 Timing (GPU time of the call, as a layer inside a model's step sees it): the GPU is given a head start
 (torch.cuda._sleep) and then every timed call is enqueued back to back, each between its own two
@@ -87,7 +88,8 @@ def markdown(meta, rows):
            f"command: `{meta['command']}`", "",
            "GPU time per call (median of 20, head start, rotating weights); speedup = cuBLAS / qattn; "
            "GB/s = weight bytes / qattn time; call_us: one eager call on an idle GPU.", "",
-           "| shape | format | flow asked | M | flow run | splits | qattn us | cuBLAS fp16 us | speedup | GB/s | "
+           f"activations and output {meta.get('act', 'fp16')}.", "",
+           f"| shape | format | flow asked | M | flow run | splits | qattn us | cuBLAS {meta.get('act', 'fp16')} us | speedup | GB/s | "
            "call us (qattn / cuBLAS) | rel L2 |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -109,6 +111,8 @@ def main():
     ap.add_argument("--flows", default="auto", help="comma list of auto, gemv, flat, gemm")
     ap.add_argument("--tune", action="store_true", help="run Runtime.tune_linear per layer first (stored in the cache)")
     ap.add_argument("--cache", default=None, help="qattn cache file (default: the runtime's)")
+    ap.add_argument("--act", default="fp16", choices=("fp16", "bf16"),
+                    help="activation and output type; cuBLAS runs with weights of this type")
     ap.add_argument("--out", default="bench_linear_out")
     args = ap.parse_args()
     flows = args.flows.split(",")
@@ -118,7 +122,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": git_commit(),
-            "date": datetime.date.today().isoformat(), "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
+            "date": datetime.date.today().isoformat(), "act": args.act, "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
     rows = []
     rt = qattn.Runtime(cache_path=args.cache) if args.cache else qattn.Runtime()
     l2 = 50 << 20
@@ -126,16 +130,17 @@ def main():
         n, k = SHAPES[shape]
         copies = max(2, (2 * l2) // (n * k * 2) + 1)
         w_f = [0.02 * torch.randn(n, k, device="cuda") for _ in range(copies)]
-        w16 = [w.half() for w in w_f]
+        dtype = torch.float16 if args.act == "fp16" else torch.bfloat16
+        w16 = [w.to(dtype) for w in w_f]
         for fmt_name in args.formats.split(","):
-            fmt = FORMATS[fmt_name]
-            base = f"linear a=fp16 w={fmt} out=fp16 n={n} k={k}"
+            fmt = args.act if fmt_name == "fp16" else FORMATS[fmt_name]   # 16-bit weights: the activations' type
+            base = f"linear a={args.act} w={fmt} out={args.act} n={n} k={k}"
             packed = [qattn.pack_linear_weight(w, fmt) for w in w_f]
             if args.tune:
                 rt.tune_linear(base)
             for m in map(int, args.m.split(",")):
-                a = torch.randn(m, k, device="cuda").half()
-                c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+                a = torch.randn(m, k, device="cuda").to(dtype)
+                c = torch.empty(m, n, device="cuda", dtype=dtype)
 
                 def run_cublas(i):
                     torch.matmul(a, w16[i].T)

@@ -8,28 +8,13 @@
 // (c2, c6), (c3, c7). The kernel feeds that order as is and maps the channels where it matters
 // (the Q fragments and the output columns).
 #pragma once
+#include "qattn/common/convert.cuh"
 #include "qattn/common/int8_ptx.cuh"
 #include "qattn/common/types.cuh"
 
 namespace qattn::dev {
 
 using ::qattn::int8::prmt;
-
-__device__ __forceinline__ u32 hsub2(u32 a, u32 b) {
-  u32 d;
-  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
-  u32 d;
-  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ u32 hfma2(u32 a, u32 b, u32 c) {
-  u32 d;
-  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
 
 constexpr u32 kHalf2_1024 = 0x64006400u;   // (1024, 1024)
 constexpr u32 kHalf2_1152 = 0x64806480u;   // (1152, 1152)

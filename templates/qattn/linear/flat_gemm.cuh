@@ -108,7 +108,7 @@ struct FlatGemm {
   }
 
   // int4: chunks 2cp, 2cp + 1 (32 codes, two k16 steps each) in the k order of int4x8_to_step_pairs;
-  // s2 / nzs2: the (s, -z s) pairs of rows g and g + 8 of every m tile for the group of these chunks.
+  // s2 / nzs2: int4_group_constants of rows g and g + 8 of every m tile for the group of these chunks.
   static __device__ __forceinline__ void steps_int4(Acc& acc, u32 w_tile, u32 a_tile, int wrow, int cp,
                                                     const u32 (&s2)[kMT][2], const u32 (&nzs2)[kMT][2], int lane) {
     const int g = lane >> 2, t = lane & 3;
@@ -155,7 +155,7 @@ struct FlatGemm {
           for (int e = 0; e < 2; ++e) {
             const int row = wrow + 16 * i + g + 8 * e;
             const dev::U32x2 v = ld_shared_8(st + Loader::kSzOffset + (row * Loader::kGroups + grp) * 8);
-            int4_pair_scales<A>(__uint_as_float(v.x), __uint_as_float(v.y), s2[i][e], nzs2[i][e]);
+            int4_group_constants<A>(__uint_as_float(v.x), __uint_as_float(v.y), s2[i][e], nzs2[i][e]);
           }
         // A group is 128 codes = 4 chunks = 2 chunk pairs.
 #pragma unroll

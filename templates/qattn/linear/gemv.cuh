@@ -11,7 +11,9 @@
 // the end of a row group by a transposing butterfly (each exchange halves the values a lane carries),
 // after which lane j < kRows x BM holds the full sum of value own_value(j).
 // Weights decode to fp32 (weight_tile.cuh): int8 as its codes (the per-channel scale is applied in the
-// epilogue), int4 as (128 + q) * scale + shift per group of 128 k.
+// epilogue), int4 as 128 + q. A vector's 32 int4 codes lie in one group of 128 k, so its scale and shift
+// apply once per vector and token rather than once per code: the vector adds
+// scale * sum(a (128 + q)) + shift * sum(a) to the row's sum (shift = -(128 + zero) scale).
 #pragma once
 #include "qattn/abi.h"
 #include "qattn/common/common.cuh"
@@ -52,6 +54,7 @@ struct Gemv {
   using U32x4 = dev::U32x4;
   using Epi = Epilogue<W, OUT, BIAS>;
 
+  static constexpr bool kInt4 = W == Fmt::int4;
   static constexpr int kRows = gemv_rows(BM, W);            // W rows streamed together
   static constexpr int kCodes = gemv_vector_codes(W);     // k per 16-byte W vector
   static constexpr int kChunks = kCodes / 8;              // 8-element A chunks per vector
@@ -100,8 +103,8 @@ struct Gemv {
     return v[0];
   }
 
-  // Weights of chunk j (k = 8j .. 8j + 7 of the vector) as fp32. int4: scale and shift of its group.
-  static __device__ __forceinline__ void decode(const U32x4& wv, int j, float scale, float shift, float (&x)[8]) {
+  // Weights of chunk j (k = 8j .. 8j + 7 of the vector) as fp32 (int4: 128 + q, see above).
+  static __device__ __forceinline__ void decode(const U32x4& wv, int j, float (&x)[8]) {
     const u32 w[4] = {wv.x, wv.y, wv.z, wv.w};
     if constexpr (W == Fmt::int8) {
       float lo[4], hi[4];
@@ -111,8 +114,6 @@ struct Gemv {
       for (int e = 0; e < 4; ++e) x[e] = lo[e], x[4 + e] = hi[e];
     } else if constexpr (W == Fmt::int4) {
       int4x8_to_biased_float(w[j], x);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) x[e] = fmaf(x[e], scale, shift);
     } else {
 #pragma unroll
       for (int e = 0; e < 4; ++e) dev::unpack2<W>(w[e], x[2 * e], x[2 * e + 1]);
@@ -166,24 +167,46 @@ struct Gemv {
         for (int s = 0; s < STAGES; ++s) {
           const int v = v0 + 32 * s;
           if (v >= vectors) continue;
+          // int4: the vector's sums of a (128 + q) per row and of a per token, scaled after the vector.
+          float part[kInt4 ? kRows : 1][BM], a_sum[BM];
+#pragma unroll
+          for (int t = 0; t < BM; ++t) {
+            a_sum[t] = 0.f;
+#pragma unroll
+            for (int r = 0; r < (kInt4 ? kRows : 1); ++r) part[r][t] = 0.f;
+          }
 #pragma unroll
           for (int j = 0; j < kChunks; ++j) {
-            float wf[kRows][8];
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) decode(wv[s][r], j, scale[s][r], shift[s][r], wf[r]);
+            // The chunk's activations (all tokens) first, then one row's weights at a time: fewer live
+            // registers than the other order wherever there are more rows than tokens (bm 1, 2).
+            float af[BM][8];
 #pragma unroll
             for (int t = 0; t < BM; ++t) {
-              if (t >= tokens) continue;
-              const U32x4 av = ld_cached_16(a_split + (t * p.lda + v * kCodes + 8 * j) * 2);
+              const U32x4 av = t < tokens ? ld_cached_16(a_split + (t * p.lda + v * kCodes + 8 * j) * 2) : U32x4{0u, 0u, 0u, 0u};
               const u32 aw[4] = {av.x, av.y, av.z, av.w};
-              float af[8];
 #pragma unroll
-              for (int e = 0; e < 4; ++e) dev::unpack2<A>(aw[e], af[2 * e], af[2 * e + 1]);
-#pragma unroll
-              for (int r = 0; r < kRows; ++r)
-#pragma unroll
-                for (int e = 0; e < 8; ++e) acc[r][t] = fmaf(af[e], wf[r][e], acc[r][t]);
+              for (int e = 0; e < 4; ++e) dev::unpack2<A>(aw[e], af[t][2 * e], af[t][2 * e + 1]);
+              if constexpr (kInt4)
+                a_sum[t] += ((af[t][0] + af[t][1]) + (af[t][2] + af[t][3])) + ((af[t][4] + af[t][5]) + (af[t][6] + af[t][7]));
             }
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              float wf[8];
+              decode(wv[s][r], j, wf);
+#pragma unroll
+              for (int t = 0; t < BM; ++t) {
+                float& sum = kInt4 ? part[kInt4 ? r : 0][t] : acc[r][t];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) sum = fmaf(af[t][e], wf[e], sum);
+              }
+            }
+          }
+          if constexpr (kInt4) {
+#pragma unroll
+            for (int r = 0; r < kRows; ++r)
+#pragma unroll
+              for (int t = 0; t < BM; ++t)
+                acc[r][t] = fmaf(scale[s][r], part[r][t], fmaf(shift[s][r], a_sum[t], acc[r][t]));
           }
         }
       }

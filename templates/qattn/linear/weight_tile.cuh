@@ -50,6 +50,9 @@ __device__ __forceinline__ void int4x8_to_biased_float(u32 w, float (&x)[8]) {
   }
 }
 
+// (scale, zero) of a group as the (scale, shift) of int4x4_to_pairs / the gemv fold.
+__device__ __forceinline__ float int4_shift(float scale, float zero) { return -(128.f + zero) * scale; }
+
 // ---- to pairs of A's type (mma operands)
 
 // Four int8 codes as two pairs: lo = (c0, c1), hi = (c2, c3). Exact.
@@ -59,8 +62,8 @@ __device__ __forceinline__ void int8x4_to_pairs(u32 w, u32& lo, u32& hi) {
   if constexpr (A == Fmt::fp16) {
     // Byte permutes build the halves 0x64uu (1024 + u); subtracting 1152 (0x6480) leaves c.
     const u32 l = prmt(u, 0x64646464u, 0x5140u), h = prmt(u, 0x64646464u, 0x5342u);
-    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(lo) : "r"(l), "r"(0x64806480u));
-    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(hi) : "r"(h), "r"(0x64806480u));
+    lo = dev::hsub2(l, 0x64806480u);
+    hi = dev::hsub2(h, 0x64806480u);
   } else {
     float x[4];
     int8x4_to_float(w, x);
@@ -85,54 +88,62 @@ __device__ __forceinline__ void int4x4_to_pairs(u32 w, float scale, float shift,
   hi = dev::pack2<A>(fmaf(x[2], scale, shift), fmaf(x[3], scale, shift));
 }
 
-// ---- int4 in packed 16-bit arithmetic (flat_gemm.cuh)
+// ---- int4 in the flat GEMM's k order (flat_gemm.cuh)
 //
 // The flat GEMM takes its own k order inside a word, one that needs no byte permute on the weights: a
 // mask and a fixed exponent (one LOP3) turn the low nibbles of bytes j and j + 2 into the pair
-// (M + q_j, M + q_{j+2}) of A's type (M = 1024 for fp16, 128 for bf16; the value's units are 1 there).
-// So step s of a word's two k16 steps takes
+// (M + q_j, M + q_{j+2}) of A's type (M = 1024 for fp16). So step s of a word's two k16 steps takes
 //   logical (2t, 2t + 1)     <- codes (8t + 2s,     8t + 2s + 4)      the low nibbles of bytes s, s + 2
 //   logical (2t + 8, 2t + 9) <- codes (8t + 2s + 1, 8t + 2s + 5)      their high nibbles
-// and activation_step_pairs builds the activations in that order. fp16 reads a high nibble in place
-// (M + 16q, exact below 2048); bf16 shifts it down first (its exponent's low bit sits at bit 7).
-// One fma makes q exact; a second gives q s - z s, where s, z s and the weight are each rounded to A's
-// type (unit roundoff 2^-11 for fp16, 2^-9 for bf16), two roundings more than the fp32 fold above and
-// far below the int4 step s.
+// and activation_step_pairs builds the activations in that order.
+// fp16 stays in packed 16-bit arithmetic: the high nibble is read in place (M + 16q, exact below 2048),
+// one fma makes q exact and a second gives q s - z s, with s, z s and the weight each rounded to fp16
+// (unit roundoff 2^-11: two roundings more than the fp32 fold above, far below the int4 step s).
+// bf16 decodes through fp32 as int4x4_to_pairs does (one rounding of the weight): its 8-bit significand
+// would make the two extra roundings of the packed form a visible share of the error.
 
-// (s, s) and (-z s, -z s) of a group as A's pairs, for int4x8_to_step_pairs.
+// A group's constants for int4x8_to_step_pairs: fp16 (s, s) and (-z s, -z s) pairs; bf16 the fp32 bits
+// of s and of the fold's shift -(128 + z) s.
 template <Fmt A>
-__device__ __forceinline__ void int4_pair_scales(float scale, float zero, u32& s2, u32& nzs2) {
-  s2 = dev::pack2<A>(scale, scale);
-  const float nzs = -zero * scale;
-  nzs2 = dev::pack2<A>(nzs, nzs);
-}
-
-template <Fmt A>
-__device__ __forceinline__ u32 fma2(u32 a, u32 b, u32 c) {
-  u32 d;
-  if constexpr (A == Fmt::fp16) asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  else asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
+__device__ __forceinline__ void int4_group_constants(float scale, float zero, u32& c0, u32& c1) {
+  if constexpr (A == Fmt::fp16) {
+    c0 = dev::pack2<A>(scale, scale);
+    const float nzs = -zero * scale;
+    c1 = dev::pack2<A>(nzs, nzs);
+  } else {
+    c0 = __float_as_uint(scale);
+    c1 = __float_as_uint(int4_shift(scale, zero));
+  }
 }
 
 // The eight codes of w (byte j: k = 2j low nibble, 2j + 1 high), dequantized, as the pairs of the word's
-// two k16 steps: lo[s] for logical k (2t, 2t + 1), hi[s] for (2t + 8, 2t + 9) (order above).
+// two k16 steps: lo[s] for logical k (2t, 2t + 1), hi[s] for (2t + 8, 2t + 9) (order above); c0, c1 from
+// int4_group_constants.
 template <Fmt A>
-__device__ __forceinline__ void int4x8_to_step_pairs(u32 w, u32 s2, u32 nzs2, u32 (&lo)[2], u32 (&hi)[2]) {
-  constexpr bool kHalf = A == Fmt::fp16;
-  constexpr u32 kMagic = kHalf ? 0x64006400u : 0x43004300u;        // (M, M)
-  constexpr u32 kOne = kHalf ? 0x3C003C00u : 0x3F803F80u;          // (1, 1)
-  constexpr u32 kMinusM = kHalf ? 0xE400E400u : 0xC300C300u;       // (-M, -M)
-  constexpr u32 kSixteenth = 0x2C002C00u, kMinusM16 = 0xD400D400u;   // fp16 (1/16, 1/16), (-64, -64)
+__device__ __forceinline__ void int4x8_to_step_pairs(u32 w, u32 c0, u32 c1, u32 (&lo)[2], u32 (&hi)[2]) {
+  if constexpr (A == Fmt::fp16) {
+    constexpr u32 kMagic = 0x64006400u, kOne = 0x3C003C00u, kMinusM = 0xE400E400u;   // (1024, 1024), (1, 1), (-1024, -1024)
+    constexpr u32 kSixteenth = 0x2C002C00u, kMinusM16 = 0xD400D400u;                  // (1/16, 1/16), (-64, -64)
 #pragma unroll
-  for (int s = 0; s < 2; ++s) {
-    const u32 ws = w >> (8 * s);
-    const u32 q_lo = fma2<A>((ws & 0x000F000Fu) | kMagic, kOne, kMinusM);
-    u32 q_hi;
-    if constexpr (kHalf) q_hi = fma2<A>((ws & 0x00F000F0u) | kMagic, kSixteenth, kMinusM16);
-    else q_hi = fma2<A>(((ws >> 4) & 0x000F000Fu) | kMagic, kOne, kMinusM);
-    lo[s] = fma2<A>(q_lo, s2, nzs2);
-    hi[s] = fma2<A>(q_hi, s2, nzs2);
+    for (int s = 0; s < 2; ++s) {
+      const u32 ws = w >> (8 * s);
+      const u32 q_lo = dev::hfma2((ws & 0x000F000Fu) | kMagic, kOne, kMinusM);
+      const u32 q_hi = dev::hfma2((ws & 0x00F000F0u) | kMagic, kSixteenth, kMinusM16);
+      lo[s] = dev::hfma2(q_lo, c0, c1);
+      hi[s] = dev::hfma2(q_hi, c0, c1);
+    }
+  } else {
+    const float scale = __uint_as_float(c0), shift = __uint_as_float(c1);
+    const u32 even = w & 0x0F0F0F0Fu, odd = (w >> 4) & 0x0F0F0F0Fu;
+    // 128 + the nibble of byte j (bits 16..19 of the float 128), scaled and shifted in fp32.
+    const auto at = [&](u32 nibbles, int j) {
+      return fmaf(__uint_as_float(prmt(nibbles, 0x43000000u, 0x7054u | (j << 8))), scale, shift);
+    };
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      lo[s] = dev::pack2<A>(at(even, s), at(even, s + 2));
+      hi[s] = dev::pack2<A>(at(odd, s), at(odd, s + 2));
+    }
   }
 }
 
@@ -144,9 +155,6 @@ __device__ __forceinline__ void activation_step_pairs(const dev::U32x4& v, u32 (
   b[1][0] = prmt(v.y, v.w, 0x5410u);
   b[1][1] = prmt(v.y, v.w, 0x7632u);
 }
-
-// (scale, zero) of a group as the (scale, shift) of int4x4_to_pairs / the gemv fold.
-__device__ __forceinline__ float int4_shift(float scale, float zero) { return -(128.f + zero) * scale; }
 
 // ---- tile copies
 

@@ -246,16 +246,11 @@
     if constexpr (kHalfO) {
       const u32 f2 = dev::pack_half2(f, f);
 #pragma unroll
-      for (int n = 0; n < kON; ++n) st.o[mt][n][hf] = hmul2(st.o[mt][n][hf], f2);
+      for (int n = 0; n < kON; ++n) st.o[mt][n][hf] = dev::hmul2(st.o[mt][n][hf], f2);
     } else {
 #pragma unroll
       for (int n = 0; n < kON; ++n)
 #pragma unroll
         for (int e = 2 * hf; e < 2 * hf + 2; ++e) st.o[mt][n][e] *= f;
     }
-  }
-  static __device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
-    u32 d;
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
   }
