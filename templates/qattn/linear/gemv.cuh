@@ -182,12 +182,14 @@ struct Gemv {
             float af[BM][8];
 #pragma unroll
             for (int t = 0; t < BM; ++t) {
-              const U32x4 av = t < tokens ? ld_cached_16(a_split + (t * p.lda + v * kCodes + 8 * j) * 2) : U32x4{0u, 0u, 0u, 0u};
+              const U32x4 av =
+                  t < tokens ? ld_cached_16(a_split + (t * p.lda + v * kCodes + 8 * j) * 2) : U32x4{0u, 0u, 0u, 0u};
               const u32 aw[4] = {av.x, av.y, av.z, av.w};
 #pragma unroll
               for (int e = 0; e < 4; ++e) dev::unpack2<A>(aw[e], af[t][2 * e], af[t][2 * e + 1]);
               if constexpr (kInt4)
-                a_sum[t] += ((af[t][0] + af[t][1]) + (af[t][2] + af[t][3])) + ((af[t][4] + af[t][5]) + (af[t][6] + af[t][7]));
+                a_sum[t] += ((af[t][0] + af[t][1]) + (af[t][2] + af[t][3])) +
+                            ((af[t][4] + af[t][5]) + (af[t][6] + af[t][7]));
             }
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {

@@ -122,8 +122,9 @@ __device__ __forceinline__ void int4_group_constants(float scale, float zero, u3
 template <Fmt A>
 __device__ __forceinline__ void int4x8_to_step_pairs(u32 w, u32 c0, u32 c1, u32 (&lo)[2], u32 (&hi)[2]) {
   if constexpr (A == Fmt::fp16) {
-    constexpr u32 kMagic = 0x64006400u, kOne = 0x3C003C00u, kMinusM = 0xE400E400u;   // (1024, 1024), (1, 1), (-1024, -1024)
-    constexpr u32 kSixteenth = 0x2C002C00u, kMinusM16 = 0xD400D400u;                  // (1/16, 1/16), (-64, -64)
+    constexpr u32 kMagic = 0x64006400u, kOne = 0x3C003C00u;          // (1024, 1024), (1, 1)
+    constexpr u32 kMinusM = 0xE400E400u, kMinusM16 = 0xD400D400u;    // (-1024, -1024), (-64, -64)
+    constexpr u32 kSixteenth = 0x2C002C00u;                          // (1/16, 1/16)
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       const u32 ws = w >> (8 * s);
