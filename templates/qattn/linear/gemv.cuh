@@ -177,8 +177,8 @@ struct Gemv {
           }
 #pragma unroll
           for (int j = 0; j < kChunks; ++j) {
-            // The chunk's activations (all tokens) first, then one row's weights at a time: fewer live
-            // registers than the other order wherever there are more rows than tokens (bm 1, 2).
+            // The chunk's activations (all tokens) first, then one row's weights at a time: at bm 1 and 2,
+            // where rows outnumber tokens, fewer registers stay live than when every row is decoded first.
             float af[BM][8];
 #pragma unroll
             for (int t = 0; t < BM; ++t) {
