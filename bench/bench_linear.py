@@ -89,7 +89,8 @@ def markdown(meta, rows):
            "GPU time per call (median of 20, head start, rotating weights); speedup = cuBLAS / qattn; "
            "GB/s = weight bytes / qattn time; call_us: one eager call on an idle GPU.", "",
            f"activations and output {meta.get('act', 'fp16')}.", "",
-           f"| shape | format | flow asked | M | flow run | splits | qattn us | cuBLAS {meta.get('act', 'fp16')} us | speedup | GB/s | "
+           f"| shape | format | flow asked | M | flow run | splits | qattn us | cuBLAS {meta.get('act', 'fp16')} us | "
+           "speedup | GB/s | "
            "call us (qattn / cuBLAS) | rel L2 |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -122,7 +123,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": git_commit(),
-            "date": datetime.date.today().isoformat(), "act": args.act, "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
+            "date": datetime.date.today().isoformat(), "act": args.act,
+            "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
     rows = []
     rt = qattn.Runtime(cache_path=args.cache) if args.cache else qattn.Runtime()
     l2 = 50 << 20
