@@ -78,15 +78,6 @@ int linear_block_m(Dataflow flow, int m) {
   }
 }
 
-Tiling linear_tiling(const Spec& spec, int m, const DeviceLimits& limits) {
-  const std::vector<Tiling> c = linear_candidates(spec, limits);
-  if (c.empty()) throw Error(ErrorKind::failure, "no linear tiling fits " + to_string(spec) + " within the device limits");
-  const int bm = linear_block_m(spec.flow, m);
-  for (const Tiling& t : c)
-    if (t.block_m == bm) return t;
-  return c.front();
-}
-
 std::vector<Tiling> linear_sweep_tilings(const Spec& spec, int m, const DeviceLimits& limits, int count) {
   const std::vector<Tiling> c = linear_candidates(spec, limits);
   if (c.empty()) throw Error(ErrorKind::failure, "no linear tiling fits " + to_string(spec) + " within the device limits");
@@ -96,6 +87,10 @@ std::vector<Tiling> linear_sweep_tilings(const Spec& spec, int m, const DeviceLi
     if (t.block_m == bm && static_cast<int>(out.size()) < std::max(1, count)) out.push_back(t);
   if (out.empty()) out.push_back(c.front());
   return out;
+}
+
+Tiling linear_tiling(const Spec& spec, int m, const DeviceLimits& limits) {
+  return linear_sweep_tilings(spec, m, limits, 1).front();
 }
 
 LinearSplit linear_split(const Spec& spec, const Tiling& tiling, int m, int requested, int sm_count) {
