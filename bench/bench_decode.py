@@ -5,7 +5,9 @@
     python3 bench/bench_decode.py [--quick] [--bin build/bin/qattn_bench_decode] [--dry-run]
 
 Shapes: batch 1/8/64 x KV length 4k/32k/128k, 32 query heads over 8 KV heads, d = 128, one new token.
-Each timed call is one decode step on a cold L2 (see bench/README.md, "Decode benchmark").
+Each timed call is one decode step on a cold L2 (see bench/README.md, "Decode benchmark"). The run also
+times a device-to-device copy of COPY_MB (read + write bytes / time): each row's share of that bandwidth
+is how close it runs to the memory roofline of the card it ran on.
 """
 import argparse
 import datetime
@@ -52,6 +54,9 @@ ALL_VARIANTS = list(SDPA_VARIANTS) + list(QATTN_VARIANTS)
 # Issue 4, item 7: speed-up over the BF16 flash baseline at batch 8, KV 128k.
 TARGET_POINT = (8, 131072)
 TARGETS = (("qattn_int4_token", 2.5), ("qattn_int4_group", 2.5), ("qattn_int8", 1.6))
+# Issue 26, item 5: bytes read / time >= this share of the device's measured copy bandwidth, same point.
+ROOFLINE_TARGETS = (("qattn_int8", 0.8), ("qattn_fp8", 0.8), ("qattn_int4_token", 0.8))
+COPY_MB = 2048          # the copy that measures the bandwidth: far beyond any L2
 
 # Bytes of one cache row (token, KV head) per variant; the qattn binary reports its own (kv_row_bytes)
 # and this table is only the dry run's estimate (templates/qattn/decode/kv_layout.h).
@@ -150,7 +155,7 @@ def row_base(batch, kv, variant):
             "spec": QATTN_VARIANTS[variant][0] if kind == "qattn" else None,
             "backend": SDPA_VARIANTS.get(variant), "paged": QATTN_VARIANTS[variant][1] if kind == "qattn" else 0,
             "median_us": None, "p10_us": None, "p90_us": None, "bytes_read": None, "gbps": None,
-            "ratio_flash": None, "ratio_cudnn": None, "gqa_expanded": False, "non_finite": None,
+            "ratio_flash": None, "ratio_cudnn": None, "of_copy": None, "gqa_expanded": False, "non_finite": None,
             "skipped": None, "error": None}
 
 
@@ -169,7 +174,8 @@ def dry_run(args):
                 read = cache_bytes(batch, kv, spec_row_bytes(spec)) + qo_bytes(batch)
                 print(f"  {variant:24s} reads {read / 1e9:.3f} GB: {bu.shell_command(qattn_command(args, variant, batch, kv))}")
     point = f"batch {TARGET_POINT[0]}, kv {TARGET_POINT[1]}"
-    print("\ntargets at " + point + ": " + ", ".join(f"{v} >= {t}x sdpa_flash" for v, t in TARGETS))
+    print("\ntargets at " + point + ": " + ", ".join(f"{v} >= {t}x sdpa_flash" for v, t in TARGETS) + "; "
+          + ", ".join(f"{v} >= {t:.0%} of the copy bandwidth" for v, t in ROOFLINE_TARGETS))
     return 0
 
 
@@ -199,11 +205,18 @@ def add_ratios(rows):
     return rows
 
 
+def add_copy_shares(rows, copy_gbps):
+    """Each row's GB/s as a share of the measured copy bandwidth (None without either)."""
+    for r in rows:
+        r["of_copy"] = r["gbps"] / copy_gbps if r["gbps"] and copy_gbps else None
+    return rows
+
+
 def find_row(rows, batch, kv, variant):
     return next((r for r in rows if (r["batch"], r["kv"], r["variant"]) == (batch, kv, variant)), None)
 
 
-def evaluate_targets(rows):
+def evaluate_targets(rows, copy_gbps=None):
     """One line per target: PASS / MISS with the numbers, or N/A with the reason."""
     batch, kv = TARGET_POINT
     flash = find_row(rows, batch, kv, "sdpa_flash")
@@ -225,6 +238,26 @@ def evaluate_targets(rows):
                 note += " (flash baseline read GQA-expanded K/V: 4x the bytes)"
             lines.append(f"{verdict} {head}: {ratio:.2f}x ({row['median_us']:.1f} us vs {flash['median_us']:.1f} us)"
                          + note)
+    return lines + evaluate_roofline(rows, copy_gbps)
+
+
+def evaluate_roofline(rows, copy_gbps):
+    """One line per ROOFLINE_TARGETS entry: PASS / MISS with the share, or N/A with the reason."""
+    batch, kv = TARGET_POINT
+    lines = []
+    for variant, goal in ROOFLINE_TARGETS:
+        row = find_row(rows, batch, kv, variant)
+        head = f"{variant} >= {goal:.0%} of the copy bandwidth at batch {batch}, kv {kv}"
+        if not copy_gbps:
+            lines.append(f"N/A  {head}: no copy bandwidth measured")
+        elif row is None or not row["gbps"]:
+            why = "not run" if row is None else bu.one_line(row["error"] or row["skipped"] or "no time", 120)
+            lines.append(f"N/A  {head}: no {variant} time ({why})")
+        else:
+            share = row["gbps"] / copy_gbps
+            verdict = "PASS" if share >= goal and not row["non_finite"] else "MISS"
+            lines.append(f"{verdict} {head}: {share:.0%} ({row['gbps']:.0f} of {copy_gbps:.0f} GB/s, "
+                         f"{row['median_us']:.1f} us)")
     return lines
 
 
@@ -247,13 +280,14 @@ def row_note(r):
     return "; ".join(notes).replace("|", "/")
 
 
-MD_COLUMNS = ["kv", "variant", "median µs", "p10–p90 µs", "GB/s", "vs flash", "vs cuDNN", "notes"]
+MD_COLUMNS = ["kv", "variant", "median µs", "p10–p90 µs", "GB/s", "of copy", "vs flash", "vs cuDNN", "notes"]
 
 
 def markdown_row(r):
     spread = "–" if r["p10_us"] is None else f"{r['p10_us']:.1f}–{r['p90_us']:.1f}"
     ratio = lambda x: "–" if x is None else f"{x:.2f}×"  # noqa: E731
-    cells = [str(r["kv"]), r["variant"], _cell(r["median_us"], ".1f"), spread, _cell(r["gbps"], ".0f"),
+    share = "–" if r.get("of_copy") is None else f"{r['of_copy']:.0%}"
+    cells = [str(r["kv"]), r["variant"], _cell(r["median_us"], ".1f"), spread, _cell(r["gbps"], ".0f"), share,
              ratio(r["ratio_flash"]), ratio(r["ratio_cudnn"]), row_note(r)]
     return "| " + " | ".join(cells) + " |"
 
@@ -270,13 +304,15 @@ def render_markdown(meta, rows):
               f"every sequence holding kv tokens. Median of {meta.get('iters', '?')} calls, each timed alone with "
               f"CUDA events after a {meta.get('flush_mb', '?')} MB L2 flush. GB/s = bytes read / median, with bytes "
               f"read = K + V cache rows (batch·heads_kv·kv·row_bytes·2) + q + o. 'vs' = baseline time / this time "
-              f"(> 1: faster).", ""]
+              f"(> 1: faster). 'of copy' = GB/s / the copy bandwidth measured in this run "
+              f"({_cell(meta.get('copy_gbps'), '.0f')} GB/s: a {COPY_MB} MB device-to-device copy, read + write "
+              f"bytes / median time).", ""]
     for batch in sorted({r["batch"] for r in rows}):
         lines += [f"## batch {batch}", "", "| " + " | ".join(MD_COLUMNS) + " |",
                   "|" + "|".join("---" for _ in MD_COLUMNS) + "|"]
         lines += [markdown_row(r) for r in rows if r["batch"] == batch]
         lines.append("")
-    lines += ["## targets", ""] + [f"- {t}" for t in evaluate_targets(rows)]
+    lines += ["## targets", ""] + [f"- {t}" for t in evaluate_targets(rows, meta.get("copy_gbps"))]
     return "\n".join(lines) + "\n"
 
 
@@ -409,6 +445,17 @@ def free_bytes(torch):
     return torch.cuda.mem_get_info()[0]
 
 
+def measure_copy_gbps(torch, args):
+    """The device's copy bandwidth: (read + write bytes) / median time of a COPY_MB copy (random bytes)."""
+    src = torch.randint(0, 256, (COPY_MB << 20,), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = time_cuda(torch, lambda: dst.copy_(src), args.iters, args.warmup, None)
+    gbps = 2 * src.numel() / (percentile(times, 0.5) * 1e-6) / 1e9
+    del src, dst
+    torch.cuda.empty_cache()
+    return gbps
+
+
 def bench_sdpa_point(torch, args, batch, kv, variants):
     """Rows of the SDPA variants at one point, on one set of inputs (freed before returning)."""
     rows = [row_base(batch, kv, v) for v in variants]
@@ -492,6 +539,8 @@ def main(argv=None):
     meta = metadata(args, torch)
     os.makedirs(args.out, exist_ok=True)
     json_path, md_path = bu.result_paths(args.out, bu.device_slug(meta["device"]), meta["date"], prefix="decode")
+    meta["copy_gbps"] = measure_copy_gbps(torch, args)
+    print(f"bench_decode: device copy bandwidth {meta['copy_gbps']:.0f} GB/s ({COPY_MB} MB, read + write)", flush=True)
     print(f"bench_decode: {len(points(args))} points x {len(args.variant_list)} variants -> {json_path}", flush=True)
     print("| batch " + "| " + " | ".join(MD_COLUMNS) + " |", flush=True)
     rows = []
@@ -503,6 +552,7 @@ def main(argv=None):
         point_rows += [bench_qattn(args, v, batch, kv) for v in variants if v in QATTN_VARIANTS]
         rows += point_rows
         add_ratios(rows)
+        add_copy_shares(rows, meta["copy_gbps"])
         for r in point_rows:
             print(f"| {batch} " + markdown_row(r), flush=True)
         print(f"  [b={batch} kv={kv}: {time.perf_counter() - started:.1f} s]", flush=True)
@@ -511,7 +561,7 @@ def main(argv=None):
 
     meta["complete"] = True
     meta["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    meta["targets"] = evaluate_targets(rows)
+    meta["targets"] = evaluate_targets(rows, meta["copy_gbps"])
     write_results(json_path, md_path, meta, rows)
     print("targets:\n  " + "\n  ".join(meta["targets"]))
     failed = [r for r in rows if r["kind"] == "qattn" and r["error"]]

@@ -12,6 +12,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_decode  # noqa: E402
 import bench_prefill  # noqa: E402
 import compare_runs  # noqa: E402
 import bench_utils as bu  # noqa: E402
@@ -273,6 +274,34 @@ class CompareRunsTest(unittest.TestCase):
         self.assertIn("e2e    650.0 ->    600.0 us (-7.7%)", lines[0])
         self.assertIn("overhead over A's kernel 30.0% -> 20.0%", lines[0])
         self.assertEqual(compare_runs.compare(rows(0.5, 0.65), rows(0.5, 0.6), ["other"]), [])
+
+class DecodeRooflineTest(unittest.TestCase):
+    def rows(self):
+        def row(variant, us, gbps):
+            r = bench_decode.row_base(8, 131072, variant)
+            r.update(median_us=us, gbps=gbps, non_finite=0)
+            return r
+        return [row("sdpa_flash", 1400.0, 3000.0), row("qattn_int8", 760.0, 2900.0),
+                row("qattn_int4_token", 470.0, 2420.0)]
+
+    def test_shares_and_verdicts_follow_the_measured_copy_bandwidth(self):
+        rows = bench_decode.add_copy_shares(self.rows(), 3300.0)
+        self.assertAlmostEqual(rows[1]["of_copy"], 2900.0 / 3300.0)
+        lines = bench_decode.evaluate_roofline(rows, 3300.0)
+        self.assertEqual(len(lines), len(bench_decode.ROOFLINE_TARGETS))
+        by_variant = {v: line for (v, _), line in zip(bench_decode.ROOFLINE_TARGETS, lines)}
+        self.assertTrue(by_variant["qattn_int8"].startswith("PASS"), by_variant["qattn_int8"])
+        self.assertIn("88%", by_variant["qattn_int8"])
+        self.assertTrue(by_variant["qattn_int4_token"].startswith("MISS"), by_variant["qattn_int4_token"])
+        self.assertTrue(by_variant["qattn_fp8"].startswith("N/A"), by_variant["qattn_fp8"])
+
+    def test_without_a_copy_measurement_nothing_passes(self):
+        rows = bench_decode.add_copy_shares(self.rows(), None)
+        self.assertIsNone(rows[1]["of_copy"])
+        self.assertTrue(all(line.startswith("N/A") for line in bench_decode.evaluate_roofline(rows, None)))
+        table = bench_decode.render_markdown({"device": "X", "copy_gbps": None}, rows)
+        self.assertIn("| of copy |", table)
+
 
 if __name__ == "__main__":
     unittest.main()

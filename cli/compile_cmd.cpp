@@ -98,12 +98,15 @@ int compile_grid(const Args& args) {
   if (grid == "default") refuse_options(args, {"sample", "seed", "repair"}, "applies to --grid space only");
   if (args.has("repair") && args.has("json")) throw_bad_input("--repair prints table rows: leave out --json");
   if (args.has("seed") && !args.has("sample")) throw_bad_input("--seed picks the --sample draw: give --sample N too");
+  // Numbers are checked before the space is enumerated (tens of seconds), not after.
+  const int jobs = args.get_int("jobs", static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), 1, 256);
+  if (args.has("sample")) (void)args.get_int("sample", 0, 1, 1000000);
+  if (args.has("seed")) (void)args.get_int("seed", 1, 0, 2147483647);
   const bool fail_on_spills = grid == "space";   // the spill sweep: a spilling default tiling is a defect
   const std::vector<std::pair<Spec, Tiling>> points = grid_points(args, grid);
   Runtime runtime(runtime_options(args));
   std::vector<Row> rows(points.size());
   std::atomic<size_t> next{0};
-  const int jobs = args.get_int("jobs", static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), 1, 256);
   std::vector<std::thread> workers;
   for (int w = 0; w < jobs; ++w)
     workers.emplace_back([&] {
