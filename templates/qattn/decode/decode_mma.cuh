@@ -73,6 +73,11 @@ struct Kernel {
   // per_group dequantizes element-wise instead.
   static constexpr bool kFoldK = KV == Fmt::int4 && G == Gran::per_token;
   static constexpr bool kFoldV = KV == Fmt::int8 || kFoldK;
+  // Folded int4 codes enter as fp16 subnormals (kv_dequant.cuh, int4_pair_subnormal): no subtraction per
+  // pair. K: the odd pairs come 16 times larger, so their Q elements are loaded divided by 16 and S
+  // takes 2^24 with the token's scale. V: O's columns of odd pairs carry 2^-20, the others 2^-24,
+  // restored in finish().
+  static constexpr bool kSubnormalInt4 = kFoldK;
 
   struct Softmax {
     float o[kMT][kOC][4];
@@ -118,8 +123,8 @@ struct Kernel {
     if constexpr (KV == Fmt::int4) {
       const u32 w = load<u32>(row + kHdr + (4 * (s / 2) + t) * 4);
       const int k0 = 2 * (s % 2);
-      bk[0] = dev::int4_pair(w, k0);
-      bk[1] = dev::int4_pair(w, k0 + 1);
+      bk[0] = kSubnormalInt4 ? dev::int4_pair_subnormal(w, k0) : dev::int4_pair(w, k0);
+      bk[1] = kSubnormalInt4 ? dev::int4_pair_subnormal(w, k0 + 1) : dev::int4_pair(w, k0 + 1);
       if constexpr (!kFoldK) {
         const u32 ss = load<u32>(row + 4 * ((32 * (s / 2) + 8 * t) / kGroupChannels));
         const u32 scale = dev::dup_low_half(ss), shift = dev::dup_high_half(ss);
@@ -175,7 +180,8 @@ struct Kernel {
         for (int mt = 0; mt < kMT; ++mt) dev::mma_m16n8k16_f32<kMma>(s[mt][nt], qa[mt][st], bk);
       }
       // Scores of tokens nt*8 + 2t + e (e = 0, 1) for rows g and g + 8 of each m tile.
-      float sc[2] = {scale_log2, scale_log2}, sh[2] = {0.f, 0.f};
+      const float sc0 = kSubnormalInt4 ? scale_log2 * dev::kInt4Subnormal : scale_log2;
+      float sc[2] = {sc0, sc0}, sh[2] = {0.f, 0.f};
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const char* hdr = k_tile + (nt * 8 + 2 * t + e) * kRow;
@@ -382,8 +388,13 @@ struct Kernel {
 #pragma unroll
             for (int k = 0; k < 4; ++k) {   // byte k of a and c: channels 2k, 2k + 1
               const u32 y = dev::prmt(a, c, 0x4400u + 0x1111u * k);   // [a.bk, a.bk, c.bk, c.bk]
-              b[2 * k][half] = dev::hsub2((y & 0x000F000Fu) | dev::kHalf2_1024, dev::kHalf2_1024);
-              b[2 * k + 1][half] = dev::hsub2(((y >> 4) & 0x000F000Fu) | dev::kHalf2_1024, dev::kHalf2_1024);
+              if constexpr (kSubnormalInt4) {   // low nibbles 2^-24 q, high nibbles 2^-20 q (finish() restores)
+                b[2 * k][half] = y & 0x000F000Fu;
+                b[2 * k + 1][half] = y & 0x00F000F0u;
+              } else {
+                b[2 * k][half] = dev::hsub2((y & 0x000F000Fu) | dev::kHalf2_1024, dev::kHalf2_1024);
+                b[2 * k + 1][half] = dev::hsub2(((y >> 4) & 0x000F000Fu) | dev::kHalf2_1024, dev::kHalf2_1024);
+              }
             }
             if constexpr (!kFoldV) {   // per group: (scale, shift) of the two tokens of each register
               const int group = (J * 8 * kVWordChannels + g * kVWordChannels) / kGroupChannels;
@@ -587,13 +598,15 @@ struct Kernel {
 #pragma unroll
           for (int slot = 0; slot < 4; ++slot)
             x[slot] = valid ? dev::to_float<OUT>(q[KB ? fq_q_channel<KB>(st, t, slot) : q_channel(st, t, slot)]) : 0.f;
+          // Subnormal int4 K: slots 2 and 3 meet the odd pairs (16 times their codes), so 1/16 of Q.
+          const float odd = KB == 0 && kSubnormalInt4 ? 0.0625f : 1.f;
           qa[mt][st][half] = dev::pack2<kMma>(x[0], x[1]);
-          qa[mt][st][2 + half] = dev::pack2<kMma>(x[2], x[3]);
+          qa[mt][st][2 + half] = dev::pack2<kMma>(x[2] * odd, x[3] * odd);
           float lo, hi;
           dev::unpack2<kMma>(qa[mt][st][half], lo, hi);
           sum += lo + hi;
           dev::unpack2<kMma>(qa[mt][st][2 + half], lo, hi);
-          sum += lo + hi;
+          sum += (lo + hi) / odd;   // the sum of the Q the products use
         }
         q_sum[mt][half] = dev::quad_sum(sum);
       }
@@ -620,8 +633,10 @@ struct Kernel {
           const float shift = dev::quad_sum(st.v_shift[mt][half]);
 #pragma unroll
           for (int c = 0; c < kOC; ++c) {
-            st.o[mt][c][half * 2] += shift;
-            st.o[mt][c][half * 2 + 1] += shift;
+            // n tile c holds pair c % 8 of its V words: odd pairs 2^-20 codes, even ones 2^-24.
+            const float f = kSubnormalInt4 ? ((c % kVWordChannels) % 2 ? dev::kInt4Subnormal / 16.f : dev::kInt4Subnormal) : 1.f;
+            st.o[mt][c][half * 2] = fmaf(st.o[mt][c][half * 2], f, shift);
+            st.o[mt][c][half * 2 + 1] = fmaf(st.o[mt][c][half * 2 + 1], f, shift);
           }
         }
         float m_row = st.m[mt][half];

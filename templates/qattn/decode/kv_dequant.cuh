@@ -31,6 +31,16 @@ __device__ __forceinline__ u32 int4_pair(u32 w, int k) {
   return hsub2(((w >> (4 * k)) & 0x000F000Fu) | kHalf2_1024, kHalf2_1024);
 }
 
+// The same pair as fp16 subnormals, for products whose scale is applied afterwards: a nibble left in
+// place with a zero exponent field is the subnormal nibble * 2^-24, so k even gives 2^-24 (q_k,
+// q_{k+4}) with one AND, and k odd 2^-20 (q_k, q_{k+4}) (the nibble four bits up) with one AND too;
+// k >= 2 shifts once. The tensor cores take subnormal fp16 operands and form exact products, so the
+// sums equal those of int4_pair times 2^-24 (or 2^-20) without its subtraction.
+constexpr float kInt4Subnormal = 16777216.f;   // 2^24: a subnormal pair of an even k times this is the codes
+__device__ __forceinline__ u32 int4_pair_subnormal(u32 w, int k) {
+  return (w >> (8 * (k / 2))) & ((k & 1) ? 0x00F000F0u : 0x000F000Fu);
+}
+
 // e4m3 bytes 1 and 3 of t (bytes 0 and 2 are ignored) as the fp16 pair (lo from byte 1, hi from byte
 // 3), each 2^-8 times the e4m3 value, exact: sign bits stay, exponent and mantissa move down by one bit
 // into fp16's fields (the exponent biases differ by 8, which the 2^-8 absorbs; e4m3 subnormals land on
