@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <atomic>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <utility>
@@ -18,6 +19,12 @@
 #include "qattn/runtime.hpp"
 
 namespace qattn::test {
+
+// QATTN_TEST_LEVEL (CMakeLists.txt): 0 quick, 1 CI (sampled compile grids), 2 the full sweep.
+inline int test_level() {
+  const char* s = std::getenv("QATTN_TEST_LEVEL");
+  return s ? std::atoi(s) : 1;
+}
 
 struct CompileOutcome {
   CompiledKernel kernel;   // empty cubin when it threw

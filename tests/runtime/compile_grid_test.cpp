@@ -15,11 +15,6 @@
 namespace qattn {
 namespace {
 
-int test_level() {
-  const char* s = std::getenv("QATTN_TEST_LEVEL");
-  return s ? std::atoi(s) : 1;
-}
-
 class CompileGrid : public ::testing::TestWithParam<Arch> {};
 
 TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
@@ -28,7 +23,7 @@ TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
   Runtime rt(o);
   std::vector<std::pair<Spec, Tiling>> points;
   for (const Spec& s : gen::default_grid(GetParam())) {
-    if (test_level() >= 2)
+    if (test::test_level() >= 2)
       for (const Tiling& t : gen::candidate_tilings(s, default_limits(s.arch))) points.emplace_back(s, t);
     else
       points.emplace_back(s, default_tiling(s, default_limits(s.arch)));
@@ -46,13 +41,13 @@ TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
       if (k.spill_bytes > 0) std::printf("[ spills  ] %s: %d bytes\n", name.c_str(), k.spill_bytes);
       // No default tiling spills (the default is the first candidate that does not; the full sweep of
       // QATTN_TEST_LEVEL=2 compiles the other candidates too, which may).
-      if (test_level() < 2) {
+      if (test::test_level() < 2) {
         EXPECT_EQ(k.spill_bytes, 0) << name;
       }
       // ptxas must not serialize a default tiling's wgmma pipeline (C7511: the mb4 forms' 128 registers
       // leave none spare; where it hit the tile loop that cost the d 64 INT8 kernel 4.5-5.6% on the H100). Other candidates are only reported: the tuner times them.
       if (k.wgmma_serialized) std::printf("[ serialized ] %s: wgmma pipeline\n", name.c_str());
-      if (test_level() < 2) {
+      if (test::test_level() < 2) {
         EXPECT_FALSE(k.wgmma_serialized) << name << ": ptxas serialized its wgmma pipeline";
       }
     }
