@@ -155,7 +155,8 @@ TEST(WarpSpecializedCompile, EveryFormatCompilesWithoutSpillsOrSerialization) {
                                    " d=" + std::to_string(d) + (causal ? " causal gqa=2" : "") + " smooth=kv arch=sm_90a";
           const Spec s = parse_spec(text);
           for (const Tiling& t : {ws_tiling(128, 128, 8, 2), ws_tiling(64, 128, 4, 2)}) {
-            const int corner = turn++;   // (causal, tiling) corner corner % 4 of format combination corner / 4
+            // corner % 4 = 2 causal + tiling; format combination corner / 4 compiles its corner (corner / 4) % 4.
+            const int corner = turn++;
             if (!every_corner && corner % 4 != (corner / 4) % 4) continue;
             if (s.accum == Accum::two_level && d == 128) {   // refused: it would spill
               EXPECT_NE(validate(s, t, kHopper).reason.find("runs at d=64 only"), std::string::npos) << text;

@@ -1,7 +1,7 @@
 // Every quantization pass the plan can ask for compiles with NVRTC, from the embedded templates only
 // (no include directory), for each target architecture. CPU only: NVRTC needs no GPU.
 // QATTN_TEST_LEVEL 0: d=128 passes for sm_90a; 1 (CI): every pass on every arch, each head dim on one
-// arch: sm_90a 128, sm_80 256 (where d 256 once spilled), sm_89 64 and 96 (the grid's helper test
+// arch: sm_90a 128, sm_80 256 (the passes with the most registers), sm_89 64 and 96 (the grid's helper test
 // compiles the d 128 passes the default grid uses on every arch); 2: every pass for sm_80, sm_86,
 // sm_89, sm_90, sm_90a.
 #include <gtest/gtest.h>
