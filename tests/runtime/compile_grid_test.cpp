@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <set>
 
 #include "qattn/kernel_name.hpp"
@@ -16,6 +15,14 @@
 namespace qattn {
 namespace {
 
+// Whether s, taken to sm_80, is a point of sm_80's default grid: its kernel and helpers are rendered
+// from the same templates there, where level 1 compiles them all.
+bool on_sm80_grid(Spec s) {
+  static const std::vector<Spec> sm80 = gen::default_grid(Arch::sm_80);
+  s.arch = Arch::sm_80;
+  return std::find(sm80.begin(), sm80.end(), s) != sm80.end();
+}
+
 class CompileGrid : public ::testing::TestWithParam<Arch> {};
 
 TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
@@ -23,16 +30,11 @@ TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
   o.use_cache = false;
   Runtime rt(o);
   std::vector<std::pair<Spec, Tiling>> points;
-  // Level 1 on sm_89: the points sm_80's grid lacks (the fp8 formats), and every third of the shared ones
-  // (the same source, compiled in full for sm_80); level 2: all.
-  const std::vector<Spec> sm80 = gen::default_grid(Arch::sm_80);
+  // Level 1 on sm_89: the points sm_80's grid lacks (the fp8 formats), and every third of the shared ones;
+  // level 2: all.
   int shared = 0;
   for (const Spec& s : gen::default_grid(GetParam())) {
-    if (GetParam() == Arch::sm_89 && test::test_level() < 2) {
-      Spec on80 = s;
-      on80.arch = Arch::sm_80;
-      if (std::find(sm80.begin(), sm80.end(), on80) != sm80.end() && shared++ % 3 != 0) continue;
-    }
+    if (GetParam() == Arch::sm_89 && test::test_level() < 2 && on_sm80_grid(s) && shared++ % 3 != 0) continue;
     if (test::test_level() >= 2)
       for (const Tiling& t : gen::candidate_tilings(s, default_limits(s.arch))) points.emplace_back(s, t);
     else
@@ -70,16 +72,10 @@ TEST_P(CompileGrid, EveryPointCompilesWithinTheRegisterFile) {
 }
 
 TEST_P(CompileGrid, EveryHelperKernelOfTheGridCompiles) {
-  // Level 1 on sm_89: the helpers of the points sm_80's grid lacks (the fp8 formats); the others render
-  // the same sources as sm_80's, compiled there. Level 2: all.
+  // Level 1 on sm_89: the helpers of the points sm_80's grid lacks (the fp8 formats). Level 2: all.
   std::vector<Spec> grid = gen::default_grid(GetParam());
-  if (GetParam() == Arch::sm_89 && test::test_level() < 2) {
-    const std::vector<Spec> sm80 = gen::default_grid(Arch::sm_80);
-    grid.erase(std::remove_if(grid.begin(), grid.end(), [&](Spec s) {
-                 s.arch = Arch::sm_80;
-                 return std::find(sm80.begin(), sm80.end(), s) != sm80.end();
-               }), grid.end());
-  }
+  if (GetParam() == Arch::sm_89 && test::test_level() < 2)
+    grid.erase(std::remove_if(grid.begin(), grid.end(), on_sm80_grid), grid.end());
   const test::HelperCompiles h = test::compile_distinct_helpers(grid);
   test::expect_compiled(h, true);
   EXPECT_GE(h.sources.size(), 8u) << "quantization passes for Q/K/V rows, V^T, statistics and the LSE fix";

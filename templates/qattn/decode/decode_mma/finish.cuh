@@ -24,7 +24,7 @@
 #pragma unroll
           for (int c = 0; c < kOC; ++c) {
             // n tile c holds pair c % 8 of its V words: odd pairs 2^-20 codes, even ones 2^-24.
-            const float f = kSubnormalInt4 ? ((c % kVWordChannels) % 2 ? dev::kInt4Subnormal / 16.f : dev::kInt4Subnormal) : 1.f;
+            const float f = kSubnormalInt4 ? (c % 2 ? dev::kInt4Subnormal / 16.f : dev::kInt4Subnormal) : 1.f;
             st.o[mt][c][half * 2] = fmaf(st.o[mt][c][half * 2], f, shift);
             st.o[mt][c][half * 2 + 1] = fmaf(st.o[mt][c][half * 2 + 1], f, shift);
           }
