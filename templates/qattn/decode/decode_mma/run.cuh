@@ -58,6 +58,9 @@
     const int my_chunks = warp < n_chunks ? (n_chunks - warp + WARPS - 1) / WARPS : 0;
     // Tokens every row of this CTA may see; chunks reaching past it need the mask.
     const int seen_by_all = CAUSAL ? min(len, len - p.q_len + 1 + row0 / gqa) : len;
+    // The 8-row groups that hold query rows: a GQA group of 4 with one new token fills one of a bm 16
+    // tile's two, and the scaling and softmax of the other are skipped.
+    const int live = min(2 * kMT, (c.rows - row0 + 7) / 8);
 
     const u32 pipe = dev::smem_addr(smem) + warp * kWarpPipeBytes;
     const char* pipe_ptr = smem + warp * kWarpPipeBytes;   // the same memory, for plain loads
@@ -101,10 +104,10 @@
       const u32 v_tile = k_tile + kChunkBytes;
       if constexpr (!kQuant) zero_tail_rows(v_tile, t0, len, lane);
       float s[kMT][kNT][4];
-      qk_product(s, qa, k_ptr, scale_log2, q_sum, lane);
+      qk_product(s, qa, k_ptr, scale_log2, q_sum, lane, live);
       if (t0 + BN > seen_by_all) apply_mask(s, t0, len, row0, gqa, p.q_len, lane);
-      softmax_update(s, st);
-      if constexpr (kFoldV) fold_v_scales(s, st, k_ptr + kChunkBytes, t0, len, lane);
+      softmax_update(s, st, live);
+      if constexpr (kFoldV) fold_v_scales(s, st, k_ptr + kChunkBytes, t0, len, lane, live);
       if constexpr (kQuant) {
         pv_product_quant(s, st, k_ptr + kChunkBytes, t0, len, lane);
       } else {

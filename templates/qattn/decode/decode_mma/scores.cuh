@@ -59,9 +59,11 @@
 
   // S = Q K^T for one chunk, times scale_log2 = softmax_scale * log2 e (and the int8 token scales) in
   // fp32: Q enters the product exactly as given, no second rounding of a pre-scaled copy.
+  // live: the 8-row groups (2 mt + half) that hold query rows (run_rows); the others' scores are left
+  // unscaled, and softmax_update and fold_v_scales skip them too.
   static __device__ __forceinline__ void qk_product(float (&s)[kMT][kNT][4], const u32 (&qa)[kMT][kSteps][4],
                                                     const char* k_tile, float scale_log2, const float (&q_sum)[kMT][2],
-                                                    int lane) {
+                                                    int lane, int live) {
     const int g = lane / 4, t = lane % 4;
     fill_scores(s, 0.f);
 #pragma unroll
@@ -92,12 +94,14 @@
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int half = 0; half < 2; ++half)
+        for (int half = 0; half < 2; ++half) {
+          if (2 * mt + half >= live) continue;
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float& x = s[mt][nt][half * 2 + e];
             x = kFoldK ? fmaf(x, sc[e], sh[e] * q_sum[mt][half]) : x * sc[e];
           }
+        }
     }
   }
 

@@ -9,7 +9,9 @@
     else return dev::exp2_approx(x2);
   }
 
-  static __device__ __forceinline__ void softmax_update(float (&s)[kMT][kNT][4], Softmax& st) {
+  // Over the live 8-row groups only (qk_product); a dead group's scores become P values of rows that
+  // are never written (a row of the products touches its own output row only).
+  static __device__ __forceinline__ void softmax_update(float (&s)[kMT][kNT][4], Softmax& st, int live = 2 * kMT) {
     if constexpr (SMX == SoftmaxMode::unified_max) {
       // FlashDecoding++: p = 2^(x2 - phi2) against one constant phi2 and l += p; nothing to rescale, no
       // shuffle. The lane's largest score is kept for the row flags (finish()); masked scores are -inf
@@ -18,6 +20,7 @@
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
+          if (2 * mt + half >= live) continue;
           float mx = st.m[mt][half], sum = 0.f;
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt)
@@ -37,6 +40,7 @@
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
+        if (2 * mt + half >= live) continue;
         float mx = st.m[mt][half];
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][half * 2], s[mt][nt][half * 2 + 1]));
@@ -74,7 +78,7 @@
   // Folds the per-token V scales into P (and sums P * shift for int4) for tokens nt*8 + 2t + e. Rows
   // at or past len carry garbage headers: their P is 0 and their scale and shift are taken as 0.
   static __device__ __forceinline__ void fold_v_scales(float (&s)[kMT][kNT][4], Softmax& st, const char* v_tile,
-                                                       int t0, int len, int lane) {
+                                                       int t0, int len, int lane, int live) {
     const int t = lane % 4;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
@@ -92,6 +96,7 @@
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
+            if (2 * mt + half >= live) continue;
             float& pr = s[mt][nt][half * 2 + e];
             if constexpr (KV == Fmt::int4) st.v_shift[mt][half] = fmaf(pr, shift, st.v_shift[mt][half]);
             pr *= scale;
